@@ -1,0 +1,66 @@
+#pragma once
+// Executor: runs one graph against a shared store of state tensors, with a plan cached per signature of
+// input shapes. Several executors (inference, gradients, training step) share one store, so they all see
+// the same weights.
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "executor/plan.h"
+
+namespace onnxtrain {
+
+// Long-lived tensors by name: weights, optimizer state, step counters.
+using TensorStore = std::map<std::string, Tensor>;
+
+struct ExecutorOptions {
+  Device device = Device::CPU;
+  const KernelRegistry* registry = nullptr;  // default_kernels() when null
+  std::set<std::string> variables;  // store entries that may change between runs (never folded)
+  // (new value, state name): after each run, the new value is written into the state tensor.
+  std::vector<std::pair<std::string, std::string>> updates;
+};
+
+class Executor {
+ public:
+  // Initializers of g not yet in the store are added to it. Graph inputs that have an initializer are
+  // treated as state, as ONNX allows.
+  Executor(Graph g, std::map<std::string, int64_t> opsets, std::shared_ptr<TensorStore> store,
+           ExecutorOptions opts = {});
+
+  // Names of the values run() expects, in order, and of the values it returns.
+  const std::vector<std::string>& feed_names() const { return feed_names_; }
+  const std::vector<std::string>& output_names() const { return output_names_; }
+
+  // Validates dtypes and ranks/dims against the graph (errors name the input and what was expected), picks
+  // or compiles the plan for these shapes, runs it, applies updates. Views valid until the next run.
+  std::span<const Tensor* const> run(std::span<const Tensor* const> feeds);
+  std::vector<Tensor> run(const std::map<std::string, Tensor>& feeds);  // owning copies, by name
+
+  const Graph& graph() const { return graph_; }
+  TensorStore& store() { return *store_; }
+  size_t num_plans() const { return plans_.size(); }
+  const ExecutionPlan* last_plan() const { return last_; }
+
+ private:
+  ExecutionPlan& plan_for(std::span<const Tensor* const> feeds);
+  Graph graph_;
+  std::map<std::string, int64_t> opsets_;
+  std::shared_ptr<TensorStore> store_;
+  ExecutorOptions opts_;
+  std::vector<std::string> feed_names_, output_names_;
+  std::vector<TypeInfo> feed_types_;
+  struct CachedPlan {
+    std::vector<std::vector<int64_t>> shapes;
+    std::unique_ptr<ExecutionPlan> plan;
+  };
+  std::vector<CachedPlan> plans_;
+  ExecutionPlan* last_ = nullptr;
+  size_t last_index_ = 0;
+  std::vector<std::pair<const Tensor*, Tensor*>> update_pairs_;  // resolved per plan run
+  std::vector<size_t> update_output_index_;
+};
+
+}  // namespace onnxtrain

@@ -1,0 +1,57 @@
+#include "executor/kernel.h"
+
+#include <algorithm>
+
+#include "graph/error.h"
+
+namespace onnxtrain {
+
+void PrepareContext::fail(const std::string& what) const { onnxtrain::fail(node.describe(), what); }
+
+const Tensor& PrepareContext::constant_input(size_t i) const {
+  if (i >= inputs.size() || !inputs[i].present()) fail("input " + std::to_string(i) + " is required");
+  if (!inputs[i].value)
+    fail("input " + std::to_string(i) + " ('" + node.inputs[i] +
+         "') must be known before the step runs (a constant, an initializer that is not trained, or computed "
+         "from shapes); data-dependent shapes are not supported");
+  return *inputs[i].value;
+}
+
+void KernelRegistry::add(KernelDef def) { defs_.push_back(std::move(def)); }
+
+const KernelDef* KernelRegistry::find(const std::string& domain, const std::string& op, int64_t opset, Device device,
+                                      DType dtype) const {
+  const std::string& dom = domain == "ai.onnx" ? std::string() : domain;
+  for (const KernelDef& d : defs_) {
+    if (d.op_type != op || d.domain != dom || d.device != device) continue;
+    if (opset < d.since_version || opset > d.end_version) continue;
+    if (!d.dtypes.empty() && std::find(d.dtypes.begin(), d.dtypes.end(), dtype) == d.dtypes.end()) continue;
+    return &d;
+  }
+  return nullptr;
+}
+
+std::vector<std::pair<std::string, std::string>> KernelRegistry::ops(Device device) const {
+  std::vector<std::pair<std::string, std::string>> r;
+  for (const KernelDef& d : defs_)
+    if (d.device == device) r.emplace_back(d.domain, d.op_type);
+  std::sort(r.begin(), r.end());
+  r.erase(std::unique(r.begin(), r.end()), r.end());
+  return r;
+}
+
+const KernelRegistry& default_kernels() {
+  static const KernelRegistry reg = [] {
+    KernelRegistry r;
+    register_cpu_elementwise(r);
+    register_cpu_unary(r);
+    register_cpu_reduce(r);
+    register_cpu_shape(r);
+    register_cpu_matmul(r);
+    register_cpu_fused_grad(r);
+    return r;
+  }();
+  return reg;
+}
+
+}  // namespace onnxtrain

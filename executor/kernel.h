@@ -1,0 +1,88 @@
+#pragma once
+// Kernels and their registry. A KernelDef is keyed by (domain, op, opset range, device, dtype). At plan time
+// its factory sees the node, the input dtypes and concrete shapes (and values of inputs known at plan time),
+// fills in the output dtypes and shapes, and returns a Kernel bound to them. run() then only computes.
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "executor/tensor.h"
+#include "graph/ir.h"
+
+namespace onnxtrain {
+
+struct KernelInput {
+  DType dtype = DType::Undefined;  // Undefined: optional input not given
+  std::vector<int64_t> shape;
+  const Tensor* value = nullptr;  // set when the value is known at plan time (constants, shapes)
+  bool present() const { return dtype != DType::Undefined; }
+};
+
+struct KernelOutput {
+  DType dtype = DType::Undefined;
+  std::vector<int64_t> shape;
+};
+
+struct PrepareContext {
+  const Node& node;
+  int64_t opset;  // the model's opset for the node's domain
+  Device device;
+  std::vector<KernelInput> inputs;   // one per node input
+  std::vector<KernelOutput> outputs;  // one per node output; the factory fills them
+
+  // Throws Error "node 'n' (Op): what".
+  [[noreturn]] void fail(const std::string& what) const;
+  // The constant value of input i; fails naming the input when it is not known at plan time.
+  const Tensor& constant_input(size_t i) const;
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  // Inputs and outputs have the dtypes and shapes seen by the factory; an absent optional input is nullptr.
+  virtual void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) = 0;
+};
+
+using KernelFactory = std::function<std::unique_ptr<Kernel>(PrepareContext&)>;
+
+struct KernelDef {
+  std::string domain;  // "" for ai.onnx
+  std::string op_type;
+  int64_t since_version = 1;
+  int64_t end_version = 1 << 30;  // inclusive
+  Device device = Device::CPU;
+  std::vector<DType> dtypes;  // dtypes of the first input accepted; empty = any
+  KernelFactory factory;
+  // The kernel reads only the shapes of its inputs (Shape, Size): the plan may run it at compile time.
+  bool shape_only = false;
+};
+
+class KernelRegistry {
+ public:
+  void add(KernelDef def);
+  // The kernel for a node at the model's opset on a device; nullptr if none. dtype is the first present
+  // input's dtype (Undefined when the node has none).
+  const KernelDef* find(const std::string& domain, const std::string& op, int64_t opset, Device device,
+                        DType dtype) const;
+  const std::vector<KernelDef>& all() const { return defs_; }
+  // Every registered (domain, op) once, sorted, for tests and docs.
+  std::vector<std::pair<std::string, std::string>> ops(Device device) const;
+
+ private:
+  std::vector<KernelDef> defs_;
+};
+
+// The registry with every built-in kernel (CPU, and CUDA when built with it).
+const KernelRegistry& default_kernels();
+
+// Per-family registration, called once from default_kernels(); one per file in executor/cpu/.
+void register_cpu_elementwise(KernelRegistry& r);
+void register_cpu_unary(KernelRegistry& r);
+void register_cpu_reduce(KernelRegistry& r);
+void register_cpu_shape(KernelRegistry& r);
+void register_cpu_matmul(KernelRegistry& r);
+void register_cpu_fused_grad(KernelRegistry& r);
+
+}  // namespace onnxtrain

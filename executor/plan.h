@@ -1,0 +1,61 @@
+#pragma once
+// An execution plan: one graph compiled for one signature of input shapes. Compilation binds every kernel,
+// folds what is known at plan time (constants, shape arithmetic), and places every intermediate value in one
+// arena by lifetime. run() is then a loop over bound kernels: no allocation, no lookup, no hashing.
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "executor/kernel.h"
+#include "graph/ir.h"
+
+namespace onnxtrain {
+
+struct PlanSpec {
+  const Graph* graph = nullptr;
+  const std::map<std::string, int64_t>* opsets = nullptr;
+  Device device = Device::CPU;
+  const KernelRegistry* registry = nullptr;
+  std::vector<std::string> feed_names;             // in the order run() receives them
+  std::vector<KernelOutput> feed_specs;            // dtype and shape of each feed
+  std::unordered_map<std::string, Tensor*> state;  // weights and other values that live across runs
+  std::unordered_set<std::string> constants;       // state entries that never change (foldable)
+  std::vector<std::string> outputs;                // values to return
+};
+
+class ExecutionPlan {
+ public:
+  static std::unique_ptr<ExecutionPlan> compile(const PlanSpec& spec);
+  ~ExecutionPlan();
+
+  // feeds must match the spec's dtypes and shapes (the caller checked). Returned views stay valid until the
+  // next run.
+  std::span<const Tensor* const> run(std::span<const Tensor* const> feeds);
+
+  size_t arena_bytes() const { return arena_bytes_; }
+  size_t num_steps() const { return steps_.size(); }
+  // Bytes that a naive plan (one buffer per value) would need, for the memory planner's tests and docs.
+  size_t unplanned_bytes() const { return unplanned_bytes_; }
+
+ private:
+  struct Step {
+    std::unique_ptr<Kernel> kernel;
+    std::vector<const Tensor*> in;
+    std::vector<Tensor*> out;
+  };
+  ExecutionPlan() = default;
+  std::vector<Step> steps_;
+  std::vector<std::unique_ptr<Tensor>> slots_;  // every value the plan owns or views
+  std::vector<Tensor*> feed_slots_;
+  std::vector<const Tensor*> outputs_;
+  std::shared_ptr<void> arena_;
+  size_t arena_bytes_ = 0;
+  size_t unplanned_bytes_ = 0;
+  std::vector<Tensor> folded_;  // values computed at compile time
+  friend class PlanCompiler;
+};
+
+}  // namespace onnxtrain

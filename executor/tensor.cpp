@@ -1,0 +1,88 @@
+#include "executor/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+
+#include "graph/error.h"
+
+namespace onnxtrain {
+
+std::string device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+
+int64_t numel_of(std::span<const int64_t> shape) {
+  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+}
+
+std::string shape_string(std::span<const int64_t> shape) {
+  std::ostringstream s;
+  s << '[';
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? "," : "") << shape[i];
+  s << ']';
+  return s.str();
+}
+
+int64_t Tensor::numel() const { return numel_of(shape); }
+
+void* allocate_device(size_t bytes, Device d);  // executor/cuda: cudaMalloc, or a clear error without CUDA
+void free_device(void* p, Device d);
+
+Tensor Tensor::empty(DType t, std::vector<int64_t> shape, Device d) {
+  Tensor r;
+  r.dtype = t;
+  r.device = d;
+  r.shape = std::move(shape);
+  size_t bytes = std::max<size_t>(r.nbytes(), 1);
+  if (d == Device::CPU) {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (!p) throw Error("out of memory allocating " + std::to_string(rounded) + " bytes for " + r.describe());
+    std::memset(p, 0, rounded);
+    r.owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  } else {
+    void* p = allocate_device(bytes, d);
+    r.owner = std::shared_ptr<void>(p, [d](void* q) { free_device(q, d); });
+  }
+  r.data = r.owner.get();
+  return r;
+}
+
+Tensor Tensor::view(DType t, std::vector<int64_t> shape, void* data, Device d) {
+  Tensor r;
+  r.dtype = t;
+  r.device = d;
+  r.shape = std::move(shape);
+  r.data = data;
+  return r;
+}
+
+Tensor Tensor::from_data(const TensorData& d) {
+  Tensor t = empty(d.dtype, d.dims);
+  if (d.bytes.size() != t.nbytes())
+    throw Error("tensor data holds " + std::to_string(d.bytes.size()) + " bytes but " + t.describe() + " needs " +
+                std::to_string(t.nbytes()));
+  if (!d.bytes.empty()) std::memcpy(t.data, d.bytes.data(), d.bytes.size());
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  if (device != Device::CPU) throw Error("Tensor::clone of a " + device_name(device) + " tensor is not supported yet");
+  Tensor t = empty(dtype, shape, device);
+  if (nbytes()) std::memcpy(t.data, data, nbytes());
+  return t;
+}
+
+TensorData Tensor::to_data() const {
+  if (device != Device::CPU) throw Error("Tensor::to_data needs a host tensor, got " + device_name(device));
+  TensorData d;
+  d.dtype = dtype;
+  d.dims = shape;
+  d.bytes.resize(nbytes());
+  if (nbytes()) std::memcpy(d.bytes.data(), data, nbytes());
+  return d;
+}
+
+std::string Tensor::describe() const { return dtype_name(dtype) + shape_string(shape); }
+
+}  // namespace onnxtrain

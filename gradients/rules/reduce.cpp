@@ -1,0 +1,8 @@
+// Placeholder: filled in by the gradient-rules work; registers nothing yet.
+#include "gradients/rule.h"
+
+namespace onnxtrain {
+
+void register_reduce_rules(GradientRegistry& r) {}
+
+}  // namespace onnxtrain

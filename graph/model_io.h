@@ -1,0 +1,25 @@
+#pragma once
+// The protobuf edge: load (with validation), save, and conversion to and from onnx::ModelProto.
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "graph/ir.h"
+
+namespace onnxtrain {
+
+struct LoadOptions {
+  bool validate = true;      // ONNX checker, then our own checks (validate.h)
+  bool infer_shapes = true;  // fill Graph::value_info (shape_inference.h)
+};
+
+// Errors name the file (or the source name given for bytes) and the node at fault.
+Model load_model(const std::filesystem::path& path, const LoadOptions& opts = {});
+Model load_model_from_bytes(std::string_view bytes, const std::string& source = "<bytes>",
+                            const LoadOptions& opts = {});
+
+std::string serialize_model(const Model& m);
+// Writes atomically (temp file in the same folder, fsync, rename) so a crash never leaves a torn file.
+void save_model(const Model& m, const std::filesystem::path& path);
+
+}  // namespace onnxtrain

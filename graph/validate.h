@@ -1,0 +1,22 @@
+#pragma once
+#include <string>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace onnxtrain {
+
+// Runs the ONNX checker (full_check when shapes are to be trusted), then our checks: every input defined
+// before use, one producer per value, no cycles, declared outputs produced. Throws Error naming the
+// source, the node and the problem.
+void validate_model(const Model& m, const std::string& source);
+
+// Our structural checks only, for graphs built in memory (no checker); same errors.
+void check_graph(const Graph& g, const std::string& source);
+
+// Indices of g.nodes in a topological order; throws Error naming a node on a cycle or with an undefined
+// input. outer_scope lists names visible from an enclosing graph.
+std::vector<size_t> topological_order(const Graph& g, const std::vector<std::string>& outer_scope = {});
+void sort_topologically(Graph& g);
+
+}  // namespace onnxtrain

@@ -1,0 +1,33 @@
+#include "common/test_env.h"
+
+#include <cstdio>
+#include <memory>
+
+namespace onnxtrain::test {
+
+std::filesystem::path source_dir() { return ONNXTRAIN_SOURCE_DIR; }
+
+std::filesystem::path onnx_node_test_dir() {
+  static const std::filesystem::path dir = [] {
+    std::string cmd = std::string(ONNXTRAIN_PYTHON) +
+                      " -c \"import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "
+                      "'backend', 'test', 'data', 'node'))\" 2>/dev/null";
+    std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), pclose);
+    if (!p) return std::filesystem::path();
+    char buf[4096];
+    std::string out;
+    while (fgets(buf, sizeof buf, p.get())) out += buf;
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    return std::filesystem::path(out);
+  }();
+  return dir;
+}
+
+std::filesystem::path temp_dir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / ("onnxtrain_test_" + name);
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+}  // namespace onnxtrain::test
