@@ -13,7 +13,7 @@ if(NOT ONNXTRAIN_CUDA STREQUAL "OFF")
   endif()
   if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND)
     set(ONNXTRAIN_WITH_CUDA ON)
-    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 knows no CUDA20 dialect; .cu files include only C++17 headers
     if(NOT CMAKE_CUDA_ARCHITECTURES)
       set(CMAKE_CUDA_ARCHITECTURES 80)
     endif()

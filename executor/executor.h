@@ -59,8 +59,6 @@ class Executor {
   std::vector<CachedPlan> plans_;
   ExecutionPlan* last_ = nullptr;
   size_t last_index_ = 0;
-  std::vector<std::pair<const Tensor*, Tensor*>> update_pairs_;  // resolved per plan run
-  std::vector<size_t> update_output_index_;
 };
 
 }  // namespace onnxtrain

@@ -24,6 +24,8 @@ struct PlanSpec {
   std::unordered_map<std::string, Tensor*> state;  // weights and other values that live across runs
   std::unordered_set<std::string> constants;       // state entries that never change (foldable)
   std::vector<std::string> outputs;                // values to return
+
+  std::vector<std::string> feed_names_and_state() const;  // names defined before the first node
 };
 
 class ExecutionPlan {

@@ -25,8 +25,9 @@ std::string shape_string(std::span<const int64_t> shape) {
 
 int64_t Tensor::numel() const { return numel_of(shape); }
 
-void* allocate_device(size_t bytes, Device d);  // executor/cuda: cudaMalloc, or a clear error without CUDA
-void free_device(void* p, Device d);
+// executor/cuda/device.cu (cudaMalloc), or executor/cuda/no_cuda.cpp (a clear error) without CUDA.
+void* cuda_allocate(size_t bytes);
+void cuda_free(void* p);
 
 Tensor Tensor::empty(DType t, std::vector<int64_t> shape, Device d) {
   Tensor r;
@@ -41,8 +42,8 @@ Tensor Tensor::empty(DType t, std::vector<int64_t> shape, Device d) {
     std::memset(p, 0, rounded);
     r.owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   } else {
-    void* p = allocate_device(bytes, d);
-    r.owner = std::shared_ptr<void>(p, [d](void* q) { free_device(q, d); });
+    void* p = cuda_allocate(bytes);
+    r.owner = std::shared_ptr<void>(p, [](void* q) { cuda_free(q); });
   }
   r.data = r.owner.get();
   return r;

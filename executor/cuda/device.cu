@@ -2,9 +2,9 @@
 // with the GPU issue. Without a device at run time, allocation fails with a clear error.
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <string>
 
-#include "executor/tensor.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
@@ -14,7 +14,7 @@ bool cuda_available() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-void* allocate_device(size_t bytes, Device d) {
+void* cuda_allocate(size_t bytes) {
   if (!cuda_available()) throw Error("device 'cuda' requested, but no CUDA device is visible to this process");
   void* p = nullptr;
   cudaError_t e = cudaMalloc(&p, bytes);
@@ -23,6 +23,6 @@ void* allocate_device(size_t bytes, Device d) {
   return p;
 }
 
-void free_device(void* p, Device) { cudaFree(p); }
+void cuda_free(void* p) { cudaFree(p); }
 
 }  // namespace onnxtrain

@@ -1,0 +1,121 @@
+#include "executor/executor.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "graph/error.h"
+
+namespace onnxtrain {
+
+namespace {
+
+std::string expected_shape(const TypeInfo& t) { return t.shape ? to_string(*t.shape) : "any shape"; }
+
+}  // namespace
+
+Executor::Executor(Graph g, std::map<std::string, int64_t> opsets, std::shared_ptr<TensorStore> store,
+                   ExecutorOptions opts)
+    : graph_(std::move(g)), opsets_(std::move(opsets)), store_(std::move(store)), opts_(std::move(opts)) {
+  if (!opts_.registry) opts_.registry = &default_kernels();
+  for (const auto& [name, data] : graph_.initializers)
+    if (!store_->count(name)) (*store_)[name] = Tensor::from_data(data);
+  for (const ValueInfo& in : graph_.inputs) {
+    if (graph_.is_initializer(in.name) || store_->count(in.name)) continue;
+    feed_names_.push_back(in.name);
+    feed_types_.push_back(in.type);
+  }
+  for (const ValueInfo& out : graph_.outputs) output_names_.push_back(out.name);
+  for (const auto& [fresh, state] : opts_.updates) {
+    if (!store_->count(state)) fail("executor", "update target '" + state + "' is not a stored tensor");
+    opts_.variables.insert(state);
+  }
+}
+
+ExecutionPlan& Executor::plan_for(std::span<const Tensor* const> feeds) {
+  auto matches = [&](const CachedPlan& c) {
+    for (size_t i = 0; i < feeds.size(); ++i)
+      if (c.shapes[i] != feeds[i]->shape) return false;
+    return true;
+  };
+  if (last_ && matches(plans_[last_index_])) return *last_;
+  for (size_t i = 0; i < plans_.size(); ++i)
+    if (matches(plans_[i])) {
+      last_index_ = i;
+      last_ = plans_[i].plan.get();
+      return *last_;
+    }
+
+  PlanSpec spec;
+  spec.graph = &graph_;
+  spec.opsets = &opsets_;
+  spec.device = opts_.device;
+  spec.registry = opts_.registry;
+  spec.feed_names = feed_names_;
+  for (const Tensor* f : feeds) spec.feed_specs.push_back({f->dtype, f->shape});
+  for (auto& [name, t] : *store_) {
+    spec.state[name] = &t;
+    if (!opts_.variables.count(name)) spec.constants.insert(name);
+  }
+  spec.outputs = output_names_;
+  for (const auto& [fresh, state] : opts_.updates) spec.outputs.push_back(fresh);
+  CachedPlan c;
+  for (const Tensor* f : feeds) c.shapes.push_back(f->shape);
+  c.plan = ExecutionPlan::compile(spec);
+  plans_.push_back(std::move(c));
+  last_index_ = plans_.size() - 1;
+  last_ = plans_.back().plan.get();
+  return *last_;
+}
+
+std::span<const Tensor* const> Executor::run(std::span<const Tensor* const> feeds) {
+  if (feeds.size() != feed_names_.size())
+    fail("executor", "expected " + std::to_string(feed_names_.size()) + " inputs, got " + std::to_string(feeds.size()));
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    const Tensor& f = *feeds[i];
+    const TypeInfo& want = feed_types_[i];
+    if (want.dtype != DType::Undefined && f.dtype != want.dtype)
+      fail("input '" + feed_names_[i] + "'", "expected dtype " + dtype_name(want.dtype) + ", got " + dtype_name(f.dtype));
+    if (f.device != opts_.device)
+      fail("input '" + feed_names_[i] + "'", "expected a " + device_name(opts_.device) + " tensor, got " + device_name(f.device));
+    if (want.shape) {
+      bool ok = want.shape->size() == f.shape.size();
+      for (size_t d = 0; ok && d < f.shape.size(); ++d)
+        ok = !(*want.shape)[d].known() || (*want.shape)[d].value == f.shape[d];
+      if (!ok)
+        fail("input '" + feed_names_[i] + "'", "expected shape " + expected_shape(want) + ", got " + shape_string(f.shape));
+    }
+  }
+  ExecutionPlan& plan = plan_for(feeds);
+  std::span<const Tensor* const> outs = plan.run(feeds);
+  const size_t n_user = output_names_.size();
+  for (size_t i = 0; i < opts_.updates.size(); ++i) {
+    const Tensor& fresh = *outs[n_user + i];
+    Tensor& target = store_->at(opts_.updates[i].second);
+    if (fresh.dtype != target.dtype || fresh.shape != target.shape)
+      fail("update of '" + opts_.updates[i].second + "'", "new value '" + opts_.updates[i].first + "' is " +
+                                                             fresh.describe() + " but the state is " + target.describe());
+    if (fresh.data != target.data) std::memcpy(target.data, fresh.data, target.nbytes());
+  }
+  return outs.first(n_user);
+}
+
+std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds) {
+  std::vector<const Tensor*> ordered;
+  for (const std::string& name : feed_names_) {
+    auto it = feeds.find(name);
+    if (it == feeds.end()) {
+      std::string all;
+      for (const std::string& n : feed_names_) all += (all.empty() ? "" : ", ") + n;
+      fail("input '" + name + "'", "missing; the graph expects: " + all);
+    }
+    ordered.push_back(&it->second);
+  }
+  for (const auto& [name, t] : feeds)
+    if (std::find(feed_names_.begin(), feed_names_.end(), name) == feed_names_.end())
+      fail("input '" + name + "'", "is not an input of the graph");
+  std::vector<Tensor> result;
+  for (const Tensor* t : run(std::span<const Tensor* const>(ordered))) result.push_back(t->clone());
+  return result;
+}
+
+}  // namespace onnxtrain

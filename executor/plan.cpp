@@ -1,0 +1,217 @@
+#include "executor/plan.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "graph/error.h"
+#include "graph/validate.h"
+
+namespace onnxtrain {
+
+namespace {
+
+constexpr size_t kAlign = 64;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Ops whose result must not be computed once at plan time even when every input is known.
+bool never_fold(const Node& n) {
+  static const char* const kOps[] = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                                     "Multinomial",  "Bernoulli",     "Dropout"};
+  for (const char* op : kOps)
+    if (n.op_type == op) return true;
+  return false;
+}
+
+}  // namespace
+
+// Compiles one plan. Values live in slots: feeds and state are views of memory owned elsewhere, folded
+// values are owned by the plan, intermediates are placed in the arena once all lifetimes are known.
+class PlanCompiler {
+ public:
+  explicit PlanCompiler(const PlanSpec& s) : spec_(s), plan_(new ExecutionPlan()) {
+    // Constant state is known at plan time exactly like a folded value.
+    for (const std::string& c : s.constants)
+      if (auto it = s.state.find(c); it != s.state.end()) folded_.insert(it->second);
+  }
+
+  std::unique_ptr<ExecutionPlan> compile() {
+    const Graph& g = *spec_.graph;
+    for (size_t i = 0; i < spec_.feed_names.size(); ++i) {
+      Tensor* t = new_slot(spec_.feed_names[i]);
+      t->dtype = spec_.feed_specs[i].dtype;
+      t->shape = spec_.feed_specs[i].shape;
+      t->device = spec_.device;
+      plan_->feed_slots_.push_back(t);
+    }
+    for (size_t idx : topological_order(g, spec_.feed_names_and_state())) compile_node(g.nodes[idx], idx);
+    for (const std::string& out : spec_.outputs) {
+      const Tensor* t = lookup(out);
+      if (!t) fail("plan", "requested output '" + out + "' is not produced by the graph");
+      plan_->outputs_.push_back(t);
+      auto it = interval_.find(t);
+      if (it != interval_.end()) it->second.second = std::numeric_limits<size_t>::max();
+    }
+    place_in_arena();
+    return std::move(plan_);
+  }
+
+ private:
+  Tensor* new_slot(const std::string& name) {
+    plan_->slots_.push_back(std::make_unique<Tensor>());
+    Tensor* t = plan_->slots_.back().get();
+    values_[name] = t;
+    return t;
+  }
+
+  const Tensor* lookup(const std::string& name) const {
+    if (auto it = values_.find(name); it != values_.end()) return it->second;
+    if (auto it = spec_.state.find(name); it != spec_.state.end()) return it->second;
+    return nullptr;
+  }
+
+  bool known(const Tensor* t) const { return folded_.count(t) != 0; }
+
+  void compile_node(const Node& n, size_t index) {
+    int64_t opset = 0;
+    const std::string dom = n.domain == "ai.onnx" ? std::string() : n.domain;
+    if (auto it = spec_.opsets->find(dom); it != spec_.opsets->end()) opset = it->second;
+    else if (dom.empty()) if (auto it2 = spec_.opsets->find("ai.onnx"); it2 != spec_.opsets->end()) opset = it2->second;
+
+    PrepareContext ctx{n, opset, spec_.device, {}, {}};
+    std::vector<const Tensor*> ins;
+    bool all_known = true;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (n.inputs[i].empty()) {
+        ctx.inputs.push_back({});
+        ins.push_back(nullptr);
+        continue;
+      }
+      const Tensor* t = lookup(n.inputs[i]);
+      if (!t) fail(n.describe(), "input '" + n.inputs[i] + "' is neither fed, stored, nor produced earlier");
+      bool k = known(t);
+      all_known = all_known && k;
+      ctx.inputs.push_back({t->dtype, t->shape, k ? t : nullptr});
+      ins.push_back(t);
+    }
+    DType key = DType::Undefined;
+    for (const KernelInput& in : ctx.inputs)
+      if (in.present()) { key = in.dtype; break; }
+    const KernelDef* def = spec_.registry->find(dom, n.op_type, opset, spec_.device, key);
+    if (!def)
+      fail(n.describe(), "no " + device_name(spec_.device) + " kernel for op '" + (dom.empty() ? "" : dom + ".") +
+                             n.op_type + "' at opset " + std::to_string(opset) + " with input type " +
+                             dtype_name(key));
+    ctx.outputs.resize(n.outputs.size());
+    std::unique_ptr<Kernel> kernel = def->factory(ctx);
+    if (ctx.outputs.size() != n.outputs.size()) fail(n.describe(), "kernel returned the wrong number of outputs");
+
+    std::vector<Tensor*> outs;
+    bool fold = (all_known || def->shape_only) && !never_fold(n);
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      if (n.outputs[i].empty()) {
+        // An omitted optional output still needs somewhere to write.
+        Tensor* t = new_slot("\x01unused" + std::to_string(index) + "_" + std::to_string(i));
+        t->dtype = ctx.outputs[i].dtype;
+        t->shape = ctx.outputs[i].shape;
+        outs.push_back(t);
+        if (!fold) interval_[t] = {plan_->steps_.size(), plan_->steps_.size()};
+        continue;
+      }
+      if (values_.count(n.outputs[i]) || spec_.state.count(n.outputs[i]))
+        fail(n.describe(), "output '" + n.outputs[i] + "' is defined twice");
+      Tensor* t = new_slot(n.outputs[i]);
+      t->dtype = ctx.outputs[i].dtype;
+      t->shape = ctx.outputs[i].shape;
+      t->device = spec_.device;
+      outs.push_back(t);
+    }
+    if (fold) {
+      for (Tensor* t : outs) {
+        Tensor owned = Tensor::empty(t->dtype, t->shape, spec_.device);
+        t->data = owned.data;
+        t->owner = owned.owner;
+        folded_.insert(t);
+      }
+      kernel->run(ins, outs);
+      return;
+    }
+    size_t step = plan_->steps_.size();
+    for (const Tensor* in : ins) {
+      auto it = interval_.find(in);
+      if (it != interval_.end()) it->second.second = std::max(it->second.second, step);
+    }
+    for (Tensor* t : outs) {
+      interval_.emplace(t, std::make_pair(step, step));
+      plan_->unplanned_bytes_ += align_up(t->nbytes());
+    }
+    plan_->steps_.push_back({std::move(kernel), std::move(ins), std::move(outs)});
+  }
+
+  // Greedy best-fit by decreasing size: each buffer takes the lowest offset free for its whole lifetime.
+  void place_in_arena() {
+    struct Buf {
+      Tensor* t;
+      size_t begin, end, size, offset;
+    };
+    std::vector<Buf> bufs;
+    for (auto& [t, iv] : interval_) bufs.push_back({const_cast<Tensor*>(t), iv.first, iv.second, align_up(t->nbytes()), 0});
+    std::sort(bufs.begin(), bufs.end(), [](const Buf& a, const Buf& b) {
+      return a.size != b.size ? a.size > b.size : a.begin < b.begin;
+    });
+    std::vector<const Buf*> placed;
+    size_t total = 0;
+    for (Buf& b : bufs) {
+      std::vector<std::pair<size_t, size_t>> busy;
+      for (const Buf* p : placed)
+        if (p->begin <= b.end && b.begin <= p->end) busy.emplace_back(p->offset, p->offset + p->size);
+      std::sort(busy.begin(), busy.end());
+      size_t off = 0;
+      for (auto [lo, hi] : busy) {
+        if (off + b.size <= lo) break;
+        off = std::max(off, hi);
+      }
+      b.offset = off;
+      total = std::max(total, off + b.size);
+      placed.push_back(&b);
+    }
+    plan_->arena_bytes_ = total;
+    if (total == 0) return;
+    if (spec_.device != Device::CPU) {
+      Tensor arena = Tensor::empty(DType::UInt8, {static_cast<int64_t>(total)}, spec_.device);
+      plan_->arena_ = arena.owner;
+    } else {
+      void* p = std::aligned_alloc(kAlign, total);
+      if (!p) fail("plan", "out of memory allocating a " + std::to_string(total) + "-byte arena");
+      std::memset(p, 0, total);
+      plan_->arena_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+    }
+    auto* base = static_cast<std::byte*>(plan_->arena_.get());
+    for (const Buf& b : bufs) b.t->data = base + b.offset;
+  }
+
+  const PlanSpec& spec_;
+  std::unique_ptr<ExecutionPlan> plan_;
+  std::unordered_map<std::string, Tensor*> values_;
+  std::unordered_set<const Tensor*> folded_;
+  std::unordered_map<const Tensor*, std::pair<size_t, size_t>> interval_;  // arena values: [def, last use]
+};
+
+std::vector<std::string> PlanSpec::feed_names_and_state() const {
+  std::vector<std::string> r = feed_names;
+  for (const auto& [name, t] : state) r.push_back(name);
+  return r;
+}
+
+std::unique_ptr<ExecutionPlan> ExecutionPlan::compile(const PlanSpec& spec) { return PlanCompiler(spec).compile(); }
+
+ExecutionPlan::~ExecutionPlan() = default;
+
+std::span<const Tensor* const> ExecutionPlan::run(std::span<const Tensor* const> feeds) {
+  for (size_t i = 0; i < feed_slots_.size(); ++i) feed_slots_[i]->data = feeds[i]->data;
+  for (Step& s : steps_) s.kernel->run(s.in, s.out);
+  return outputs_;
+}
+
+}  // namespace onnxtrain

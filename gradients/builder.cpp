@@ -1,0 +1,189 @@
+#include "gradients/builder.h"
+
+#include <onnx/defs/schema.h>
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "graph/error.h"
+#include "graph/validate.h"
+
+namespace onnxtrain {
+
+namespace {
+
+int64_t opset_for(const std::map<std::string, int64_t>& opsets, const std::string& domain) {
+  const std::string d = domain == "ai.onnx" ? std::string() : domain;
+  if (auto it = opsets.find(d); it != opsets.end()) return it->second;
+  if (d.empty())
+    if (auto it = opsets.find("ai.onnx"); it != opsets.end()) return it->second;
+  return 1;
+}
+
+// The ONNX schema's differentiability tag for input i; inputs tagged NonDifferentiable (shapes, axes,
+// indices) never receive a gradient. Ops without a schema (our own domain) count as differentiable.
+bool schema_says_differentiable(const Node& n, size_t i, int64_t opset) {
+  const onnx::OpSchema* s = onnx::OpSchemaRegistry::Schema(n.op_type, static_cast<int>(opset), n.domain);
+  if (!s || s->inputs().empty()) return true;
+  const auto& params = s->inputs();
+  const auto& p = i < params.size() ? params[i] : params.back();
+  return p.GetDifferentiationCategory() != onnx::OpSchema::NonDifferentiable;
+}
+
+// Sums a gradient computed in the broadcast shape back to the shape of the input it belongs to. ONNX only
+// broadcasts dimensions that are 1 (or missing), so those are exactly the axes to sum.
+Expr sum_to_shape(Expr g, const Expr& x, const Node& n) {
+  if (!g.shape() || !x.shape()) {
+    if (g.type.shape == x.type.shape) return g;
+    fail(n.describe(), "cannot tell whether the gradient of '" + x.name +
+                           "' was broadcast: its rank is unknown (run shape inference, or give the model input shapes)");
+  }
+  const Shape& gs = *g.shape();
+  const Shape& xs = *x.shape();
+  if (gs.size() < xs.size())
+    fail(n.describe(), "gradient of '" + x.name + "' has rank " + std::to_string(gs.size()) + " but the input has rank " +
+                           std::to_string(xs.size()));
+  const size_t lead = gs.size() - xs.size();
+  std::vector<int64_t> axes;
+  for (size_t a = 0; a < gs.size(); ++a) {
+    if (a < lead) {
+      axes.push_back(static_cast<int64_t>(a));
+      continue;
+    }
+    const Dim& xd = xs[a - lead];
+    const Dim& gd = gs[a];
+    if (xd.known() && xd.value == 1 && !(gd.known() && gd.value == 1)) axes.push_back(static_cast<int64_t>(a));
+  }
+  if (axes.empty()) return g;
+  Expr r = reduce_sum(g, axes, /*keepdims=*/true);
+  if (lead == 0) return r;
+  bool static_shape = std::all_of(xs.begin(), xs.end(), [](const Dim& d) { return d.known(); });
+  if (static_shape) {
+    std::vector<int64_t> dims;
+    for (const Dim& d : xs) dims.push_back(d.value);
+    return reshape(r, int64s(*g.b, dims), xs);
+  }
+  return reshape_like(r, x);
+}
+
+}  // namespace
+
+GradientResult build_gradients(Graph& g, const std::map<std::string, int64_t>& opsets, const GradientRequest& req,
+                               const GradientRegistry& rules) {
+  if (req.outputs.size() != req.output_grads.size())
+    fail("gradient request", "needs one seed gradient per output");
+  std::vector<std::string> defined;
+  for (const ValueInfo& v : g.inputs) defined.push_back(v.name);
+  for (const auto& [name, t] : g.initializers) defined.push_back(name);
+  const std::vector<size_t> order = topological_order(g, defined);
+  const size_t n_forward = g.nodes.size();  // the builder appends; forward nodes keep their indices
+
+  auto is_float = [&](const std::string& v) {
+    const TypeInfo* t = g.type_of(v);
+    return t && is_floating(t->dtype);
+  };
+
+  // Values that depend on a trainable tensor, and which trainable tensor (for error messages).
+  std::unordered_map<std::string, std::string> from_wrt;
+  for (const std::string& w : req.wrt) {
+    if (!g.type_of(w)) fail("trainable tensor '" + w + "'", "is not a value of the graph");
+    if (!is_float(w)) fail("trainable tensor '" + w + "'", "must be a floating-point tensor");
+    from_wrt.emplace(w, w);
+  }
+  auto needs_input = [&](const Node& n, size_t i) {
+    if (!n.has_input(i) || req.stop_gradients.count(n.inputs[i]) || !from_wrt.count(n.inputs[i])) return false;
+    return is_float(n.inputs[i]) && schema_says_differentiable(n, i, opset_for(opsets, n.domain));
+  };
+  std::vector<bool> active(n_forward, false);
+  for (size_t idx : order) {
+    const Node& n = g.nodes[idx];
+    if (is_non_differentiable_op(n.domain, n.op_type)) continue;
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (needs_input(n, i)) {
+        active[idx] = true;
+        for (const std::string& o : n.outputs)
+          if (!o.empty() && is_float(o)) from_wrt.emplace(o, from_wrt.at(n.inputs[i]));
+        break;
+      }
+  }
+
+  // Values from which a differentiated output is reachable.
+  std::unordered_set<std::string> to_output(req.outputs.begin(), req.outputs.end());
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const Node& n = g.nodes[*it];
+    bool hit = std::any_of(n.outputs.begin(), n.outputs.end(), [&](const std::string& o) { return to_output.count(o); });
+    if (hit)
+      for (const std::string& in : n.inputs)
+        if (!in.empty()) to_output.insert(in);
+  }
+
+  GraphBuilder b(g, "grad/");
+  std::unordered_map<std::string, std::vector<Expr>> pending;  // value -> gradient contributions
+  for (size_t i = 0; i < req.outputs.size(); ++i)
+    pending[req.outputs[i]].push_back(value(b, req.output_grads[i]));
+  auto total = [&](const std::string& v) -> std::optional<Expr> {
+    auto it = pending.find(v);
+    if (it == pending.end() || it->second.empty()) return std::nullopt;
+    if (it->second.size() == 1) return it->second.front();
+    return sum(it->second);
+  };
+
+  GradientResult result;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const size_t idx = *it;
+    if (!active[idx]) continue;
+    // Copy: emitting appends to g.nodes, which may move the node.
+    const Node n = g.nodes[idx];
+    std::vector<std::optional<Expr>> dys;
+    bool any = false;
+    for (const std::string& o : n.outputs) {
+      dys.push_back(o.empty() ? std::nullopt : total(o));
+      any = any || dys.back().has_value();
+    }
+    if (!any) continue;
+    const GradientRule* rule = rules.find(n.domain == "ai.onnx" ? "" : n.domain, n.op_type);
+    if (!rule) {
+      std::string w;
+      for (const std::string& in : n.inputs)
+        if (from_wrt.count(in)) { w = from_wrt.at(in); break; }
+      fail(n.describe(), "no gradient rule for op '" + n.op_type + "', needed on the path from trainable '" + w +
+                             "' to '" + req.outputs.front() + "'");
+    }
+    std::vector<Expr> xs, ys, dy;
+    std::vector<bool> needs;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      xs.push_back(n.inputs[i].empty() ? Expr{} : value(b, n.inputs[i]));
+      needs.push_back(needs_input(n, i));
+    }
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      ys.push_back(n.outputs[o].empty() || !g.type_of(n.outputs[o]) ? Expr{} : value(b, n.outputs[o]));
+      dy.push_back(dys[o] ? *dys[o] : (ys[o].valid() && is_floating(ys[o].dtype()) ? zeros_like(ys[o]) : Expr{}));
+    }
+    RuleContext ctx(b, n, opset_for(opsets, n.domain), xs, ys, dy, needs);
+    (*rule)(ctx);
+    for (const std::string& r : ctx.reads()) result.saved_forward_values.insert(r);
+    const auto& dx = ctx.results();
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (!needs[i] || i >= dx.size() || !dx[i]) continue;
+      pending[n.inputs[i]].push_back(sum_to_shape(*dx[i], xs[i], n));
+    }
+  }
+
+  std::vector<std::pair<std::string, Expr>> finals;
+  for (const std::string& w : req.wrt) {
+    std::optional<Expr> gw = total(w);
+    finals.emplace_back(w, gw ? *gw : zeros_like(value(b, w)));
+  }
+  // Gradients get the conventional readable names "<weight>_grad", outside the "grad/" prefix.
+  GraphBuilder named(g);
+  for (const auto& [w, src] : finals) {
+    std::string name = named.unique_name(w + "_grad");
+    named.add_node("Identity", {src.name}, 1, {}, {}, {name});
+    named.set_type(name, src.type);
+    result.grads[w] = name;
+  }
+  return result;
+}
+
+}  // namespace onnxtrain

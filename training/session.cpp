@@ -1,0 +1,131 @@
+#include "training/session.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "gradients/builder.h"
+#include "graph/error.h"
+#include "graph/expr.h"
+#include "graph/model_io.h"
+
+namespace onnxtrain {
+
+namespace {
+
+float scalar_of(const Tensor& t, const std::string& what) {
+  if (t.numel() != 1) fail(what, "expected a scalar, got " + t.describe());
+  if (t.dtype == DType::Float32) return *t.ptr<float>();
+  if (t.dtype == DType::Float64) return static_cast<float>(*t.ptr<double>());
+  fail(what, "expected a floating-point scalar, got " + t.describe());
+}
+
+}  // namespace
+
+TrainingSession TrainingSession::from_file(const std::filesystem::path& model, TrainingConfig config) {
+  return TrainingSession(load_model(model), std::move(config));
+}
+
+TrainingSession::TrainingSession(Model model, TrainingConfig config)
+    : model_(std::move(model)), config_(std::move(config)), store_(std::make_shared<TensorStore>()) {
+  const Graph& g = model_.graph;
+  if (g.outputs.empty()) fail("model", "has no outputs to train");
+  trainable_ = config_.trainable;
+  if (trainable_.empty()) {
+    for (const auto& [name, t] : g.initializers)
+      if (is_floating(t.dtype)) trainable_.push_back(name);
+    if (trainable_.empty()) fail("model", "has no floating-point initializers to train");
+  }
+  for (const std::string& w : trainable_) {
+    auto it = g.initializers.find(w);
+    if (it == g.initializers.end()) fail("trainable '" + w + "'", "is not an initializer of the model");
+    if (!is_floating(it->second.dtype))
+      fail("trainable '" + w + "'", "is " + dtype_name(it->second.dtype) + "; only floating-point weights train");
+  }
+  std::string prediction = config_.prediction.empty() ? g.outputs.front().name : config_.prediction;
+  if (std::none_of(g.outputs.begin(), g.outputs.end(), [&](const ValueInfo& v) { return v.name == prediction; }))
+    fail("prediction '" + prediction + "'", "is not an output of the model");
+
+  // Gradients graph: model + loss + backward.
+  Graph gg = g;
+  LossGraph lg = append_loss(gg, prediction, config_.loss);
+  target_ = lg.target;
+  loss_ = lg.loss;
+  GraphBuilder b(gg, "seed/");
+  Expr loss = value(b, loss_);
+  Expr seed = scalar(b, loss.dtype(), 1.0);
+  GradientRequest req;
+  req.wrt = trainable_;
+  req.outputs = {loss_};
+  req.output_grads = {seed.name};
+  GradientResult gr = build_gradients(gg, model_.opset_imports, req);
+  grad_names_ = gr.grads;
+  gg.outputs.clear();
+  gg.outputs.push_back({loss_, loss.type});
+  for (const std::string& w : trainable_) gg.outputs.push_back({grad_names_.at(w), *gg.type_of(grad_names_.at(w))});
+
+  // Training-step graph: the same plus the optimizer.
+  Graph tg = gg;
+  tg.outputs.resize(1);
+  OptimizerGraph og = append_optimizer(tg, grad_names_, config_.optimizer);
+  lr_name_ = og.learning_rate;
+
+  auto opsets = model_.opset_imports;
+  opsets.emplace("onnxtrain", 1);  // fused gradient ops (ReluGrad, ...)
+  ExecutorOptions eo;
+  eo.device = config_.device;
+  eo.variables.insert(trainable_.begin(), trainable_.end());
+  eo.variables.insert(lr_name_);
+  infer_ = std::make_unique<Executor>(g, opsets, store_, eo);
+  grad_ = std::make_unique<Executor>(std::move(gg), opsets, store_, eo);
+  eo.updates = og.updates;
+  train_ = std::make_unique<Executor>(std::move(tg), opsets, store_, eo);
+}
+
+float TrainingSession::train_step(const Feeds& feeds) {
+  std::vector<Tensor> out = train_->run(feeds);
+  return scalar_of(out.at(0), "loss");
+}
+
+std::vector<Tensor> TrainingSession::infer(const Feeds& inputs) { return infer_->run(inputs); }
+
+TrainingSession::Gradients TrainingSession::gradients(const Feeds& feeds) {
+  std::vector<Tensor> out = grad_->run(feeds);
+  Gradients r;
+  r.loss = scalar_of(out.at(0), "loss");
+  for (size_t i = 0; i < trainable_.size(); ++i) r.grads[trainable_[i]] = std::move(out[i + 1]);
+  return r;
+}
+
+Tensor TrainingSession::get_weight(const std::string& name) const {
+  auto it = store_->find(name);
+  if (it == store_->end() || std::find(trainable_.begin(), trainable_.end(), name) == trainable_.end())
+    fail("weight '" + name + "'", "is not a trainable weight of this session");
+  return it->second.clone();
+}
+
+std::map<std::string, Tensor> TrainingSession::weights() const {
+  std::map<std::string, Tensor> r;
+  for (const std::string& w : trainable_) r[w] = store_->at(w).clone();
+  return r;
+}
+
+void TrainingSession::set_weight(const std::string& name, const Tensor& value) {
+  auto it = store_->find(name);
+  if (it == store_->end() || std::find(trainable_.begin(), trainable_.end(), name) == trainable_.end())
+    fail("weight '" + name + "'", "is not a trainable weight of this session");
+  Tensor& dst = it->second;
+  if (value.dtype != dst.dtype || value.shape != dst.shape)
+    fail("weight '" + name + "'", "expected " + dst.describe() + ", got " + value.describe());
+  std::memcpy(dst.data, value.data, dst.nbytes());
+}
+
+float TrainingSession::learning_rate() const { return *store_->at(lr_name_).ptr<float>(); }
+void TrainingSession::set_learning_rate(float lr) { *store_->at(lr_name_).ptr<float>() = lr; }
+
+Model TrainingSession::export_inference() const {
+  Model m = model_;
+  for (const std::string& w : trainable_) m.graph.initializers[w] = store_->at(w).to_data();
+  return m;
+}
+
+}  // namespace onnxtrain
