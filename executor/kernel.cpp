@@ -49,6 +49,8 @@ const KernelRegistry& default_kernels() {
     register_cpu_shape(r);
     register_cpu_matmul(r);
     register_cpu_fused_grad(r);
+    register_cpu_softmax(r);
+    register_cpu_scatter(r);
     return r;
   }();
   return reg;

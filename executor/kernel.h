@@ -84,5 +84,7 @@ void register_cpu_reduce(KernelRegistry& r);
 void register_cpu_shape(KernelRegistry& r);
 void register_cpu_matmul(KernelRegistry& r);
 void register_cpu_fused_grad(KernelRegistry& r);
+void register_cpu_softmax(KernelRegistry& r);
+void register_cpu_scatter(KernelRegistry& r);
 
 }  // namespace onnxtrain

@@ -1,8 +1,483 @@
-// Placeholder: filled in by the kernels work; registers nothing yet.
+// Reductions (ReduceSum, ReduceMean, ... ReduceLogSumExp) and ArgMax/ArgMin on the CPU.
+//
+// At plan time the reduced axes are folded into the fewest dims: adjacent dims that are both reduced or both
+// kept merge. Most real reductions then become one of three loops:
+//   [outer, R]        row reduction over contiguous memory (softmax denominators, losses)
+//   [R, inner]        column reduction (bias gradients: [batch, N] -> [N]), vectorised along inner
+//   [outer, R, inner] a column reduction per outer slice
+// Anything else (e.g. reducing axes 0 and 2 of 4) runs one strided pass over the input.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <type_traits>
+
 #include "executor/kernel.h"
+#include "graph/error.h"
 
 namespace onnxtrain {
+namespace {
 
-void register_cpu_reduce(KernelRegistry& r) {}
+enum class RKind { Sum, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSumExp };
+// How partial results combine; the pre/post transforms around it make up the rest of each op.
+enum class Combine { Add, Mul, Max, Min };
+
+constexpr Combine combine_of(RKind k) {
+  switch (k) {
+    case RKind::Max: return Combine::Max;
+    case RKind::Min: return Combine::Min;
+    case RKind::Prod: return Combine::Mul;
+    default: return Combine::Add;
+  }
+}
+
+// Below this many input elements threads cost more than they save.
+constexpr int64_t kParallelThreshold = 1 << 15;
+
+std::vector<int64_t> ints_of(const PrepareContext& ctx, const Tensor& t, const char* what) {
+  std::vector<int64_t> v;
+  if (t.dtype == DType::Int64) {
+    auto s = t.span<int64_t>();
+    v.assign(s.begin(), s.end());
+  } else if (t.dtype == DType::Int32) {
+    auto s = t.span<int32_t>();
+    v.assign(s.begin(), s.end());
+  } else {
+    ctx.fail(std::string(what) + " must be int64, got " + dtype_name(t.dtype));
+  }
+  return v;
+}
+
+int64_t normalize_axis(const PrepareContext& ctx, int64_t axis, int64_t rank, const char* what) {
+  if (axis < -rank || axis >= std::max<int64_t>(rank, 1) || (rank == 0 && axis != 0 && axis != -1))
+    ctx.fail(std::string(what) + " " + std::to_string(axis) + " is out of range for an input of rank " +
+             std::to_string(rank));
+  return axis < 0 ? axis + rank : axis;
+}
+
+// The reduction folded to its essential dims (see the file comment).
+struct ReduceLayout {
+  std::vector<int64_t> dims;  // merged input dims
+  std::vector<bool> reduced;  // per merged dim
+  int64_t count = 1;          // elements reduced into each output
+  int64_t out_numel = 1;
+};
+
+ReduceLayout fold(const std::vector<int64_t>& shape, const std::vector<bool>& is_reduced) {
+  ReduceLayout l;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (is_reduced[i]) l.count *= shape[i];
+    else l.out_numel *= shape[i];
+    // A size-1 dim is the same whether reduced or not, so it never splits a run.
+    if (shape[i] == 1) continue;
+    if (!l.dims.empty() && l.reduced.back() == is_reduced[i]) {
+      l.dims.back() *= shape[i];
+    } else {
+      l.dims.push_back(shape[i]);
+      l.reduced.push_back(is_reduced[i]);
+    }
+  }
+  return l;
+}
+
+// The op is a template parameter so pre/post/combine resolve at compile time: a runtime switch inside the
+// loops would be if-converted by the vectoriser, evaluating exp() for every element of a plain sum.
+template <class T, RKind K> struct Reducer {
+  static constexpr RKind kind = K;
+  T init;
+
+  // Inputs here are already transformed by pre().
+  T combine(T a, T b) const {
+    switch (combine_of(K)) {
+      case Combine::Add: return a + b;
+      case Combine::Mul: return a * b;
+      case Combine::Max: return b > a ? b : a;
+      case Combine::Min: return b < a ? b : a;
+    }
+    return a;
+  }
+  T pre(T x, T shift) const {
+    switch (K) {
+      case RKind::SumSquare:
+      case RKind::L2: return x * x;
+      case RKind::L1: return x < T(0) ? T(-x) : x;
+      case RKind::LogSumExp: return static_cast<T>(std::exp(static_cast<double>(x - shift)));
+      default: return x;
+    }
+  }
+  T post(T acc, int64_t n, T shift) const {
+    switch (K) {
+      case RKind::Mean:
+        // Integer mean of an empty set would divide by zero; floats give NaN like numpy.
+        if constexpr (std::is_integral_v<T>) return n == 0 ? T(0) : static_cast<T>(acc / static_cast<T>(n));
+        else return acc / static_cast<T>(n);
+      case RKind::L2: return static_cast<T>(std::sqrt(static_cast<double>(acc)));
+      case RKind::LogSum: return static_cast<T>(std::log(static_cast<double>(acc)));
+      case RKind::LogSumExp: return static_cast<T>(std::log(static_cast<double>(acc)) + shift);
+      default: return acc;
+    }
+  }
+};
+
+template <class T> T initial_value(RKind k) {
+  switch (combine_of(k)) {
+    case Combine::Add: return T(0);
+    case Combine::Mul: return T(1);
+    case Combine::Max:
+      return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                  : std::numeric_limits<T>::lowest();
+    case Combine::Min:
+      return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
+                                                  : std::numeric_limits<T>::max();
+  }
+  return T(0);
+}
+
+// Reduces n contiguous values; written per combine so the compiler vectorises with OpenMP simd reductions.
+template <class T, Combine C, class Pre>
+T reduce_row(const T* x, int64_t n, T init, Pre pre) {
+  T acc = init;
+  if constexpr (C == Combine::Add) {
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = 0; i < n; ++i) acc += pre(x[i]);
+  } else if constexpr (C == Combine::Mul) {
+#pragma omp simd reduction(* : acc)
+    for (int64_t i = 0; i < n; ++i) acc *= pre(x[i]);
+  } else if constexpr (C == Combine::Max) {
+#pragma omp simd reduction(max : acc)
+    for (int64_t i = 0; i < n; ++i) acc = std::max(acc, pre(x[i]));
+  } else {
+#pragma omp simd reduction(min : acc)
+    for (int64_t i = 0; i < n; ++i) acc = std::min(acc, pre(x[i]));
+  }
+  return acc;
+}
+
+template <class T, RKind K> class ReduceKernel final : public Kernel {
+ public:
+  ReduceKernel(T init, ReduceLayout layout, bool identity) : r_{init}, l_(std::move(layout)), identity_(identity) {
+    if (K == RKind::LogSumExp) shift_.resize(static_cast<size_t>(l_.out_numel));
+    const auto& d = l_.dims;
+    const auto& red = l_.reduced;
+    if (l_.count == 1) shape_ = Layout::Elementwise;
+    else if (d.size() == 1 || (d.size() == 2 && !red[0])) shape_ = Layout::Rows;
+    else if ((d.size() == 2 && red[0]) || (d.size() == 3 && !red[0])) shape_ = Layout::Columns;
+    else shape_ = Layout::General;
+    if (shape_ == Layout::General) {
+      ostride_.assign(d.size(), 0);
+      idx_.assign(d.size(), 0);
+      int64_t s = 1;
+      for (size_t i = d.size(); i-- > 0;)
+        if (!red[i]) {
+          ostride_[i] = s;
+          s *= d[i];
+        }
+    }
+    partials_.resize(kChunks);
+  }
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* x = in[0]->ptr<T>();
+    T* y = out[0]->ptr<T>();
+    if (identity_) {
+      if (x != y && out[0]->nbytes()) std::memmove(y, x, out[0]->nbytes());
+      return;
+    }
+    if constexpr (K == RKind::LogSumExp) {
+      // log(sum(exp(x - m))) + m with m the max, so large inputs do not overflow; an infinite m (all -inf,
+      // or an empty set) shifts by 0 instead so inf - inf never makes a NaN.
+      reduce(Reducer<T, RKind::Max>{initial_value<T>(RKind::Max)}, x, shift_.data(), nullptr);
+      for (T& m : shift_)
+        if (!std::isfinite(static_cast<double>(m))) m = T(0);
+      reduce(r_, x, y, shift_.data());
+    } else {
+      reduce(r_, x, y, nullptr);
+    }
+  }
+
+ private:
+  enum class Layout { Elementwise, Rows, Columns, General };
+  static constexpr int64_t kChunks = 64;  // partial results for one long row split across threads
+
+  template <RKind R> void reduce(const Reducer<T, R>& r, const T* x, T* y, const T* shift) {
+    constexpr Combine C = combine_of(R);
+    const int64_t nout = l_.out_numel;
+    const int64_t n = l_.count;
+    auto sh = [shift](int64_t o) { return shift ? shift[o] : T(0); };
+    const auto& d = l_.dims;
+    const bool par = nout * n >= kParallelThreshold;
+
+    switch (shape_) {
+      case Layout::Elementwise:
+        for (int64_t o = 0; o < nout; ++o) y[o] = r.post(r.pre(x[o], sh(o)), 1, sh(o));
+        return;
+      case Layout::Rows:
+        if (nout == 1 && par) {
+          // One long row (a full reduction): fixed chunks, so the result does not depend on thread count.
+          const int64_t step = (n + kChunks - 1) / kChunks;
+          const T s = sh(0);
+          T* part = partials_.data();
+#pragma omp parallel for
+          for (int64_t c = 0; c < kChunks; ++c) {
+            const int64_t b = std::min(n, c * step), e = std::min(n, b + step);
+            part[c] = reduce_row<T, C>(x + b, e - b, r.init, [&](T v) { return r.pre(v, s); });
+          }
+          T acc = r.init;
+          for (int64_t c = 0; c < kChunks; ++c) acc = r.combine(acc, part[c]);
+          y[0] = r.post(acc, n, s);
+          return;
+        }
+#pragma omp parallel for if (par && nout > 1)
+        for (int64_t o = 0; o < nout; ++o) {
+          const T s = sh(o);
+          T acc = reduce_row<T, C>(x + o * n, n, r.init, [&](T v) { return r.pre(v, s); });
+          y[o] = r.post(acc, n, s);
+        }
+        return;
+      case Layout::Columns: {
+        // Whole rows of `inner` accumulate into the output slice, vectorised along inner; threads split
+        // the columns so each output element has one writer.
+        const int64_t outer = d.size() == 3 ? d[0] : 1;
+        const int64_t inner = d.back();
+        const int64_t blk = 256;
+        const int64_t nblk = (inner + blk - 1) / blk;
+#pragma omp parallel for collapse(2) if (par)
+        for (int64_t o = 0; o < outer; ++o) {
+          for (int64_t b = 0; b < nblk; ++b) {
+            const int64_t j0 = b * blk, j1 = std::min(inner, j0 + blk);
+            T* yo = y + o * inner;
+            const T* xo = x + o * n * inner;
+            const T* so = shift ? shift + o * inner : nullptr;
+            for (int64_t j = j0; j < j1; ++j) yo[j] = r.init;
+            for (int64_t k = 0; k < n; ++k) {
+              const T* xr = xo;
+              if (so) {
+                for (int64_t j = j0; j < j1; ++j) yo[j] = r.combine(yo[j], r.pre(xr[j], so[j]));
+              } else {
+                for (int64_t j = j0; j < j1; ++j) yo[j] = r.combine(yo[j], r.pre(xr[j], T(0)));
+              }
+            }
+            for (int64_t j = j0; j < j1; ++j) yo[j] = r.post(yo[j], n, so ? so[j] : T(0));
+          }
+        }
+        return;
+      }
+      case Layout::General: {
+        // One pass over the input, the output offset advanced like an odometer.
+        const size_t rank = d.size();
+        std::fill(y, y + nout, r.init);
+        std::fill(idx_.begin(), idx_.end(), 0);
+        const int64_t inner = d.back();
+        const int64_t is = ostride_.back();
+        const int64_t total = nout * n;
+        int64_t off = 0;
+        for (int64_t base = 0; base < total; base += inner) {
+          const T* xr = x + base;
+          for (int64_t j = 0; j < inner; ++j) {
+            const int64_t oj = off + j * is;
+            y[oj] = r.combine(y[oj], r.pre(xr[j], sh(oj)));
+          }
+          for (size_t k = rank - 1; k-- > 0;) {
+            off += ostride_[k];
+            if (++idx_[k] < d[k]) break;
+            off -= ostride_[k] * d[k];
+            idx_[k] = 0;
+          }
+        }
+        for (int64_t o = 0; o < nout; ++o) y[o] = r.post(y[o], n, sh(o));
+        return;
+      }
+    }
+  }
+
+  Reducer<T, K> r_;
+  ReduceLayout l_;
+  bool identity_;
+  Layout shape_;
+  // Sized here so run() never allocates.
+  std::vector<T> shift_;  // per-output max for LogSumExp
+  std::vector<int64_t> ostride_, idx_;
+  std::vector<T> partials_;
+};
+
+struct ReduceOp {
+  const char* name;
+  RKind kind;
+  int64_t axes_input_since;  // opset from which axes is an input rather than an attribute
+};
+
+std::unique_ptr<Kernel> make_reduce(PrepareContext& ctx, const ReduceOp& op) {
+  if (ctx.inputs.empty() || !ctx.inputs[0].present()) ctx.fail("input 0 (data) is required");
+  const Node& node = ctx.node;
+  const KernelInput& x = ctx.inputs.at(0);
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  const bool keepdims = node.attr_int("keepdims", 1) != 0;
+  const bool noop_if_empty =
+      ctx.opset >= op.axes_input_since && node.attr_int("noop_with_empty_axes", 0) != 0;
+
+  std::vector<int64_t> axes;
+  if (ctx.opset >= op.axes_input_since) {
+    if (ctx.inputs.size() > 1 && ctx.inputs[1].present()) axes = ints_of(ctx, ctx.constant_input(1), "axes");
+  } else {
+    axes = node.attr_ints("axes");
+  }
+  std::vector<bool> is_reduced(static_cast<size_t>(rank), false);
+  bool identity = false;
+  if (axes.empty()) {
+    if (noop_if_empty) identity = true;
+    else std::fill(is_reduced.begin(), is_reduced.end(), true);
+  }
+  for (int64_t a : axes) {
+    int64_t ax = normalize_axis(ctx, a, rank, "axis");
+    if (rank == 0) continue;
+    if (is_reduced[static_cast<size_t>(ax)]) ctx.fail("axis " + std::to_string(a) + " is repeated in axes");
+    is_reduced[static_cast<size_t>(ax)] = true;
+  }
+  std::vector<int64_t> out_shape;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (!is_reduced[static_cast<size_t>(i)]) out_shape.push_back(x.shape[static_cast<size_t>(i)]);
+    else if (keepdims) out_shape.push_back(1);
+  }
+  if (identity) out_shape = x.shape;
+  ctx.outputs.at(0).dtype = x.dtype;
+  ctx.outputs.at(0).shape = out_shape;
+
+  ReduceLayout layout = fold(x.shape, is_reduced);
+  auto make = [&]<class T>(T init) -> std::unique_ptr<Kernel> {
+    auto build = [&]<RKind K>() -> std::unique_ptr<Kernel> {
+      return std::make_unique<ReduceKernel<T, K>>(init, std::move(layout), identity);
+    };
+    // Integer and bool inputs only reach the ops registered for them (register_cpu_reduce).
+    switch (op.kind) {
+      case RKind::Max: return build.template operator()<RKind::Max>();
+      case RKind::Min: return build.template operator()<RKind::Min>();
+      default: break;
+    }
+    if constexpr (!std::is_same_v<T, uint8_t>) {
+      switch (op.kind) {
+        case RKind::Sum: return build.template operator()<RKind::Sum>();
+        case RKind::Mean: return build.template operator()<RKind::Mean>();
+        case RKind::Prod: return build.template operator()<RKind::Prod>();
+        default: break;
+      }
+    }
+    if constexpr (std::is_floating_point_v<T>) {
+      switch (op.kind) {
+        case RKind::SumSquare: return build.template operator()<RKind::SumSquare>();
+        case RKind::L1: return build.template operator()<RKind::L1>();
+        case RKind::L2: return build.template operator()<RKind::L2>();
+        case RKind::LogSum: return build.template operator()<RKind::LogSum>();
+        case RKind::LogSumExp: return build.template operator()<RKind::LogSumExp>();
+        default: break;
+      }
+    }
+    ctx.fail("input type " + dtype_name(x.dtype) + " is not supported");
+  };
+  switch (x.dtype) {
+    case DType::Float32: return make(initial_value<float>(op.kind));
+    case DType::Float64: return make(initial_value<double>(op.kind));
+    case DType::Int64: return make(initial_value<int64_t>(op.kind));
+    case DType::Int32: return make(initial_value<int32_t>(op.kind));
+    case DType::Bool:
+      // One byte holding 0 or 1, so max/min are logical or/and; an empty-set min is true.
+      if (op.kind != RKind::Max && op.kind != RKind::Min) ctx.fail("bool input is supported by ReduceMax/Min only");
+      return make(uint8_t{op.kind == RKind::Min ? uint8_t{1} : uint8_t{0}});
+    default: ctx.fail("input type " + dtype_name(x.dtype) + " is not supported");
+  }
+}
+
+// ArgMax/ArgMin along one axis as [outer, n, inner].
+template <class T, bool IsMax> class ArgKernel final : public Kernel {
+ public:
+  ArgKernel(int64_t outer, int64_t n, int64_t inner, bool last) : outer_(outer), n_(n), inner_(inner), last_(last) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* x = in[0]->ptr<T>();
+    int64_t* y = out[0]->ptr<int64_t>();
+    const bool par = outer_ * n_ * inner_ >= kParallelThreshold;
+#pragma omp parallel for if (par)
+    for (int64_t o = 0; o < outer_; ++o) {
+      const T* xo = x + o * n_ * inner_;
+      int64_t* yo = y + o * inner_;
+      for (int64_t j = 0; j < inner_; ++j) {
+        T best = xo[j];
+        int64_t bi = 0;
+        for (int64_t k = 1; k < n_; ++k) {
+          T v = xo[k * inner_ + j];
+          bool better = IsMax ? (last_ ? v >= best : v > best) : (last_ ? v <= best : v < best);
+          if (better) {
+            best = v;
+            bi = k;
+          }
+        }
+        yo[j] = bi;
+      }
+    }
+  }
+
+ private:
+  int64_t outer_, n_, inner_;
+  bool last_;
+};
+
+template <bool IsMax> std::unique_ptr<Kernel> make_arg(PrepareContext& ctx) {
+  if (ctx.inputs.empty() || !ctx.inputs[0].present()) ctx.fail("input 0 (data) is required");
+  const KernelInput& x = ctx.inputs[0];
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  if (rank == 0) ctx.fail("input must have rank >= 1");
+  const int64_t axis = normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank, "axis");
+  const bool keepdims = ctx.node.attr_int("keepdims", 1) != 0;
+  const bool last = ctx.opset >= 12 && ctx.node.attr_int("select_last_index", 0) != 0;
+  const int64_t n = x.shape[static_cast<size_t>(axis)];
+  if (n == 0) ctx.fail("cannot take the arg-extremum over an empty axis " + std::to_string(axis));
+  int64_t outer = 1, inner = 1;
+  std::vector<int64_t> out_shape;
+  for (int64_t i = 0; i < rank; ++i) {
+    int64_t d = x.shape[static_cast<size_t>(i)];
+    if (i < axis) outer *= d;
+    if (i > axis) inner *= d;
+    if (i != axis) out_shape.push_back(d);
+    else if (keepdims) out_shape.push_back(1);
+  }
+  ctx.outputs.at(0).dtype = DType::Int64;
+  ctx.outputs.at(0).shape = out_shape;
+  switch (x.dtype) {
+    case DType::Float32: return std::make_unique<ArgKernel<float, IsMax>>(outer, n, inner, last);
+    case DType::Float64: return std::make_unique<ArgKernel<double, IsMax>>(outer, n, inner, last);
+    case DType::Int64: return std::make_unique<ArgKernel<int64_t, IsMax>>(outer, n, inner, last);
+    case DType::Int32: return std::make_unique<ArgKernel<int32_t, IsMax>>(outer, n, inner, last);
+    default: ctx.fail("input type " + dtype_name(x.dtype) + " is not supported");
+  }
+}
+
+}  // namespace
+
+void register_cpu_reduce(KernelRegistry& r) {
+  const std::vector<DType> numeric = {DType::Float32, DType::Float64, DType::Int64, DType::Int32};
+  const std::vector<DType> minmax = {DType::Float32, DType::Float64, DType::Int64, DType::Int32, DType::Bool};
+  const std::vector<DType> floats = {DType::Float32, DType::Float64};
+  struct Entry {
+    ReduceOp op;
+    const std::vector<DType>* dtypes;
+  };
+  const Entry entries[] = {
+      {{"ReduceSum", RKind::Sum, 13}, &numeric},        {{"ReduceMean", RKind::Mean, 18}, &numeric},
+      {{"ReduceMax", RKind::Max, 18}, &minmax},         {{"ReduceMin", RKind::Min, 18}, &minmax},
+      {{"ReduceProd", RKind::Prod, 18}, &numeric},      {{"ReduceSumSquare", RKind::SumSquare, 18}, &floats},
+      {{"ReduceL1", RKind::L1, 18}, &floats},           {{"ReduceL2", RKind::L2, 18}, &floats},
+      {{"ReduceLogSum", RKind::LogSum, 18}, &floats},   {{"ReduceLogSumExp", RKind::LogSumExp, 18}, &floats},
+  };
+  for (const Entry& e : entries) {
+    const ReduceOp op = e.op;
+    KernelFactory f = [op](PrepareContext& ctx) { return make_reduce(ctx, op); };
+    // Two defs per op: the axes moved from an attribute to an input, which changes what the plan must know.
+    r.add({"", op.name, 1, op.axes_input_since - 1, Device::CPU, *e.dtypes, f});
+    r.add({"", op.name, op.axes_input_since, 1 << 30, Device::CPU, *e.dtypes, f});
+  }
+  r.add({"", "ArgMax", 1, 1 << 30, Device::CPU, numeric, [](PrepareContext& c) { return make_arg<true>(c); }});
+  r.add({"", "ArgMin", 1, 1 << 30, Device::CPU, numeric, [](PrepareContext& c) { return make_arg<false>(c); }});
+}
 
 }  // namespace onnxtrain

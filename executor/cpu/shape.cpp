@@ -1,8 +1,823 @@
-// Placeholder: filled in by the kernels work; registers nothing yet.
+// Shape and data-movement ops on the CPU. They never look at element values, so every kernel here works on
+// raw bytes of any fixed-size dtype. Everything that only rearranges memory (Transpose, Slice, Expand, Tile)
+// is one StridedCopy built at plan time: the output walked in order, the input through per-dim strides.
+// Reshape, Flatten, Squeeze and Unsqueeze copy their input; aliasing them is a plan-level decision.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
 #include "executor/kernel.h"
+#include "graph/error.h"
 
 namespace onnxtrain {
+namespace {
 
-void register_cpu_shape(KernelRegistry& r) {}
+constexpr int64_t kParallelBytes = 1 << 20;  // below this, threads cost more than the copy
+
+// ---------------------------------------------------------------------------------------------------------
+// Plan-time helpers.
+
+const KernelInput& required_input(const PrepareContext& ctx, size_t i, const char* name) {
+  if (i >= ctx.inputs.size() || !ctx.inputs[i].present())
+    ctx.fail("input " + std::to_string(i) + " (" + name + ") is required");
+  return ctx.inputs[i];
+}
+
+bool has_input(const PrepareContext& ctx, size_t i) { return i < ctx.inputs.size() && ctx.inputs[i].present(); }
+
+size_t elem_size(const PrepareContext& ctx, DType t) {
+  size_t s = dtype_size(t);
+  if (s == 0) ctx.fail("tensors of type " + dtype_name(t) + " are not supported");
+  return s;
+}
+
+std::vector<int64_t> ints_of(const PrepareContext& ctx, const Tensor& t, const std::string& what) {
+  std::vector<int64_t> v;
+  if (t.dtype == DType::Int64) {
+    auto s = t.span<int64_t>();
+    v.assign(s.begin(), s.end());
+  } else if (t.dtype == DType::Int32) {
+    auto s = t.span<int32_t>();
+    v.assign(s.begin(), s.end());
+  } else {
+    ctx.fail(what + " must be int64, got " + dtype_name(t.dtype));
+  }
+  return v;
+}
+
+std::vector<int64_t> constant_ints(const PrepareContext& ctx, size_t i, const std::string& what) {
+  return ints_of(ctx, ctx.constant_input(i), what);
+}
+
+// Negative axes count from the back; valid range is [-rank, rank).
+int64_t normalize_axis(const PrepareContext& ctx, int64_t axis, int64_t rank, const std::string& what = "axis") {
+  if (axis < -rank || axis >= rank)
+    ctx.fail(what + " " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  return axis < 0 ? axis + rank : axis;
+}
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
+  return s;
+}
+
+void set_output(PrepareContext& ctx, size_t i, DType t, std::vector<int64_t> shape) {
+  ctx.outputs.at(i).dtype = t;
+  ctx.outputs.at(i).shape = std::move(shape);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// StridedCopy: out (contiguous, shape dims) [i0, i1, ...] = in[base + sum_k i_k * strides_k].
+
+template <class E> void copy_strided_row(const std::byte* in, int64_t stride, int64_t n, std::byte* out) {
+  const E* s = reinterpret_cast<const E*>(in);
+  E* d = reinterpret_cast<E*>(out);
+  for (int64_t j = 0; j < n; ++j) d[j] = s[j * stride];
+}
+
+class StridedCopy {
+ public:
+  StridedCopy() = default;
+  StridedCopy(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides, int64_t base, size_t esize)
+      : es_(esize), base_(base) {
+    numel_ = 1;
+    for (int64_t d : dims) numel_ *= d;
+    // Drop size-1 dims and merge neighbours that are contiguous with each other in the input, so a copy
+    // of a contiguous block becomes one memcpy and a 2-D transpose stays 2-D whatever the rank.
+    for (size_t k = 0; k < dims.size(); ++k) {
+      if (dims[k] == 1) continue;
+      if (!dims_.empty() && strides_.back() == strides[k] * dims[k]) {
+        dims_.back() *= dims[k];
+        strides_.back() = strides[k];
+      } else {
+        dims_.push_back(dims[k]);
+        strides_.push_back(strides[k]);
+      }
+    }
+    if (dims_.empty()) {
+      dims_.push_back(1);
+      strides_.push_back(1);
+    }
+    const size_t r = dims_.size();
+    ostrides_ = contiguous_strides(dims_);
+    // A transpose: the input's contiguous dim is not the output's last. Copy in tiles so both sides stay in
+    // cache.
+    if (strides_.back() != 1 && dims_.back() >= 8) {
+      for (size_t k = 0; k + 1 < r; ++k)
+        if (strides_[k] == 1 && dims_[k] >= 8) tile_ = static_cast<int>(k);
+    }
+    for (size_t k = 0; k + 1 < r; ++k)
+      if (static_cast<int>(k) != tile_) outer_.push_back(k);
+  }
+
+  void operator()(const void* in_v, void* out_v) const {
+    if (numel_ == 0) return;
+    const std::byte* in = static_cast<const std::byte*>(in_v) + base_ * static_cast<int64_t>(es_);
+    std::byte* out = static_cast<std::byte*>(out_v);
+    int64_t rows = 1;
+    for (size_t k : outer_) rows *= dims_[k];
+    const int64_t bytes = numel_ * static_cast<int64_t>(es_);
+    const int nth = bytes >= kParallelBytes && rows > 1 ? omp_get_max_threads() : 1;
+    if (nth == 1 && tile_ >= 0 && rows == 1 && bytes >= kParallelBytes) {
+      // A single big 2-D transpose: split its rows of tiles between threads instead.
+      const int64_t n = dims_[static_cast<size_t>(tile_)];
+#pragma omp parallel
+      {
+        const int t = omp_get_thread_num(), k = omp_get_num_threads();
+        tile_copy(in, out, n * t / k, n * (t + 1) / k);
+      }
+      return;
+    }
+    if (nth == 1) {
+      rows_range(in, out, 0, rows);
+      return;
+    }
+#pragma omp parallel num_threads(nth)
+    {
+      const int t = omp_get_thread_num(), n = omp_get_num_threads();
+      const int64_t b = rows * t / n, e = rows * (t + 1) / n;
+      rows_range(in, out, b, e);
+    }
+  }
+
+ private:
+  // Rows [b, e) of the outer dims; each row is one inner line (or one tile column strip).
+  void rows_range(const std::byte* in, std::byte* out, int64_t b, int64_t e) const {
+    if (b >= e) return;
+    const size_t no = outer_.size();
+    int64_t idx[16] = {};
+    int64_t ioff = 0, ooff = 0;
+    // Decompose b once; then advance like an odometer.
+    int64_t rem = b;
+    for (size_t q = no; q-- > 0;) {
+      const size_t k = outer_[q];
+      idx[q] = rem % dims_[k];
+      rem /= dims_[k];
+      ioff += idx[q] * strides_[k];
+      ooff += idx[q] * ostrides_[k];
+    }
+    const int64_t es = static_cast<int64_t>(es_);
+    const int64_t n = dims_.back(), s = strides_.back();
+    for (int64_t row = b; row < e; ++row) {
+      if (tile_ >= 0) {
+        tile_copy(in + ioff * es, out + ooff * es, 0, dims_[static_cast<size_t>(tile_)]);
+      } else if (s == 1) {
+        std::memcpy(out + ooff * es, in + ioff * es, static_cast<size_t>(n * es));
+      } else {
+        line(in + ioff * es, s, n, out + ooff * es);
+      }
+      for (size_t q = no; q-- > 0;) {
+        const size_t k = outer_[q];
+        ioff += strides_[k];
+        ooff += ostrides_[k];
+        if (++idx[q] < dims_[k]) break;
+        ioff -= strides_[k] * dims_[k];
+        ooff -= ostrides_[k] * dims_[k];
+        idx[q] = 0;
+      }
+    }
+  }
+
+  void line(const std::byte* in, int64_t stride, int64_t n, std::byte* out) const {
+    switch (es_) {
+      case 1: return copy_strided_row<uint8_t>(in, stride, n, out);
+      case 2: return copy_strided_row<uint16_t>(in, stride, n, out);
+      case 4: return copy_strided_row<uint32_t>(in, stride, n, out);
+      case 8: return copy_strided_row<uint64_t>(in, stride, n, out);
+      default:
+        for (int64_t j = 0; j < n; ++j) std::memcpy(out + j * es_, in + j * stride * es_, es_);
+    }
+  }
+
+  // Rows [r0, r1) of the tile dim.
+  template <class E> void tile_typed(const std::byte* in_b, std::byte* out_b, int64_t r0, int64_t r1) const {
+    const E* in = reinterpret_cast<const E*>(in_b);
+    E* out = reinterpret_cast<E*>(out_b);
+    const int64_t cols = dims_.back();
+    const int64_t os = ostrides_[static_cast<size_t>(tile_)], is = strides_.back();
+    constexpr int64_t T = 16;  // measured: 32 and up thrash on power-of-two strides
+    for (int64_t i0 = r0; i0 < r1; i0 += T)
+      for (int64_t j0 = 0; j0 < cols; j0 += T) {
+        const int64_t i1 = std::min(r1, i0 + T), j1 = std::min(cols, j0 + T);
+        for (int64_t i = i0; i < i1; ++i)
+          for (int64_t j = j0; j < j1; ++j) out[i * os + j] = in[i + j * is];
+      }
+  }
+
+  void tile_copy(const std::byte* in, std::byte* out, int64_t r0, int64_t r1) const {
+    switch (es_) {
+      case 1: return tile_typed<uint8_t>(in, out, r0, r1);
+      case 2: return tile_typed<uint16_t>(in, out, r0, r1);
+      case 4: return tile_typed<uint32_t>(in, out, r0, r1);
+      case 8: return tile_typed<uint64_t>(in, out, r0, r1);
+      default: {
+        const int64_t es = static_cast<int64_t>(es_);
+        for (int64_t i = r0; i < r1; ++i)
+          for (int64_t j = 0; j < dims_.back(); ++j)
+            std::memcpy(out + (i * ostrides_[static_cast<size_t>(tile_)] + j) * es, in + (i + j * strides_.back()) * es, es_);
+      }
+    }
+  }
+
+  size_t es_ = 1;
+  int64_t base_ = 0, numel_ = 0;
+  std::vector<int64_t> dims_, strides_, ostrides_;
+  std::vector<size_t> outer_;  // dims walked by the odometer (all but the last and the tile dim)
+  int tile_ = -1;
+};
+
+class StridedCopyKernel final : public Kernel {
+ public:
+  explicit StridedCopyKernel(StridedCopy c) : copy_(std::move(c)) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    copy_(in[0]->data, out[0]->data);
+  }
+
+ private:
+  StridedCopy copy_;
+};
+
+std::unique_ptr<Kernel> strided_kernel(PrepareContext& ctx, const std::vector<int64_t>& dims,
+                                       const std::vector<int64_t>& strides, int64_t base, size_t es) {
+  if (dims.size() > 16) ctx.fail("tensors of rank above 16 are not supported");
+  return std::make_unique<StridedCopyKernel>(StridedCopy(dims, strides, base, es));
+}
+
+// Output is the input's bytes under a new shape.
+class CopyKernel final : public Kernel {
+ public:
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    if (in[0]->data != out[0]->data && out[0]->nbytes()) std::memcpy(out[0]->data, in[0]->data, out[0]->nbytes());
+  }
+};
+
+// Writes bytes fixed at plan time (Shape, Size, Constant, ConstantOfShape's fill, Range).
+class ConstantKernel final : public Kernel {
+ public:
+  explicit ConstantKernel(Tensor value) : value_(std::move(value)) {}
+  void run(std::span<const Tensor* const>, std::span<Tensor* const> out) override {
+    if (value_.nbytes()) std::memcpy(out[0]->data, value_.data, value_.nbytes());
+  }
+
+ private:
+  Tensor value_;
+};
+
+std::unique_ptr<Kernel> constant_kernel(PrepareContext& ctx, Tensor value) {
+  set_output(ctx, 0, value.dtype, value.shape);
+  return std::make_unique<ConstantKernel>(std::move(value));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Reshape-like ops.
+
+std::unique_ptr<Kernel> copy_as(PrepareContext& ctx, std::vector<int64_t> shape) {
+  const KernelInput& x = required_input(ctx, 0, "data");
+  elem_size(ctx, x.dtype);
+  if (numel_of(shape) != numel_of(x.shape))
+    ctx.fail("cannot reshape " + shape_string(x.shape) + " into " + shape_string(shape));
+  set_output(ctx, 0, x.dtype, std::move(shape));
+  return std::make_unique<CopyKernel>();
+}
+
+std::unique_ptr<Kernel> make_reshape(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "data");
+  required_input(ctx, 1, "shape");
+  std::vector<int64_t> shape = constant_ints(ctx, 1, "shape");
+  const bool allowzero = ctx.opset >= 14 && ctx.node.attr_int("allowzero", 0) != 0;
+  int64_t infer = -1, known = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0 && !allowzero) {
+      if (i >= x.shape.size())
+        ctx.fail("shape[" + std::to_string(i) + "] is 0 (copy the input dim) but the input " +
+                 shape_string(x.shape) + " has no dim " + std::to_string(i));
+      shape[i] = x.shape[i];
+    }
+    if (shape[i] == -1) {
+      if (infer >= 0) ctx.fail("shape " + shape_string(shape) + " has more than one -1");
+      infer = static_cast<int64_t>(i);
+    } else if (shape[i] < 0) {
+      ctx.fail("shape " + shape_string(shape) + " has a negative dim other than -1");
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    const int64_t total = numel_of(x.shape);
+    if (known == 0 || total % known != 0)
+      ctx.fail("cannot infer the -1 dim reshaping " + shape_string(x.shape) + " into " + shape_string(shape));
+    shape[static_cast<size_t>(infer)] = total / known;
+  }
+  return copy_as(ctx, std::move(shape));
+}
+
+std::unique_ptr<Kernel> make_flatten(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "input");
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  int64_t axis = ctx.node.attr_int("axis", 1);
+  if (axis < -rank || axis > rank)
+    ctx.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  if (axis < 0) axis += rank;
+  int64_t a = 1, b = 1;
+  for (int64_t i = 0; i < rank; ++i) (i < axis ? a : b) *= x.shape[static_cast<size_t>(i)];
+  return copy_as(ctx, {a, b});
+}
+
+std::vector<int64_t> axes_arg(const PrepareContext& ctx, int64_t input_since) {
+  if (ctx.opset >= input_since) return has_input(ctx, 1) ? constant_ints(ctx, 1, "axes") : std::vector<int64_t>{};
+  return ctx.node.attr_ints("axes");
+}
+
+std::unique_ptr<Kernel> make_squeeze(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "data");
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  std::vector<int64_t> axes = axes_arg(ctx, 13);
+  std::vector<bool> drop(x.shape.size(), false);
+  if (axes.empty()) {
+    for (size_t i = 0; i < x.shape.size(); ++i) drop[i] = x.shape[i] == 1;
+  }
+  for (int64_t a : axes) {
+    const size_t ax = static_cast<size_t>(normalize_axis(ctx, a, rank));
+    if (x.shape[ax] != 1)
+      ctx.fail("cannot squeeze axis " + std::to_string(a) + " of " + shape_string(x.shape) + ": its size is not 1");
+    drop[ax] = true;
+  }
+  std::vector<int64_t> shape;
+  for (size_t i = 0; i < x.shape.size(); ++i)
+    if (!drop[i]) shape.push_back(x.shape[i]);
+  return copy_as(ctx, std::move(shape));
+}
+
+std::unique_ptr<Kernel> make_unsqueeze(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "data");
+  std::vector<int64_t> axes = axes_arg(ctx, 13);
+  if (axes.empty()) ctx.fail("axes must not be empty");
+  const int64_t out_rank = static_cast<int64_t>(x.shape.size() + axes.size());
+  std::vector<bool> inserted(static_cast<size_t>(out_rank), false);
+  for (int64_t a : axes) {
+    const size_t ax = static_cast<size_t>(normalize_axis(ctx, a, out_rank));
+    if (inserted[ax]) ctx.fail("axis " + std::to_string(a) + " is repeated in axes");
+    inserted[ax] = true;
+  }
+  std::vector<int64_t> shape;
+  size_t j = 0;
+  for (size_t i = 0; i < inserted.size(); ++i) shape.push_back(inserted[i] ? 1 : x.shape[j++]);
+  return copy_as(ctx, std::move(shape));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Shape, Size, Constant, ConstantOfShape, Range.
+
+std::unique_ptr<Kernel> make_shape(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "data");
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  int64_t start = 0, end = rank;
+  if (ctx.opset >= 15) {
+    start = ctx.node.attr_int("start", 0);
+    end = ctx.node.attr_int("end", rank);
+  }
+  auto clamp = [rank](int64_t v) { return std::clamp(v < 0 ? v + rank : v, int64_t{0}, rank); };
+  start = clamp(start);
+  end = std::max(clamp(end), start);
+  std::vector<int64_t> dims(x.shape.begin() + start, x.shape.begin() + end);
+  return constant_kernel(ctx, Tensor::from_vector<int64_t>({static_cast<int64_t>(dims.size())}, dims));
+}
+
+std::unique_ptr<Kernel> make_size(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "data");
+  return constant_kernel(ctx, Tensor::from_vector<int64_t>({}, {numel_of(x.shape)}));
+}
+
+std::unique_ptr<Kernel> make_constant(PrepareContext& ctx) {
+  const Node& n = ctx.node;
+  for (const char* unsupported : {"sparse_value", "value_string", "value_strings"})
+    if (n.has_attr(unsupported)) ctx.fail(std::string("attribute '") + unsupported + "' is not supported");
+  if (const TensorData* t = n.attr_tensor("value")) return constant_kernel(ctx, Tensor::from_data(*t));
+  if (n.has_attr("value_float")) return constant_kernel(ctx, Tensor::from_vector<float>({}, {n.attr_float("value_float", 0)}));
+  if (n.has_attr("value_int")) return constant_kernel(ctx, Tensor::from_vector<int64_t>({}, {n.attr_int("value_int", 0)}));
+  if (n.has_attr("value_ints")) {
+    std::vector<int64_t> v = n.attr_ints("value_ints");
+    return constant_kernel(ctx, Tensor::from_vector<int64_t>({static_cast<int64_t>(v.size())}, v));
+  }
+  if (auto it = n.attributes.find("value_floats"); it != n.attributes.end()) {
+    const auto* v = std::get_if<std::vector<float>>(&it->second);
+    if (!v) ctx.fail("attribute 'value_floats' must be a list of floats");
+    return constant_kernel(ctx, Tensor::from_vector<float>({static_cast<int64_t>(v->size())}, *v));
+  }
+  ctx.fail("needs one of the attributes value, value_float(s) or value_int(s)");
+}
+
+class FillKernel final : public Kernel {
+ public:
+  explicit FillKernel(std::vector<std::byte> value) : value_(std::move(value)) {}
+  void run(std::span<const Tensor* const>, std::span<Tensor* const> out) override {
+    std::byte* p = static_cast<std::byte*>(out[0]->data);
+    const size_t es = value_.size();
+    const int64_t n = out[0]->numel();
+    bool zero = std::all_of(value_.begin(), value_.end(), [](std::byte b) { return b == std::byte{0}; });
+    if (zero) {
+      std::memset(p, 0, static_cast<size_t>(n) * es);
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i) std::memcpy(p + i * es, value_.data(), es);
+  }
+
+ private:
+  std::vector<std::byte> value_;
+};
+
+std::unique_ptr<Kernel> make_constant_of_shape(PrepareContext& ctx) {
+  required_input(ctx, 0, "input");
+  std::vector<int64_t> shape = constant_ints(ctx, 0, "input (the output shape)");
+  for (int64_t d : shape)
+    if (d < 0) ctx.fail("output shape " + shape_string(shape) + " has a negative dim");
+  TensorData value = TensorData::scalar<float>(0.0f);
+  if (const TensorData* t = ctx.node.attr_tensor("value")) {
+    if (t->numel() != 1) ctx.fail("attribute 'value' must hold exactly one element");
+    value = *t;
+  }
+  elem_size(ctx, value.dtype);
+  set_output(ctx, 0, value.dtype, shape);
+  return std::make_unique<FillKernel>(value.bytes);
+}
+
+template <class T> Tensor range_values(const PrepareContext& ctx) {
+  auto scalar = [&](size_t i, const char* name) {
+    required_input(ctx, i, name);
+    const Tensor& t = ctx.constant_input(i);
+    if (t.numel() != 1) ctx.fail(std::string(name) + " must be a scalar, got " + t.describe());
+    return t.ptr<T>()[0];
+  };
+  const T start = scalar(0, "start"), limit = scalar(1, "limit"), delta = scalar(2, "delta");
+  if (delta == T(0)) ctx.fail("delta must not be 0");
+  const double count = std::ceil((static_cast<double>(limit) - static_cast<double>(start)) / static_cast<double>(delta));
+  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(count));
+  Tensor t = Tensor::empty(dtype_of<T>(), {n});
+  T* p = t.ptr<T>();
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+  return t;
+}
+
+std::unique_ptr<Kernel> make_range(PrepareContext& ctx) {
+  const KernelInput& s = required_input(ctx, 0, "start");
+  for (size_t i = 1; i < 3; ++i)
+    if (has_input(ctx, i) && ctx.inputs[i].dtype != s.dtype) ctx.fail("start, limit and delta must share a type");
+  switch (s.dtype) {
+    case DType::Float32: return constant_kernel(ctx, range_values<float>(ctx));
+    case DType::Float64: return constant_kernel(ctx, range_values<double>(ctx));
+    case DType::Int32: return constant_kernel(ctx, range_values<int32_t>(ctx));
+    case DType::Int64: return constant_kernel(ctx, range_values<int64_t>(ctx));
+    default: ctx.fail("type " + dtype_name(s.dtype) + " is not supported");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Transpose, Slice, Expand, Tile: strided copies.
+
+std::unique_ptr<Kernel> make_transpose(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "data");
+  const size_t es = elem_size(ctx, x.dtype);
+  const size_t rank = x.shape.size();
+  std::vector<int64_t> perm = ctx.node.attr_ints("perm");
+  if (perm.empty()) {
+    for (size_t i = rank; i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+  }
+  if (perm.size() != rank)
+    ctx.fail("perm has " + std::to_string(perm.size()) + " entries but the input has rank " + std::to_string(rank));
+  std::vector<bool> seen(rank, false);
+  const std::vector<int64_t> in_strides = contiguous_strides(x.shape);
+  std::vector<int64_t> dims, strides;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(rank) || seen[static_cast<size_t>(p)])
+      ctx.fail("perm " + shape_string(perm) + " is not a permutation of 0.." + std::to_string(rank - 1));
+    seen[static_cast<size_t>(p)] = true;
+    dims.push_back(x.shape[static_cast<size_t>(p)]);
+    strides.push_back(in_strides[static_cast<size_t>(p)]);
+  }
+  set_output(ctx, 0, x.dtype, dims);
+  return strided_kernel(ctx, dims, strides, 0, es);
+}
+
+std::unique_ptr<Kernel> make_slice(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "data");
+  const size_t es = elem_size(ctx, x.dtype);
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (ctx.opset >= 10) {
+    required_input(ctx, 1, "starts");
+    required_input(ctx, 2, "ends");
+    starts = constant_ints(ctx, 1, "starts");
+    ends = constant_ints(ctx, 2, "ends");
+    if (has_input(ctx, 3)) axes = constant_ints(ctx, 3, "axes");
+    if (has_input(ctx, 4)) steps = constant_ints(ctx, 4, "steps");
+  } else {
+    starts = ctx.node.attr_ints("starts");
+    ends = ctx.node.attr_ints("ends");
+    axes = ctx.node.attr_ints("axes");
+  }
+  if (starts.size() != ends.size()) ctx.fail("starts and ends must have the same length");
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (axes.size() != starts.size() || steps.size() != starts.size())
+    ctx.fail("starts, ends, axes and steps must have the same length");
+
+  std::vector<int64_t> strides = contiguous_strides(x.shape);
+  std::vector<int64_t> dims = x.shape;
+  std::vector<bool> seen(x.shape.size(), false);
+  int64_t base = 0;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const size_t ax = static_cast<size_t>(normalize_axis(ctx, axes[i], rank));
+    if (seen[ax]) ctx.fail("axis " + std::to_string(axes[i]) + " is repeated in axes");
+    seen[ax] = true;
+    const int64_t d = x.shape[ax], step = steps[i];
+    if (step == 0) ctx.fail("steps must not be 0");
+    int64_t start = starts[i], end = ends[i];
+    // Clamping as the ONNX spec states it: a positive step walks [0, d], a negative one [-1, d-1].
+    if (start < 0) start += d;
+    if (end < 0) end += d;
+    int64_t count;
+    if (step > 0) {
+      start = std::clamp<int64_t>(start, 0, d);
+      end = std::clamp<int64_t>(end, 0, d);
+      count = end > start ? (end - start + step - 1) / step : 0;
+    } else {
+      start = std::clamp<int64_t>(start, 0, d - 1);
+      end = std::clamp<int64_t>(end, -1, d - 1);
+      count = start > end ? (start - end + (-step) - 1) / (-step) : 0;
+    }
+    dims[ax] = count;
+    if (count > 0) base += start * strides[ax];
+    strides[ax] *= step;
+  }
+  set_output(ctx, 0, x.dtype, dims);
+  return strided_kernel(ctx, dims, strides, numel_of(dims) ? base : 0, es);
+}
+
+std::unique_ptr<Kernel> make_expand(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "input");
+  const size_t es = elem_size(ctx, x.dtype);
+  required_input(ctx, 1, "shape");
+  const std::vector<int64_t> target = constant_ints(ctx, 1, "shape");
+  const size_t rank = std::max(x.shape.size(), target.size());
+  std::vector<int64_t> in(rank, 1), tg(rank, 1);
+  std::copy(x.shape.begin(), x.shape.end(), in.begin() + static_cast<ptrdiff_t>(rank - x.shape.size()));
+  std::copy(target.begin(), target.end(), tg.begin() + static_cast<ptrdiff_t>(rank - target.size()));
+  const std::vector<int64_t> in_strides = contiguous_strides(in);
+  std::vector<int64_t> dims(rank), strides(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    if (in[i] != tg[i] && in[i] != 1 && tg[i] != 1)
+      ctx.fail("cannot broadcast input " + shape_string(x.shape) + " to shape " + shape_string(target));
+    dims[i] = in[i] == 1 ? tg[i] : in[i];
+    strides[i] = in[i] == 1 ? 0 : in_strides[i];
+  }
+  set_output(ctx, 0, x.dtype, dims);
+  return strided_kernel(ctx, dims, strides, 0, es);
+}
+
+std::unique_ptr<Kernel> make_tile(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "input");
+  const size_t es = elem_size(ctx, x.dtype);
+  required_input(ctx, 1, "repeats");
+  const std::vector<int64_t> reps = constant_ints(ctx, 1, "repeats");
+  if (reps.size() != x.shape.size())
+    ctx.fail("repeats has " + std::to_string(reps.size()) + " entries but the input has rank " +
+             std::to_string(x.shape.size()));
+  // Output dim k is (repeat, original) with the repeat outer, so it reads the input with stride 0.
+  const std::vector<int64_t> in_strides = contiguous_strides(x.shape);
+  std::vector<int64_t> out_shape, dims, strides;
+  for (size_t k = 0; k < reps.size(); ++k) {
+    if (reps[k] < 0) ctx.fail("repeats must not be negative");
+    out_shape.push_back(reps[k] * x.shape[k]);
+    dims.insert(dims.end(), {reps[k], x.shape[k]});
+    strides.insert(strides.end(), {0, in_strides[k]});
+  }
+  set_output(ctx, 0, x.dtype, out_shape);
+  return strided_kernel(ctx, dims, strides, 0, es);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Concat, Split, Gather.
+
+class ConcatKernel final : public Kernel {
+ public:
+  ConcatKernel(int64_t outer, std::vector<int64_t> chunk_bytes) : outer_(outer), chunks_(std::move(chunk_bytes)) {
+    for (int64_t c : chunks_) row_ += c;
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    std::byte* y = static_cast<std::byte*>(out[0]->data);
+    const bool par = outer_ * row_ >= kParallelBytes && outer_ > 1;
+#pragma omp parallel for if (par)
+    for (int64_t o = 0; o < outer_; ++o) {
+      std::byte* dst = y + o * row_;
+      for (size_t i = 0; i < chunks_.size(); ++i) {
+        if (!chunks_[i]) continue;
+        std::memcpy(dst, static_cast<const std::byte*>(in[i]->data) + o * chunks_[i], static_cast<size_t>(chunks_[i]));
+        dst += chunks_[i];
+      }
+    }
+  }
+
+ private:
+  int64_t outer_, row_ = 0;
+  std::vector<int64_t> chunks_;  // bytes per outer index, per input
+};
+
+std::unique_ptr<Kernel> make_concat(PrepareContext& ctx) {
+  if (ctx.inputs.empty()) ctx.fail("needs at least one input");
+  const KernelInput& first = required_input(ctx, 0, "inputs");
+  const size_t es = elem_size(ctx, first.dtype);
+  const int64_t rank = static_cast<int64_t>(first.shape.size());
+  if (rank == 0) ctx.fail("inputs must have rank >= 1");
+  if (!ctx.node.has_attr("axis") && ctx.opset >= 4) ctx.fail("attribute 'axis' is required");
+  const size_t axis = static_cast<size_t>(normalize_axis(ctx, ctx.node.attr_int("axis", 1), rank));
+  std::vector<int64_t> shape = first.shape;
+  shape[axis] = 0;
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < first.shape.size(); ++i) {
+    if (i < axis) outer *= first.shape[i];
+    if (i > axis) inner *= first.shape[i];
+  }
+  std::vector<int64_t> chunks;
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    const KernelInput& in = required_input(ctx, i, "inputs");
+    if (in.dtype != first.dtype) ctx.fail("input " + std::to_string(i) + " has type " + dtype_name(in.dtype) +
+                                          " but input 0 has " + dtype_name(first.dtype));
+    bool ok = in.shape.size() == first.shape.size();
+    for (size_t k = 0; ok && k < in.shape.size(); ++k) ok = k == axis || in.shape[k] == first.shape[k];
+    if (!ok)
+      ctx.fail("input " + std::to_string(i) + " has shape " + shape_string(in.shape) + ", which does not match " +
+               shape_string(first.shape) + " outside axis " + std::to_string(axis));
+    shape[axis] += in.shape[axis];
+    chunks.push_back(in.shape[axis] * inner * static_cast<int64_t>(es));
+  }
+  set_output(ctx, 0, first.dtype, shape);
+  return std::make_unique<ConcatKernel>(outer, std::move(chunks));
+}
+
+class SplitKernel final : public Kernel {
+ public:
+  SplitKernel(int64_t outer, std::vector<int64_t> chunk_bytes) : outer_(outer), chunks_(std::move(chunk_bytes)) {
+    for (int64_t c : chunks_) row_ += c;
+  }
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const std::byte* x = static_cast<const std::byte*>(in[0]->data);
+    for (int64_t o = 0; o < outer_; ++o) {
+      const std::byte* src = x + o * row_;
+      for (size_t i = 0; i < chunks_.size(); ++i) {
+        if (out[i] && chunks_[i])
+          std::memcpy(static_cast<std::byte*>(out[i]->data) + o * chunks_[i], src, static_cast<size_t>(chunks_[i]));
+        src += chunks_[i];
+      }
+    }
+  }
+
+ private:
+  int64_t outer_, row_ = 0;
+  std::vector<int64_t> chunks_;
+};
+
+std::unique_ptr<Kernel> make_split(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "input");
+  const size_t es = elem_size(ctx, x.dtype);
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  const size_t axis = static_cast<size_t>(normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank));
+  const int64_t n = x.shape[axis];
+  const size_t nout = ctx.outputs.size();
+  std::vector<int64_t> split;
+  if (ctx.opset >= 13) {
+    if (has_input(ctx, 1)) split = constant_ints(ctx, 1, "split");
+  } else {
+    split = ctx.node.attr_ints("split");
+    if (split.empty() && has_input(ctx, 1)) split = constant_ints(ctx, 1, "split");  // opset 1 allowed an input
+  }
+  if (split.empty()) {
+    if (ctx.opset >= 18 && ctx.node.has_attr("num_outputs")) {
+      const int64_t k = ctx.node.attr_int("num_outputs", 0);
+      if (k < 1 || static_cast<size_t>(k) != nout)
+        ctx.fail("num_outputs is " + std::to_string(k) + " but the node has " + std::to_string(nout) + " outputs");
+      // Every part gets ceil(n / k) elements except the last, which takes what is left.
+      const int64_t part = (n + k - 1) / k;
+      for (int64_t i = 0; i < k; ++i) split.push_back(std::max<int64_t>(0, std::min(part, n - i * part)));
+    } else {
+      if (nout == 0 || n % static_cast<int64_t>(nout) != 0)
+        ctx.fail("axis " + std::to_string(axis) + " of size " + std::to_string(n) + " does not split evenly into " +
+                 std::to_string(nout) + " outputs");
+      split.assign(nout, n / static_cast<int64_t>(nout));
+    }
+  }
+  if (split.size() != nout)
+    ctx.fail("split has " + std::to_string(split.size()) + " entries but the node has " + std::to_string(nout) +
+             " outputs");
+  int64_t sum = 0;
+  for (int64_t s : split) {
+    if (s < 0) ctx.fail("split sizes must not be negative");
+    sum += s;
+  }
+  if (sum != n)
+    ctx.fail("split sizes add up to " + std::to_string(sum) + " but axis " + std::to_string(axis) + " has size " +
+             std::to_string(n));
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < x.shape.size(); ++i) {
+    if (i < axis) outer *= x.shape[i];
+    if (i > axis) inner *= x.shape[i];
+  }
+  std::vector<int64_t> chunks;
+  for (size_t i = 0; i < nout; ++i) {
+    std::vector<int64_t> shape = x.shape;
+    shape[axis] = split[i];
+    set_output(ctx, i, x.dtype, shape);
+    chunks.push_back(split[i] * inner * static_cast<int64_t>(es));
+  }
+  return std::make_unique<SplitKernel>(outer, std::move(chunks));
+}
+
+template <class I> class GatherKernel final : public Kernel {
+ public:
+  GatherKernel(std::string where, int64_t outer, int64_t n, int64_t chunk_bytes)
+      : where_(std::move(where)), outer_(outer), n_(n), chunk_(chunk_bytes) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const std::byte* x = static_cast<const std::byte*>(in[0]->data);
+    const I* idx = in[1]->ptr<I>();
+    const int64_t m = in[1]->numel();
+    std::byte* y = static_cast<std::byte*>(out[0]->data);
+    for (int64_t j = 0; j < m; ++j) {
+      const int64_t v = static_cast<int64_t>(idx[j]);
+      if (v < -n_ || v >= n_)
+        fail(where_, "index " + std::to_string(v) + " is out of range for an axis of size " + std::to_string(n_));
+    }
+    const bool par = outer_ * m * chunk_ >= kParallelBytes;
+#pragma omp parallel for if (par)
+    for (int64_t o = 0; o < outer_; ++o) {
+      const std::byte* xo = x + o * n_ * chunk_;
+      std::byte* yo = y + o * m * chunk_;
+      for (int64_t j = 0; j < m; ++j) {
+        int64_t v = static_cast<int64_t>(idx[j]);
+        if (v < 0) v += n_;
+        std::memcpy(yo + j * chunk_, xo + v * chunk_, static_cast<size_t>(chunk_));
+      }
+    }
+  }
+
+ private:
+  std::string where_;
+  int64_t outer_, n_, chunk_;
+};
+
+std::unique_ptr<Kernel> make_gather(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "data");
+  const KernelInput& ind = required_input(ctx, 1, "indices");
+  const size_t es = elem_size(ctx, x.dtype);
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  if (rank == 0) ctx.fail("data must have rank >= 1");
+  const size_t axis = static_cast<size_t>(normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank));
+  int64_t outer = 1, inner = 1;
+  std::vector<int64_t> shape;
+  for (size_t i = 0; i < x.shape.size(); ++i) {
+    if (i < axis) outer *= x.shape[i];
+    if (i > axis) inner *= x.shape[i];
+    if (i == axis) shape.insert(shape.end(), ind.shape.begin(), ind.shape.end());
+    else shape.push_back(x.shape[i]);
+  }
+  set_output(ctx, 0, x.dtype, shape);
+  const int64_t chunk = inner * static_cast<int64_t>(es);
+  if (ind.dtype == DType::Int64)
+    return std::make_unique<GatherKernel<int64_t>>(ctx.node.describe(), outer, x.shape[axis], chunk);
+  if (ind.dtype == DType::Int32)
+    return std::make_unique<GatherKernel<int32_t>>(ctx.node.describe(), outer, x.shape[axis], chunk);
+  ctx.fail("indices must be int64 or int32, got " + dtype_name(ind.dtype));
+}
+
+}  // namespace
+
+void register_cpu_shape(KernelRegistry& r) {
+  constexpr int64_t kLast = 1 << 30;
+  auto add = [&r](const char* op, int64_t since, KernelFactory f, bool shape_only = false) {
+    KernelDef d{"", op, since, kLast, Device::CPU, {}, std::move(f)};
+    d.shape_only = shape_only;
+    r.add(std::move(d));
+  };
+  add("Reshape", 5, make_reshape);
+  add("Flatten", 1, make_flatten);
+  add("Squeeze", 1, make_squeeze);
+  add("Unsqueeze", 1, make_unsqueeze);
+  add("Shape", 1, make_shape, true);
+  add("Size", 1, make_size, true);
+  add("Constant", 1, make_constant);
+  add("ConstantOfShape", 9, make_constant_of_shape);
+  add("Range", 11, make_range);
+  add("Transpose", 1, make_transpose);
+  add("Slice", 1, make_slice);
+  add("Expand", 8, make_expand);
+  add("Tile", 6, make_tile);
+  add("Concat", 1, make_concat);
+  add("Split", 1, make_split);
+  add("Gather", 1, make_gather);
+}
 
 }  // namespace onnxtrain

@@ -1,8 +1,86 @@
-// Placeholder: filled in by the gradient-rules work; registers nothing yet.
+// Gradients of elementwise arithmetic. Rules return gradients in the broadcast (output) shape; the engine
+// sums them back to each input's shape.
+#include <cmath>
+#include <numbers>
+
 #include "gradients/rule.h"
 
 namespace onnxtrain {
 
-void register_elementwise_rules(GradientRegistry& r) {}
+namespace {
+
+Expr zero_like(const Expr& a) { return scalar(*a.b, a.dtype(), 0.0); }
+
+// Max and Min route the gradient to the inputs equal to the result (each tied input gets it in full).
+void register_select(GradientRegistry& r, const std::string& op) {
+  r.add(op, [](RuleContext& c) {
+    for (size_t i = 0; i < c.num_inputs(); ++i)
+      if (c.needs_dX(i)) c.set_dX(i, where(equal(c.X(i), c.Y(0)), c.dY(0), zero_like(c.dY(0))));
+  });
+}
+
+}  // namespace
+
+void register_elementwise_rules(GradientRegistry& r) {
+  r.add("Add", [](RuleContext& c) {
+    c.set_dX(0, c.dY(0));
+    c.set_dX(1, c.dY(0));
+  });
+  r.add("Sub", [](RuleContext& c) {
+    c.set_dX(0, c.dY(0));
+    if (c.needs_dX(1)) c.set_dX(1, -c.dY(0));
+  });
+  r.add("Mul", [](RuleContext& c) {
+    if (c.needs_dX(0)) c.set_dX(0, c.dY(0) * c.X(1));
+    if (c.needs_dX(1)) c.set_dX(1, c.dY(0) * c.X(0));
+  });
+  r.add("Div", [](RuleContext& c) {
+    // y = a / b:  da = dy / b,  db = -dy * a / b^2 = -(dy * y) / b
+    if (c.needs_dX(0)) c.set_dX(0, c.dY(0) / c.X(1));
+    if (c.needs_dX(1)) c.set_dX(1, -(c.dY(0) * c.Y(0)) / c.X(1));
+  });
+  r.add("Neg", [](RuleContext& c) { c.set_dX(0, -c.dY(0)); });
+  r.add("Identity", [](RuleContext& c) { c.set_dX(0, c.dY(0)); });
+  r.add("Sum", [](RuleContext& c) {
+    for (size_t i = 0; i < c.num_inputs(); ++i) c.set_dX(i, c.dY(0));
+  });
+  r.add("Mean", [](RuleContext& c) {
+    Expr g = c.dY(0) / static_cast<double>(c.num_inputs());
+    for (size_t i = 0; i < c.num_inputs(); ++i) c.set_dX(i, g);
+  });
+  register_select(r, "Max");
+  register_select(r, "Min");
+  r.add("Pow", [](RuleContext& c) {
+    // y = a^e:  da = dy * e * a^(e-1),  de = dy * y * log(a). The exponent may have another numeric type.
+    if (c.needs_dX(0)) {
+      Expr e = cast(c.X(1), c.X(0).dtype());
+      c.set_dX(0, c.dY(0) * e * pow(c.X(0), e - 1.0));
+    }
+    if (c.needs_dX(1)) c.set_dX(1, cast(c.dY(0) * c.Y(0) * log(c.X(0)), c.X(1).dtype()));
+  });
+  r.add("Sqrt", [](RuleContext& c) { c.set_dX(0, (0.5 * c.dY(0)) / c.Y(0)); });
+  r.add("Exp", [](RuleContext& c) { c.set_dX(0, c.dY(0) * c.Y(0)); });
+  r.add("Log", [](RuleContext& c) { c.set_dX(0, c.dY(0) / c.X(0)); });
+  r.add("Abs", [](RuleContext& c) { c.set_dX(0, c.dY(0) * sign(c.X(0))); });
+  r.add("Reciprocal", [](RuleContext& c) {
+    // y = 1/x:  dx = -dy / x^2 = -dy * y * y
+    c.set_dX(0, -(c.dY(0) * c.Y(0) * c.Y(0)));
+  });
+  r.add("Erf", [](RuleContext& c) {
+    // d/dx erf(x) = 2/sqrt(pi) * exp(-x^2)
+    Expr x = c.X(0);
+    c.set_dX(0, c.dY(0) * (2.0 / std::sqrt(std::numbers::pi)) * exp(-(x * x)));
+  });
+  r.add("Cast", [](RuleContext& c) {
+    // Only a float-to-float cast carries a gradient; casts to or from integers are piecewise constant.
+    if (!is_floating(c.X(0).dtype()) || !is_floating(c.dY(0).dtype())) return;
+    c.set_dX(0, cast(c.dY(0), c.X(0).dtype()));
+  });
+  r.add("Where", [](RuleContext& c) {
+    Expr zero = zero_like(c.dY(0));
+    if (c.needs_dX(1)) c.set_dX(1, where(c.X(0), c.dY(0), zero));
+    if (c.needs_dX(2)) c.set_dX(2, where(c.X(0), zero, c.dY(0)));
+  });
+}
 
 }  // namespace onnxtrain

@@ -1,0 +1,241 @@
+// Softmax, LogSoftmax and their fused gradients (onnxtrain.SoftmaxGrad, onnxtrain.LogSoftmaxGrad) on the CPU.
+// Every op normalises over `len` elements that sit `inner` apart, for each of `outer * inner` lanes:
+//   opset 13+:  one axis, outer = prod(dims before), len = dims[axis], inner = prod(dims after);
+//   opset 1-12: the input coerced to 2-D at axis, so len = prod(dims from axis on) and inner = 1.
+// inner == 1 (the usual last-axis case) is the contiguous-rows fast path, parallel over rows. Otherwise a task
+// is a block of up to kBlock neighbouring lanes, walked axis element by axis element so every access is a
+// contiguous run of the block (no transpose, no strided gathers). Sums are accumulated in double: rows of
+// thousands of float terms (vocabularies) otherwise lose digits.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "executor/kernel.h"
+#include "graph/error.h"
+
+namespace onnxtrain {
+namespace {
+
+constexpr int64_t kBlock = 64;             // lanes per task on the strided path
+constexpr int64_t kParallelWork = 1 << 14;  // elements below which threads cost more than they save
+
+struct Layout {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+
+// The reduction layout of `shape` at `axis`; `coerce_2d` is the opset 1-12 Softmax semantics.
+Layout layout_of(const PrepareContext& ctx, const std::vector<int64_t>& shape, int64_t axis, bool coerce_2d) {
+  const auto rank = static_cast<int64_t>(shape.size());
+  if (rank == 0) ctx.fail("input must have rank >= 1, got a scalar");
+  if (axis < -rank || axis >= rank)
+    ctx.fail("axis " + std::to_string(axis) + " is out of range for an input of rank " + std::to_string(rank) + " " +
+             shape_string(shape));
+  if (axis < 0) axis += rank;
+  Layout l;
+  for (int64_t d = 0; d < axis; ++d) l.outer *= shape[d];
+  l.len = shape[axis];
+  for (int64_t d = axis + 1; d < rank; ++d) (coerce_2d ? l.len : l.inner) *= shape[d];
+  return l;
+}
+
+// Runs body(o, i0, w) over every (outer index, block of lanes [i0, i0 + w)); one task each.
+template <class Body> void for_each_block(const Layout& l, Body&& body) {
+  const int64_t blocks = l.inner == 1 ? 1 : (l.inner + kBlock - 1) / kBlock;
+  const int64_t tasks = l.outer * blocks;
+  const bool parallel = tasks > 1 && l.outer * l.len * l.inner > kParallelWork;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t o = t / blocks, b = t % blocks;
+    const int64_t i0 = b * kBlock;
+    body(o, i0, std::min<int64_t>(kBlock, l.inner - i0));
+  }
+}
+
+// ---- forward ---------------------------------------------------------------------------------------------
+
+template <class T, bool Log> class SoftmaxKernel final : public Kernel {
+ public:
+  explicit SoftmaxKernel(Layout l) : l_(l) {}
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* x = in[0]->ptr<T>();
+    T* y = out[0]->ptr<T>();
+    const Layout l = l_;
+    if (l.len == 0) return;
+    for_each_block(l, [&](int64_t o, int64_t i0, int64_t w) {
+      const int64_t base = o * l.len * l.inner + i0;
+      if (l.inner == 1)
+        row(x + base, y + base, l.len);
+      else
+        block(x + base, y + base, l.len, l.inner, w);
+    });
+  }
+
+ private:
+  static void row(const T* x, T* y, int64_t n) {
+    T m = -std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+    double s = 0;
+    if constexpr (Log) {
+      for (int64_t j = 0; j < n; ++j) s += std::exp(x[j] - m);
+      const T shift = m + static_cast<T>(std::log(s));
+      for (int64_t j = 0; j < n; ++j) y[j] = x[j] - shift;
+    } else {
+      for (int64_t j = 0; j < n; ++j) {
+        y[j] = std::exp(x[j] - m);
+        s += y[j];
+      }
+      const T inv = static_cast<T>(1.0 / s);
+      for (int64_t j = 0; j < n; ++j) y[j] *= inv;
+    }
+  }
+
+  static void block(const T* x, T* y, int64_t n, int64_t stride, int64_t w) {
+    T m[kBlock];
+    double s[kBlock];
+    std::fill(m, m + w, -std::numeric_limits<T>::infinity());
+    std::fill(s, s + w, 0.0);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < w; ++i) m[i] = std::max(m[i], x[j * stride + i]);
+    if constexpr (Log) {
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < w; ++i) s[i] += std::exp(x[j * stride + i] - m[i]);
+      for (int64_t i = 0; i < w; ++i) m[i] += static_cast<T>(std::log(s[i]));
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < w; ++i) y[j * stride + i] = x[j * stride + i] - m[i];
+    } else {
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < w; ++i) {
+          const T e = std::exp(x[j * stride + i] - m[i]);
+          y[j * stride + i] = e;
+          s[i] += e;
+        }
+      T inv[kBlock];
+      for (int64_t i = 0; i < w; ++i) inv[i] = static_cast<T>(1.0 / s[i]);
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < w; ++i) y[j * stride + i] *= inv[i];
+    }
+  }
+
+  Layout l_;
+};
+
+template <bool Log> std::unique_ptr<Kernel> make_softmax(PrepareContext& ctx) {
+  if (ctx.inputs.empty() || !ctx.inputs[0].present()) ctx.fail("input 0 (input) is required");
+  if (ctx.outputs.size() != 1) ctx.fail("expected 1 output, got " + std::to_string(ctx.outputs.size()));
+  const KernelInput& x = ctx.inputs[0];
+  const bool old = ctx.opset < 13;
+  const Layout l = layout_of(ctx, x.shape, ctx.node.attr_int("axis", old ? 1 : -1), old);
+  ctx.outputs[0].dtype = x.dtype;
+  ctx.outputs[0].shape = x.shape;
+  if (x.dtype == DType::Float32) return std::make_unique<SoftmaxKernel<float, Log>>(l);
+  if (x.dtype == DType::Float64) return std::make_unique<SoftmaxKernel<double, Log>>(l);
+  ctx.fail("unsupported dtype " + dtype_name(x.dtype) + " (float32, float64)");
+}
+
+// ---- fused gradients -------------------------------------------------------------------------------------
+// SoftmaxGrad:    dX = Y * (dY - sum(dY * Y))
+// LogSoftmaxGrad: dX = dY - exp(Y) * sum(dY)
+
+template <class T, bool Log> class SoftmaxGradKernel final : public Kernel {
+ public:
+  explicit SoftmaxGradKernel(Layout l) : l_(l) {}
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* dy = in[0]->ptr<T>();
+    const T* y = in[1]->ptr<T>();
+    T* dx = out[0]->ptr<T>();
+    const Layout l = l_;
+    if (l.len == 0) return;
+    for_each_block(l, [&](int64_t o, int64_t i0, int64_t w) {
+      const int64_t base = o * l.len * l.inner + i0;
+      if (l.inner == 1)
+        row(dy + base, y + base, dx + base, l.len);
+      else
+        block(dy + base, y + base, dx + base, l.len, l.inner, w);
+    });
+  }
+
+ private:
+  static void row(const T* dy, const T* y, T* dx, int64_t n) {
+    double s = 0;
+    if constexpr (Log) {
+      for (int64_t j = 0; j < n; ++j) s += dy[j];
+      const T ts = static_cast<T>(s);
+      for (int64_t j = 0; j < n; ++j) dx[j] = dy[j] - std::exp(y[j]) * ts;
+    } else {
+      for (int64_t j = 0; j < n; ++j) s += static_cast<double>(dy[j]) * y[j];
+      const T ts = static_cast<T>(s);
+      for (int64_t j = 0; j < n; ++j) dx[j] = y[j] * (dy[j] - ts);
+    }
+  }
+
+  static void block(const T* dy, const T* y, T* dx, int64_t n, int64_t stride, int64_t w) {
+    double s[kBlock];
+    std::fill(s, s + w, 0.0);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < w; ++i) {
+        const int64_t k = j * stride + i;
+        if constexpr (Log)
+          s[i] += dy[k];
+        else
+          s[i] += static_cast<double>(dy[k]) * y[k];
+      }
+    T ts[kBlock];
+    for (int64_t i = 0; i < w; ++i) ts[i] = static_cast<T>(s[i]);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < w; ++i) {
+        const int64_t k = j * stride + i;
+        if constexpr (Log)
+          dx[k] = dy[k] - std::exp(y[k]) * ts[i];
+        else
+          dx[k] = y[k] * (dy[k] - ts[i]);
+      }
+  }
+
+  Layout l_;
+};
+
+template <bool Log> std::unique_ptr<Kernel> make_softmax_grad(PrepareContext& ctx) {
+  if (ctx.inputs.size() != 2 || !ctx.inputs[0].present() || !ctx.inputs[1].present())
+    ctx.fail("expected 2 inputs (dY, Y), got " + std::to_string(ctx.inputs.size()));
+  if (ctx.outputs.size() != 1) ctx.fail("expected 1 output (dX), got " + std::to_string(ctx.outputs.size()));
+  const KernelInput& dy = ctx.inputs[0];
+  const KernelInput& y = ctx.inputs[1];
+  if (dy.dtype != y.dtype)
+    ctx.fail("dY and Y must have the same dtype, got " + dtype_name(dy.dtype) + " and " + dtype_name(y.dtype));
+  if (dy.shape != y.shape)
+    ctx.fail("dY and Y must have the same shape, got " + shape_string(dy.shape) + " and " + shape_string(y.shape));
+  // The fused ops always have the opset 13 single-axis semantics, whatever the model's ai.onnx opset.
+  const Layout l = layout_of(ctx, y.shape, ctx.node.attr_int("axis", -1), false);
+  ctx.outputs[0].dtype = dy.dtype;
+  ctx.outputs[0].shape = dy.shape;
+  if (dy.dtype == DType::Float32) return std::make_unique<SoftmaxGradKernel<float, Log>>(l);
+  if (dy.dtype == DType::Float64) return std::make_unique<SoftmaxGradKernel<double, Log>>(l);
+  ctx.fail("unsupported dtype " + dtype_name(dy.dtype) + " (float32, float64)");
+}
+
+void add(KernelRegistry& r, const std::string& domain, const std::string& op, int64_t since, KernelFactory f) {
+  KernelDef d;
+  d.domain = domain;
+  d.op_type = op;
+  d.since_version = since;
+  d.dtypes = {DType::Float32, DType::Float64};
+  d.factory = std::move(f);
+  r.add(std::move(d));
+}
+
+}  // namespace
+
+void register_cpu_softmax(KernelRegistry& r) {
+  // One factory per op: it reads the model's opset to pick the coerced-2-D (1-12) or single-axis (13+) form.
+  add(r, "", "Softmax", 1, make_softmax<false>);
+  add(r, "", "LogSoftmax", 1, make_softmax<true>);
+  add(r, "onnxtrain", "SoftmaxGrad", 1, make_softmax_grad<false>);
+  add(r, "onnxtrain", "LogSoftmaxGrad", 1, make_softmax_grad<true>);
+}
+
+}  // namespace onnxtrain

@@ -1,0 +1,206 @@
+#pragma once
+// Elementwise maths written once for the CPU loops and a future CUDA backend. Every functor is a plain struct
+// whose operator() is ONNXTRAIN_HD and templated on the element type, so the same expression runs on both
+// sides and the CPU tests check the GPU's maths too. Keep them free of host-only calls (no exceptions, no
+// std containers); std:: maths functions have device overloads under nvcc.
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "executor/hd.h"
+
+namespace onnxtrain {
+
+// ---- binary arithmetic ----------------------------------------------------------------------------------
+
+struct AddOp {
+  template <class T> ONNXTRAIN_HD T operator()(T a, T b) const { return a + b; }
+};
+struct SubOp {
+  template <class T> ONNXTRAIN_HD T operator()(T a, T b) const { return a - b; }
+};
+struct MulOp {
+  template <class T> ONNXTRAIN_HD T operator()(T a, T b) const { return a * b; }
+};
+struct DivOp {
+  template <class T> ONNXTRAIN_HD T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) {
+      // Integer division by zero (and INT_MIN / -1) trap on x86; a user's data must not kill the process,
+      // so follow numpy and give 0 (and the wrapped quotient).
+      if (b == 0) return T(0);
+      if constexpr (std::is_signed_v<T>)
+        if (b == T(-1)) return static_cast<T>(T(0) - static_cast<std::make_unsigned_t<T>>(a));
+      return a / b;
+    } else {
+      return a / b;
+    }
+  }
+};
+// Pow allows the exponent's type to differ from the base's (opset 12+); the result has the base's type.
+struct PowOp {
+  template <class T, class U> ONNXTRAIN_HD T operator()(T a, U b) const {
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<U, float>)
+      return std::pow(a, b);
+    else
+      return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
+  }
+};
+// ONNX Mod: fmod=1 takes the dividend's sign (C fmod/%), fmod=0 the divisor's (Python %).
+struct ModOp {
+  bool fmod = false;
+  template <class T> ONNXTRAIN_HD T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) {
+      if (b == 0) return T(0);  // see DivOp
+      if constexpr (std::is_signed_v<T>) {
+        if (b == T(-1)) return T(0);
+        T r = a % b;
+        if (!fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
+        return r;
+      } else {
+        return a % b;
+      }
+    } else {
+      T r = std::fmod(a, b);
+      if (!fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
+      return r;
+    }
+  }
+};
+// NaN propagates, as numpy.maximum/minimum (the ONNX reference) do.
+struct MaxOp {
+  template <class T> ONNXTRAIN_HD T operator()(T a, T b) const { return (a != a || a > b) ? a : b; }
+};
+struct MinOp {
+  template <class T> ONNXTRAIN_HD T operator()(T a, T b) const { return (a != a || a < b) ? a : b; }
+};
+
+// ---- comparisons and logic (bool results) ----------------------------------------------------------------
+
+struct EqualOp {
+  template <class T> ONNXTRAIN_HD bool operator()(T a, T b) const { return a == b; }
+};
+struct LessOp {
+  template <class T> ONNXTRAIN_HD bool operator()(T a, T b) const { return a < b; }
+};
+struct GreaterOp {
+  template <class T> ONNXTRAIN_HD bool operator()(T a, T b) const { return a > b; }
+};
+struct LessOrEqualOp {
+  template <class T> ONNXTRAIN_HD bool operator()(T a, T b) const { return a <= b; }
+};
+struct GreaterOrEqualOp {
+  template <class T> ONNXTRAIN_HD bool operator()(T a, T b) const { return a >= b; }
+};
+struct AndOp {
+  template <class T> ONNXTRAIN_HD bool operator()(T a, T b) const { return a && b; }
+};
+struct OrOp {
+  template <class T> ONNXTRAIN_HD bool operator()(T a, T b) const { return a || b; }
+};
+struct XorOp {
+  template <class T> ONNXTRAIN_HD bool operator()(T a, T b) const { return bool(a) != bool(b); }
+};
+
+struct WhereOp {
+  template <class T> ONNXTRAIN_HD T operator()(bool c, T x, T y) const { return c ? x : y; }
+};
+
+// ---- unary ----------------------------------------------------------------------------------------------
+
+struct IdentityOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return x; }
+};
+struct NegOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const {
+    if constexpr (std::is_integral_v<T> && std::is_signed_v<T>)  // wraps INT_MIN instead of overflowing
+      return static_cast<T>(T(0) - static_cast<std::make_unsigned_t<T>>(x));
+    else
+      return -x;
+  }
+};
+struct AbsOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>)
+      return x;
+    else
+      return x < T(0) ? NegOp{}(x) : x;
+  }
+};
+struct SignOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0)); }
+};
+struct ReluOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return x > T(0) ? x : T(0); }
+};
+// 1/(1+e^-x) stays finite at both ends: e^-x overflows to inf for very negative x and gives 0.
+struct SigmoidOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return T(1) / (T(1) + std::exp(-x)); }
+};
+struct TanhOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::tanh(x); }
+};
+struct ExpOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::exp(x); }
+};
+struct LogOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::log(x); }
+};
+struct SqrtOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::sqrt(x); }
+};
+struct ReciprocalOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return T(1) / x; }
+};
+struct FloorOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::floor(x); }
+};
+struct CeilOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::ceil(x); }
+};
+struct ErfOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::erf(x); }
+};
+// log(1+e^x) without overflow for large x: x + log1p(e^-x).
+struct SoftplusOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const {
+    return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+  }
+};
+struct LeakyReluOp {
+  float alpha = 0.01f;
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return x >= T(0) ? x : static_cast<T>(alpha) * x; }
+};
+struct EluOp {
+  float alpha = 1.0f;
+  template <class T> ONNXTRAIN_HD T operator()(T x) const {
+    return x >= T(0) ? x : static_cast<T>(alpha) * std::expm1(x);
+  }
+};
+struct NotOp {
+  ONNXTRAIN_HD bool operator()(bool x) const { return !x; }
+};
+template <class To> struct CastOp {
+  template <class From> ONNXTRAIN_HD To operator()(From x) const { return static_cast<To>(x); }
+};
+// Bounds are given per call because opset 11+ reads them from (possibly non-constant) inputs at run time.
+// When lo > hi every value becomes hi, as the spec says; NaN passes through.
+struct ClipOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x, T lo, T hi) const {
+    T y = x < lo ? lo : x;
+    return hi < y ? hi : y;
+  }
+};
+
+// ---- fused gradients (domain "onnxtrain"): (dY, Y) -> dX, using the forward output Y -----------------------
+
+struct ReluGradOp {
+  template <class T> ONNXTRAIN_HD T operator()(T dy, T y) const { return y > T(0) ? dy : T(0); }
+};
+struct SigmoidGradOp {
+  template <class T> ONNXTRAIN_HD T operator()(T dy, T y) const { return dy * y * (T(1) - y); }
+};
+struct TanhGradOp {
+  template <class T> ONNXTRAIN_HD T operator()(T dy, T y) const { return dy * (T(1) - y * y); }
+};
+
+}  // namespace onnxtrain

@@ -1,0 +1,65 @@
+#include "gradients/fused.h"
+
+namespace onnxtrain {
+
+namespace {
+
+Node op(std::string name, std::string type, std::vector<std::string> in, std::string out,
+        std::map<std::string, Attribute> attrs = {}) {
+  Node n;
+  n.name = std::move(name);
+  n.op_type = std::move(type);
+  n.inputs = std::move(in);
+  n.outputs = {std::move(out)};
+  n.attributes = std::move(attrs);
+  return n;
+}
+
+// A float constant cast to Y's element type (CastLike, opset 15+), so one body serves every float type.
+void constant_like_y(Function& f, const std::string& name, float v) {
+  f.nodes.push_back(op(name + "_f", "Constant", {}, name + "_f", {{"value", TensorData::scalar<float>(v)}}));
+  f.nodes.push_back(op(name, "CastLike", {name + "_f", "Y"}, name));
+}
+
+Function make(const std::string& name, const std::string& doc) {
+  Function f;
+  f.name = name;
+  f.domain = kFusedGradDomain;
+  f.inputs = {"dY", "Y"};
+  f.outputs = {"dX"};
+  f.opset_imports = {{"", 17}};
+  f.doc = doc;
+  return f;
+}
+
+}  // namespace
+
+std::vector<Function> fused_grad_functions() {
+  std::vector<Function> out;
+
+  // Where rather than Mul by a mask: an infinite dY where Y <= 0 must give 0, not NaN.
+  Function relu = make("ReluGrad", "Gradient of Relu from its output: dX = dY where Y > 0, else 0.");
+  constant_like_y(relu, "zero", 0.0f);
+  relu.nodes.push_back(op("mask", "Greater", {"Y", "zero"}, "mask"));
+  relu.nodes.push_back(op("zero_dy", "CastLike", {"zero", "dY"}, "zero_dy"));
+  relu.nodes.push_back(op("dX", "Where", {"mask", "dY", "zero_dy"}, "dX"));
+  out.push_back(std::move(relu));
+
+  Function sigmoid = make("SigmoidGrad", "Gradient of Sigmoid from its output: dX = dY * Y * (1 - Y).");
+  constant_like_y(sigmoid, "one", 1.0f);
+  sigmoid.nodes.push_back(op("one_minus_y", "Sub", {"one", "Y"}, "one_minus_y"));
+  sigmoid.nodes.push_back(op("slope", "Mul", {"Y", "one_minus_y"}, "slope"));
+  sigmoid.nodes.push_back(op("dX", "Mul", {"dY", "slope"}, "dX"));
+  out.push_back(std::move(sigmoid));
+
+  Function tanh = make("TanhGrad", "Gradient of Tanh from its output: dX = dY * (1 - Y * Y).");
+  constant_like_y(tanh, "one", 1.0f);
+  tanh.nodes.push_back(op("y_squared", "Mul", {"Y", "Y"}, "y_squared"));
+  tanh.nodes.push_back(op("slope", "Sub", {"one", "y_squared"}, "slope"));
+  tanh.nodes.push_back(op("dX", "Mul", {"dY", "slope"}, "dX"));
+  out.push_back(std::move(tanh));
+
+  return out;
+}
+
+}  // namespace onnxtrain

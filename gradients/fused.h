@@ -1,0 +1,20 @@
+#pragma once
+// Fused gradient ops of the onnxtrain domain. Our executor runs native kernels for them; every training
+// graph that uses one also carries it as a model-local function whose body is standard ONNX (opset 17), so
+// other runtimes can inline it.
+//   ReluGrad(dY, Y)    = dY where Y > 0, else 0
+//   SigmoidGrad(dY, Y) = dY * Y * (1 - Y)
+//   TanhGrad(dY, Y)    = dY * (1 - Y * Y)
+// Inputs are (dY, Y) of the same floating type and shape; the single output dX has that type and shape.
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace onnxtrain {
+
+inline constexpr const char* kFusedGradDomain = "onnxtrain";
+
+// Function bodies for every fused gradient op, in domain kFusedGradDomain, importing ai.onnx opset 17.
+std::vector<Function> fused_grad_functions();
+
+}  // namespace onnxtrain

@@ -1,0 +1,96 @@
+#include "graph/shape_inference.h"
+
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include "graph/error.h"
+#include "graph/proto.h"
+
+namespace onnxtrain {
+
+namespace {
+
+// Initializers up to this size go to ONNX with their data (shape arguments of Reshape, axes, pads...). Larger
+// ones are weights: only their type matters, so they are declared as typed inputs instead of copied.
+constexpr int64_t kMaxCopiedInitializer = 1024;
+
+onnx::ModelProto inference_proto(const Model& m) {
+  Model shell;
+  shell.ir_version = m.ir_version;
+  shell.opset_imports = m.opset_imports;
+  shell.functions = m.functions;
+  onnx::ModelProto p = to_proto(shell);
+
+  Graph light;
+  light.name = m.graph.name;
+  light.nodes = m.graph.nodes;
+  light.inputs = m.graph.inputs;
+  light.outputs = m.graph.outputs;
+  light.value_info = m.graph.value_info;
+  for (const auto& [name, t] : m.graph.initializers) {
+    if (t.numel() <= kMaxCopiedInitializer) {
+      light.initializers.emplace(name, t);
+      continue;
+    }
+    if (light.find_input(name)) continue;
+    Shape s;
+    for (int64_t d : t.dims) s.push_back(Dim::of(d));
+    light.inputs.push_back(ValueInfo{name, TypeInfo{t.dtype, std::move(s)}});
+  }
+  graph_to_proto(light, p.mutable_graph());
+  return p;
+}
+
+bool readable(const onnx::ValueInfoProto& v) {
+  if (!v.has_type() || v.type().value_case() != onnx::TypeProto::kTensorType) return false;
+  const int32_t et = v.type().tensor_type().elem_type();
+  return et > 0 && et != static_cast<int32_t>(DType::String) && et <= static_cast<int32_t>(DType::BFloat16) &&
+         et != 14 && et != 15;  // complex64/complex128 have no DType
+}
+
+TypeInfo read_type(const onnx::ValueInfoProto& v) {
+  // Reuse the proto edge's conversion through a one-value graph rather than duplicating the dim rules.
+  onnx::GraphProto g;
+  *g.add_value_info() = v;
+  Graph ir = graph_from_proto(g);
+  return ir.value_info.begin()->second;
+}
+
+void read_back(const onnx::GraphProto& gp, Graph& g) {
+  for (const auto& v : gp.value_info())
+    if (readable(v)) g.value_info[v.name()] = read_type(v);
+  for (const auto& v : gp.output())
+    if (readable(v)) g.value_info[v.name()] = read_type(v);
+  // The proto was built from these very nodes, so they correspond one to one; subgraphs get their types too.
+  for (int i = 0; i < gp.node_size() && static_cast<size_t>(i) < g.nodes.size(); ++i) {
+    for (const auto& a : gp.node(i).attribute()) {
+      if (a.type() != onnx::AttributeProto::GRAPH) continue;
+      auto it = g.nodes[i].attributes.find(a.name());
+      if (it == g.nodes[i].attributes.end()) continue;
+      if (auto* sub = std::get_if<std::shared_ptr<Graph>>(&it->second); sub && *sub) read_back(a.g(), **sub);
+    }
+  }
+}
+
+}  // namespace
+
+void infer_shapes(Model& m) {
+  std::string first_error;
+  // Data propagation resolves Shape -> Gather -> Reshape chains; if it trips on a model, plain inference
+  // still gives element types and most shapes.
+  for (bool data_propagation : {true, false}) {
+    onnx::ModelProto p = inference_proto(m);
+    onnx::ShapeInferenceOptions opts{/*check_type=*/false, /*error_mode=*/0, data_propagation};
+    try {
+      onnx::shape_inference::InferShapes(p, onnx::OpSchemaRegistry::Instance(), opts);
+    } catch (const std::exception& e) {
+      if (first_error.empty()) first_error = e.what();
+      continue;
+    }
+    read_back(p.graph(), m.graph);
+    return;
+  }
+  fail("ONNX shape inference", first_error);
+}
+
+}  // namespace onnxtrain

@@ -1,0 +1,213 @@
+#include "gradients/rule_cases.h"
+
+namespace onnxtrain::test {
+
+namespace {
+
+using Shapes = std::vector<std::vector<int64_t>>;
+using Ranges = std::vector<std::pair<double, double>>;
+using Attrs = std::map<std::string, Attribute>;
+using Consts = std::vector<std::optional<TensorData>>;
+
+TensorData ints(const std::vector<int64_t>& v) {
+  return TensorData::from<int64_t>({static_cast<int64_t>(v.size())}, std::span<const int64_t>(v));
+}
+
+TensorData bools(std::vector<int64_t> dims, const std::vector<bool>& v) {
+  TensorData t;
+  t.dtype = DType::Bool;
+  t.dims = std::move(dims);
+  for (bool b : v) t.bytes.push_back(std::byte{b ? uint8_t{1} : uint8_t{0}});
+  return t;
+}
+
+TensorData f64_scalar(double v) { return TensorData::scalar<double>(v); }
+
+RuleCase make(std::string label, std::string op, Shapes shapes, Attrs attrs = {}, Ranges ranges = {},
+              int64_t opset = 17) {
+  RuleCase c;
+  c.label = std::move(label);
+  c.op = std::move(op);
+  c.input_shapes = std::move(shapes);
+  c.attrs = std::move(attrs);
+  c.ranges = std::move(ranges);
+  c.opset = opset;
+  return c;
+}
+
+// A case whose input `i` is the constant `v` (the rest are float inputs).
+RuleCase with_const(RuleCase c, size_t i, TensorData v) {
+  c.const_inputs.resize(c.input_shapes.size());
+  c.input_shapes[i] = v.dims;
+  c.const_inputs[i] = std::move(v);
+  return c;
+}
+
+RuleCase kinked(RuleCase c) {
+  c.avoid_zero = true;
+  return c;
+}
+
+RuleCase signed_(RuleCase c) {
+  c.random_sign = true;
+  return c;
+}
+
+std::vector<RuleCase> build() {
+  std::vector<RuleCase> v;
+  const std::pair<double, double> pos{0.5, 2.0};
+  const std::pair<double, double> any{-1.0, 1.0};
+
+  // ---- elementwise
+  v.push_back(make("Add_same", "Add", {{2, 3}, {2, 3}}));
+  v.push_back(make("Add_row", "Add", {{2, 3}, {3}}));
+  v.push_back(make("Add_scalar", "Add", {{}, {2, 3}}));
+  v.push_back(make("Add_both_broadcast", "Add", {{2, 1, 4}, {3, 1}}));
+  v.push_back(make("Sub_row", "Sub", {{2, 3}, {3}}));
+  v.push_back(make("Sub_outer", "Sub", {{3, 1}, {1, 4}}));
+  v.push_back(make("Mul_same", "Mul", {{2, 3}, {2, 3}}));
+  v.push_back(make("Mul_both_broadcast", "Mul", {{2, 1, 4}, {3, 1}}));
+  v.push_back(signed_(make("Div_row", "Div", {{2, 3}, {3}}, {}, {any, pos})));
+  v.push_back(signed_(make("Div_outer", "Div", {{1, 3}, {2, 1}}, {}, {pos, pos})));
+  v.push_back(make("Neg", "Neg", {{2, 3}}));
+  v.push_back(make("Identity", "Identity", {{2, 3}}));
+  v.push_back(make("Sum_three_broadcast", "Sum", {{2, 3}, {3}, {2, 1}}));
+  v.push_back(make("Sum_one", "Sum", {{2, 3}}));
+  v.push_back(make("Mean_three_broadcast", "Mean", {{2, 3}, {3}, {2, 1}}));
+  v.push_back(make("Max_broadcast", "Max", {{2, 3}, {3}}));
+  v.push_back(make("Max_three", "Max", {{4}, {4}, {4}}));
+  v.push_back(make("Min_broadcast", "Min", {{2, 3}, {2, 1}}));
+  v.push_back(make("Pow_both", "Pow", {{2, 3}, {2, 3}}, {}, {pos, {-2.0, 2.0}}));
+  v.push_back(make("Pow_scalar_exponent", "Pow", {{2, 3}, {}}, {}, {pos, {0.5, 3.0}}));
+  v.push_back(with_const(make("Pow_const_square", "Pow", {{2, 3}, {}}, {}, {any}), 1, f64_scalar(2.0)));
+  v.push_back(make("Sqrt", "Sqrt", {{2, 3}}, {}, {pos}));
+  v.push_back(make("Exp", "Exp", {{2, 3}}, {}, {{-2.0, 2.0}}));
+  v.push_back(make("Log", "Log", {{2, 3}}, {}, {pos}));
+  v.push_back(kinked(make("Abs", "Abs", {{2, 3}})));
+  v.push_back(signed_(make("Reciprocal", "Reciprocal", {{2, 3}}, {}, {pos})));
+  v.push_back(make("Erf", "Erf", {{2, 3}}, {}, {{-2.0, 2.0}}));
+  v.push_back(make("Cast_f64", "Cast", {{2, 3}}, {{"to", int64_t{static_cast<int64_t>(DType::Float64)}}}));
+  v.push_back(with_const(make("Where_same", "Where", {{2, 3}, {2, 3}, {2, 3}}), 0,
+                         bools({2, 3}, {true, false, true, false, false, true})));
+  v.push_back(with_const(make("Where_broadcast", "Where", {{3}, {2, 1}, {2, 3}}), 0, bools({3}, {true, false, true})));
+
+  // ---- activations
+  v.push_back(kinked(make("Relu", "Relu", {{3, 4}})));
+  v.push_back(make("Sigmoid", "Sigmoid", {{3, 4}}, {}, {{-3.0, 3.0}}));
+  v.push_back(make("Tanh", "Tanh", {{3, 4}}, {}, {{-2.0, 2.0}}));
+  v.push_back(kinked(make("LeakyRelu", "LeakyRelu", {{3, 4}}, {{"alpha", 0.1f}})));
+  v.push_back(make("Softplus", "Softplus", {{3, 4}}, {}, {{-3.0, 3.0}}));
+  v.push_back(make("Softmax_last", "Softmax", {{2, 3, 4}}, {{"axis", int64_t{-1}}}, {{-2.0, 2.0}}, 13));
+  v.push_back(make("Softmax_middle", "Softmax", {{2, 3, 4}}, {{"axis", int64_t{1}}}, {{-2.0, 2.0}}, 13));
+  v.push_back(make("Softmax_opset11_coerced", "Softmax", {{2, 3, 4}}, {{"axis", int64_t{1}}}, {{-2.0, 2.0}}, 11));
+  v.push_back(make("LogSoftmax_last", "LogSoftmax", {{2, 3, 4}}, {}, {{-2.0, 2.0}}, 13));
+  v.push_back(make("LogSoftmax_first", "LogSoftmax", {{2, 3, 4}}, {{"axis", int64_t{0}}}, {{-2.0, 2.0}}, 13));
+  v.push_back(make("LogSoftmax_opset11_coerced", "LogSoftmax", {{2, 3, 4}}, {}, {{-2.0, 2.0}}, 11));
+
+  // ---- matmul
+  v.push_back(make("MatMul_2d", "MatMul", {{2, 3}, {3, 4}}));
+  v.push_back(make("MatMul_batched", "MatMul", {{2, 2, 3}, {2, 3, 4}}));
+  v.push_back(make("MatMul_batched_by_2d", "MatMul", {{2, 2, 3}, {3, 4}}));
+  v.push_back(make("MatMul_4d_by_2d", "MatMul", {{2, 2, 2, 3}, {3, 4}}));
+  v.push_back(make("MatMul_2d_by_batched", "MatMul", {{3, 4}, {2, 4, 5}}));
+  v.push_back(make("MatMul_batch_broadcast", "MatMul", {{2, 1, 2, 3}, {3, 3, 2}}));
+  v.push_back(make("MatMul_vec_mat", "MatMul", {{3}, {3, 4}}));
+  v.push_back(make("MatMul_vec_batched", "MatMul", {{3}, {2, 3, 4}}));
+  v.push_back(make("MatMul_mat_vec", "MatMul", {{2, 3}, {3}}));
+  v.push_back(make("MatMul_batched_vec", "MatMul", {{2, 2, 3}, {3}}));
+  v.push_back(make("MatMul_dot", "MatMul", {{3}, {3}}));
+  for (int ta = 0; ta <= 1; ++ta)
+    for (int tb = 0; tb <= 1; ++tb) {
+      std::vector<int64_t> a = ta ? std::vector<int64_t>{3, 2} : std::vector<int64_t>{2, 3};
+      std::vector<int64_t> b = tb ? std::vector<int64_t>{4, 3} : std::vector<int64_t>{3, 4};
+      std::string t = "_tA" + std::to_string(ta) + "_tB" + std::to_string(tb);
+      Attrs at{{"transA", int64_t{ta}}, {"transB", int64_t{tb}}};
+      v.push_back(make("Gemm_noC" + t, "Gemm", {a, b}, at));
+      v.push_back(make("Gemm_C_MN" + t, "Gemm", {a, b, {2, 4}}, at));
+      Attrs scaled = at;
+      scaled["alpha"] = 0.5f;
+      scaled["beta"] = 2.0f;
+      v.push_back(make("Gemm_C_N_scaled" + t, "Gemm", {a, b, {4}}, scaled));
+    }
+  v.push_back(make("Gemm_C_scalar", "Gemm", {{2, 3}, {3, 4}, {}}, {{"beta", 0.5f}}));
+  v.push_back(make("Gemm_C_M1", "Gemm", {{2, 3}, {3, 4}, {2, 1}}, {{"alpha", 1.5f}}));
+  v.push_back(make("Gemm_C_1N", "Gemm", {{2, 3}, {3, 4}, {1, 4}}));
+
+  // ---- reductions (axes: attribute before opset 13 for ReduceSum and 18 for the others, input after)
+  auto reduce = [&](const std::string& label, const std::string& op, std::vector<int64_t> shape,
+                    std::optional<std::vector<int64_t>> axes, int64_t keepdims, int64_t opset,
+                    std::pair<double, double> range, bool axes_as_input) {
+    Attrs a{{"keepdims", keepdims}};
+    if (axes && !axes_as_input) a["axes"] = *axes;
+    RuleCase c = make(label, op, {shape}, a, {range}, opset);
+    if (axes && axes_as_input) {
+      c.input_shapes.push_back({});
+      c = with_const(c, 1, ints(*axes));
+    }
+    return c;
+  };
+  v.push_back(reduce("ReduceSum_attr_keep", "ReduceSum", {2, 3, 4}, std::vector<int64_t>{1}, 1, 11, any, false));
+  v.push_back(reduce("ReduceSum_attr_drop", "ReduceSum", {2, 3, 4}, std::vector<int64_t>{0, 2}, 0, 12, any, false));
+  v.push_back(reduce("ReduceSum_input_drop", "ReduceSum", {2, 3, 4}, std::vector<int64_t>{1}, 0, 13, any, true));
+  v.push_back(reduce("ReduceSum_input_neg_keep", "ReduceSum", {2, 3, 4}, std::vector<int64_t>{-1}, 1, 13, any, true));
+  v.push_back(reduce("ReduceSum_all_drop", "ReduceSum", {2, 3, 4}, std::nullopt, 0, 13, any, false));
+  v.push_back(reduce("ReduceSum_all_keep_opset11", "ReduceSum", {2, 3}, std::nullopt, 1, 11, any, false));
+  {
+    RuleCase c = reduce("ReduceSum_noop_empty_axes", "ReduceSum", {2, 3}, std::nullopt, 0, 13, any, false);
+    c.attrs["noop_with_empty_axes"] = int64_t{1};
+    v.push_back(c);
+  }
+  v.push_back(reduce("ReduceMean_attr_drop", "ReduceMean", {2, 3, 4}, std::vector<int64_t>{1}, 0, 11, any, false));
+  v.push_back(reduce("ReduceMean_attr_keep", "ReduceMean", {2, 3, 4}, std::vector<int64_t>{0, 2}, 1, 17, any, false));
+  v.push_back(reduce("ReduceMean_input_drop", "ReduceMean", {2, 3, 4}, std::vector<int64_t>{-1}, 0, 18, any, true));
+  v.push_back(reduce("ReduceMean_input_keep", "ReduceMean", {2, 3, 4}, std::vector<int64_t>{0, 1}, 1, 18, any, true));
+  v.push_back(reduce("ReduceMean_all_drop", "ReduceMean", {2, 3}, std::nullopt, 0, 18, any, false));
+  v.push_back(reduce("ReduceSumSquare_attr", "ReduceSumSquare", {2, 3, 4}, std::vector<int64_t>{1}, 0, 13, any, false));
+  v.push_back(reduce("ReduceSumSquare_input", "ReduceSumSquare", {2, 3, 4}, std::vector<int64_t>{2}, 1, 18, any, true));
+  v.push_back(reduce("ReduceL2_attr", "ReduceL2", {2, 3, 4}, std::vector<int64_t>{1}, 0, 13, any, false));
+  v.push_back(reduce("ReduceL2_input", "ReduceL2", {2, 3, 4}, std::vector<int64_t>{0, 2}, 1, 18, any, true));
+  v.push_back(reduce("ReduceLogSumExp_attr", "ReduceLogSumExp", {2, 3, 4}, std::vector<int64_t>{1}, 0, 13, any, false));
+  v.push_back(reduce("ReduceLogSumExp_input", "ReduceLogSumExp", {2, 3, 4}, std::vector<int64_t>{-1}, 1, 18, any, true));
+  v.push_back(reduce("ReduceMax_attr", "ReduceMax", {2, 3, 4}, std::vector<int64_t>{1}, 0, 13, any, false));
+  v.push_back(reduce("ReduceMax_input", "ReduceMax", {2, 3, 4}, std::vector<int64_t>{0, 2}, 1, 18, any, true));
+  v.push_back(reduce("ReduceMin_attr", "ReduceMin", {2, 3, 4}, std::vector<int64_t>{2}, 1, 13, any, false));
+  v.push_back(reduce("ReduceMin_all", "ReduceMin", {2, 3}, std::nullopt, 0, 18, any, false));
+
+  // ---- shape ops
+  v.push_back(with_const(make("Reshape_infer", "Reshape", {{2, 3, 4}, {}}), 1, ints({6, -1})));
+  v.push_back(with_const(make("Reshape_copy_dim", "Reshape", {{2, 3, 4}, {}}), 1, ints({0, 12})));
+  v.push_back(make("Flatten_axis1", "Flatten", {{2, 3, 4}}, {{"axis", int64_t{1}}}));
+  v.push_back(make("Flatten_axis0", "Flatten", {{2, 3, 4}}, {{"axis", int64_t{0}}}));
+  v.push_back(with_const(make("Squeeze_input", "Squeeze", {{2, 1, 3}, {}}, {}, {}, 13), 1, ints({1})));
+  v.push_back(make("Squeeze_attr", "Squeeze", {{2, 1, 3, 1}}, {{"axes", std::vector<int64_t>{1, -1}}}, {}, 11));
+  v.push_back(make("Squeeze_all", "Squeeze", {{1, 3, 1}}, {}, {}, 13));
+  v.push_back(with_const(make("Unsqueeze_input", "Unsqueeze", {{2, 3}, {}}, {}, {}, 13), 1, ints({0, -1})));
+  v.push_back(make("Unsqueeze_attr", "Unsqueeze", {{2, 3}}, {{"axes", std::vector<int64_t>{1}}}, {}, 11));
+  v.push_back(make("Transpose_perm", "Transpose", {{2, 3, 4}}, {{"perm", std::vector<int64_t>{2, 0, 1}}}));
+  v.push_back(make("Transpose_reverse", "Transpose", {{2, 3, 4}}));
+  v.push_back(with_const(make("Expand", "Expand", {{3, 1}, {}}), 1, ints({2, 3, 4})));
+  v.push_back(make("Concat_axis1", "Concat", {{2, 3}, {2, 2}}, {{"axis", int64_t{1}}}));
+  v.push_back(make("Concat_three_last", "Concat", {{2, 1, 2}, {2, 1, 3}, {2, 1, 1}}, {{"axis", int64_t{-1}}}));
+  {
+    // Repeated indices must accumulate.
+    std::vector<int64_t> idx{0, 3, 3, 1, 0, 4};
+    v.push_back(with_const(make("Gather_rows_repeated", "Gather", {{5, 3}, {}}), 1,
+                           TensorData::from<int64_t>({2, 3}, std::span<const int64_t>(idx))));
+    std::vector<int64_t> idx1{2, 0, 2};
+    v.push_back(with_const(make("Gather_axis1", "Gather", {{2, 4, 3}, {}}, {{"axis", int64_t{1}}}), 1,
+                           TensorData::from<int64_t>({3}, std::span<const int64_t>(idx1))));
+    std::vector<int64_t> idx2{1, 1, 0, 2};
+    v.push_back(with_const(make("Gather_last_axis_2d_indices", "Gather", {{2, 3}, {}}, {{"axis", int64_t{-1}}}), 1,
+                           TensorData::from<int64_t>({2, 2}, std::span<const int64_t>(idx2))));
+  }
+  return v;
+}
+
+}  // namespace
+
+const std::vector<RuleCase>& rule_cases() {
+  static const std::vector<RuleCase> cases = build();
+  return cases;
+}
+
+}  // namespace onnxtrain::test

@@ -1,0 +1,371 @@
+// The Expr emitter's symbolic type propagation, the rule registry, and the graphs the rules emit: they must
+// pass our structural checks and agree with ONNX's own shape inference.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "gradients/builder.h"
+#include "gradients/fused.h"
+#include "gradients/rule.h"
+#include "gradients/rule_cases.h"
+#include "graph/error.h"
+#include "graph/expr.h"
+#include "graph/shape_inference.h"
+#include "graph/validate.h"
+
+namespace onnxtrain {
+namespace {
+
+Dim d(int64_t v) { return Dim::of(v); }
+Dim s(const char* name) { return Dim::sym(name); }
+
+// A graph with typed inputs to emit into.
+struct Fixture {
+  Graph g;
+  GraphBuilder b{g, "t/"};
+  Expr in(const std::string& name, Shape shape, DType t = DType::Float32) {
+    TypeInfo ti{t, std::move(shape)};
+    g.inputs.push_back({name, ti});
+    return value(b, name);
+  }
+  const Node& producer(const Expr& e) const {
+    for (const Node& n : g.nodes)
+      if (std::find(n.outputs.begin(), n.outputs.end(), e.name) != n.outputs.end()) return n;
+    throw Error("no producer for " + e.name);
+  }
+  void check(const std::vector<Expr>& outs) {
+    for (const Expr& e : outs) g.outputs.push_back({e.name, e.type});
+    check_graph(g, "emitter test");
+  }
+};
+
+TEST(BroadcastShapes, NumpyRules) {
+  EXPECT_EQ(broadcast_shapes(Shape{d(2), d(3)}, Shape{d(3)}), (Shape{d(2), d(3)}));
+  EXPECT_EQ(broadcast_shapes(Shape{d(2), d(1), d(4)}, Shape{d(3), d(1)}), (Shape{d(2), d(3), d(4)}));
+  EXPECT_EQ(broadcast_shapes(Shape{}, Shape{d(5)}), (Shape{d(5)}));
+  EXPECT_EQ(broadcast_shapes(Shape{d(2)}, Shape{d(3)}), std::nullopt);
+  EXPECT_EQ(broadcast_shapes(std::nullopt, Shape{d(3)}), std::nullopt);
+}
+
+TEST(BroadcastShapes, Symbols) {
+  EXPECT_EQ(broadcast_shapes(Shape{s("N"), d(3)}, Shape{s("N"), d(1)}), (Shape{s("N"), d(3)}));
+  EXPECT_EQ(broadcast_shapes(Shape{d(1)}, Shape{s("N")}), (Shape{s("N")}));
+  // A known size other than 1 decides: the symbol is either that size or 1.
+  EXPECT_EQ(broadcast_shapes(Shape{d(5)}, Shape{s("N")}), (Shape{d(5)}));
+  // Two different symbols may be different sizes with one of them 1: unknown.
+  EXPECT_EQ(broadcast_shapes(Shape{s("N")}, Shape{s("M")}), (Shape{Dim{}}));
+  EXPECT_EQ(broadcast_shapes(Shape{s("N")}, Shape{Dim{}}), (Shape{Dim{}}));
+}
+
+TEST(Expr, ArithmeticPropagatesTypesAndEmitsNodes) {
+  Fixture f;
+  Expr x = f.in("x", {s("B"), d(1), d(4)});
+  Expr y = f.in("y", {d(3), d(1)});
+  Expr z = x * y;
+  EXPECT_EQ(z.dtype(), DType::Float32);
+  EXPECT_EQ(*z.shape(), (Shape{s("B"), d(3), d(4)}));
+  EXPECT_EQ(f.producer(z).op_type, "Mul");
+  EXPECT_EQ(f.producer(z).inputs, (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(*f.g.type_of(z.name), z.type);
+
+  Expr w = 1.0 - z / 2.0;
+  EXPECT_EQ(*w.shape(), *z.shape());
+  const Node& sub = f.producer(w);
+  EXPECT_EQ(sub.op_type, "Sub");
+  // The scalar takes the Expr's element type.
+  EXPECT_EQ(f.g.type_of(sub.inputs[0])->dtype, DType::Float32);
+  EXPECT_EQ(*f.g.type_of(sub.inputs[0])->shape, Shape{});
+  f.check({w});
+}
+
+TEST(Expr, ExactIdentitiesAreFolded) {
+  Fixture f;
+  Expr x = f.in("x", {d(2)});
+  EXPECT_EQ((x * 1.0).name, "x");
+  EXPECT_EQ((x + 0.0).name, "x");
+  EXPECT_EQ((x / 1.0).name, "x");
+  EXPECT_EQ(cast(x, DType::Float32).name, "x");
+  EXPECT_TRUE(f.g.nodes.empty());
+  EXPECT_NE((x * 2.0).name, "x");
+}
+
+TEST(Expr, MixedTypesAndBadShapesFailClearly) {
+  Fixture f;
+  Expr x = f.in("x", {d(2), d(3)});
+  Expr i = f.in("i", {d(2), d(3)}, DType::Int64);
+  Expr y = f.in("y", {d(4)});
+  EXPECT_THROW(x + i, Error);
+  try {
+    (void)(x + y);
+    FAIL() << "expected a broadcast error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("do not broadcast"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(matmul(x, y), Error);  // inner dims 3 vs 4
+  EXPECT_THROW(value(f.b, "nowhere"), Error);
+  EXPECT_THROW(transpose(x, {0, 0}), Error);
+}
+
+TEST(Expr, MatMulShapes) {
+  Fixture f;
+  auto mm = [&](Shape a, Shape b) {
+    static int k = 0;
+    Expr ea = f.in("a" + std::to_string(k), std::move(a));
+    Expr eb = f.in("b" + std::to_string(k++), std::move(b));
+    return *matmul(ea, eb).shape();
+  };
+  EXPECT_EQ(mm({d(2), d(3)}, {d(3), d(4)}), (Shape{d(2), d(4)}));
+  EXPECT_EQ(mm({s("B"), d(2), d(3)}, {d(3), d(4)}), (Shape{s("B"), d(2), d(4)}));
+  EXPECT_EQ(mm({d(2), d(1), d(2), d(3)}, {d(5), d(3), d(2)}), (Shape{d(2), d(5), d(2), d(2)}));
+  EXPECT_EQ(mm({d(3)}, {d(3), d(4)}), (Shape{d(4)}));
+  EXPECT_EQ(mm({d(3)}, {d(7), d(3), d(4)}), (Shape{d(7), d(4)}));
+  EXPECT_EQ(mm({d(2), d(3)}, {d(3)}), (Shape{d(2)}));
+  EXPECT_EQ(mm({d(3)}, {d(3)}), Shape{});
+  EXPECT_EQ(mm({s("M"), s("K")}, {s("K"), s("N")}), (Shape{s("M"), s("N")}));
+}
+
+TEST(Expr, ReductionsTransposeAndShapeOps) {
+  Fixture f;
+  Expr x = f.in("x", {s("B"), d(3), d(4)});
+  EXPECT_EQ(*reduce_sum(x, {-1}, false).shape(), (Shape{s("B"), d(3)}));
+  EXPECT_EQ(*reduce_sum(x, {0, 2}, true).shape(), (Shape{d(1), d(3), d(1)}));
+  Expr all = reduce_sum_all(x);
+  EXPECT_EQ(*all.shape(), Shape{});
+  EXPECT_EQ(f.producer(all).inputs.size(), 1u);  // no axes input: every axis
+  Expr rs = reduce_sum(x, {1}, false);
+  ASSERT_EQ(f.producer(rs).inputs.size(), 2u);  // axes as an input (opset 13+)
+  EXPECT_EQ(f.g.type_of(f.producer(rs).inputs[1])->dtype, DType::Int64);
+  EXPECT_THROW(reduce_sum(x, {3}, false), Error);
+
+  EXPECT_EQ(*transpose(x, {2, 0, 1}).shape(), (Shape{d(4), s("B"), d(3)}));
+  EXPECT_EQ(*transpose(x, {}).shape(), (Shape{d(4), d(3), s("B")}));
+  EXPECT_EQ(*transpose_last2(x).shape(), (Shape{s("B"), d(4), d(3)}));
+
+  Expr sh = shape_of(x);
+  EXPECT_EQ(sh.dtype(), DType::Int64);
+  EXPECT_EQ(*sh.shape(), Shape{d(3)});
+  EXPECT_EQ(*reshape(x, int64s(f.b, {0, -1})).shape(), (Shape{s("B"), d(12)}));
+  Expr y = f.in("y", {d(2), d(3), d(4)});
+  EXPECT_EQ(*reshape(y, int64s(f.b, {-1, 4})).shape(), (Shape{d(6), d(4)}));
+  EXPECT_EQ(*reshape_like(reshape(y, int64s(f.b, {24})), x).shape(), *x.shape());
+  EXPECT_EQ(*expand(f.in("e", {d(3), d(1)}), int64s(f.b, {2, 3, 5})).shape(), (Shape{d(2), d(3), d(5)}));
+
+  Expr c = cast(x, DType::Float64);
+  EXPECT_EQ(c.dtype(), DType::Float64);
+  EXPECT_EQ(std::get<int64_t>(f.producer(c).attributes.at("to")), static_cast<int64_t>(DType::Float64));
+  Expr cond = less(x, zeros_like(x));
+  EXPECT_EQ(cond.dtype(), DType::Bool);
+  Expr wh = where(cond, x, scalar(f.b, DType::Float32, 0.0));
+  EXPECT_EQ(*wh.shape(), *x.shape());
+  Expr total = sum({x, f.in("r", {d(4)}), ones_like(x)});
+  EXPECT_EQ(*total.shape(), *x.shape());
+  EXPECT_EQ(f.producer(total).inputs.size(), 3u);
+  f.check({wh, total, c});
+}
+
+TEST(Expr, ReduceMeanStaticAndDynamicCounts) {
+  Fixture f;
+  Expr x = f.in("x", {d(2), d(3), d(4)});
+  Expr m = reduce_mean(x, {1}, false);
+  EXPECT_EQ(*m.shape(), (Shape{d(2), d(4)}));
+  const Node& div = f.producer(m);
+  ASSERT_EQ(div.op_type, "Div");
+  const Node& cnt = f.producer(value(f.b, div.inputs[1]));
+  ASSERT_EQ(cnt.op_type, "Constant");
+  EXPECT_EQ(cnt.attr_tensor("value")->as<float>()[0], 3.0f);
+
+  Expr y = f.in("y", {s("B"), d(3)});
+  Expr my = reduce_mean(y, {0}, true);
+  EXPECT_EQ(*my.shape(), (Shape{d(1), d(3)}));
+  bool has_prod = std::any_of(f.g.nodes.begin(), f.g.nodes.end(), [](const Node& n) { return n.op_type == "ReduceProd"; });
+  EXPECT_TRUE(has_prod) << "an unknown count is computed from the run-time shape";
+  EXPECT_EQ(*reduce_mean_all(y).shape(), Shape{});
+  f.check({m, my});
+}
+
+TEST(Registry, ListsRulesAndRejectsDuplicates) {
+  const auto ops = default_rules().ops();
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Neg", "Pow", "Sqrt", "Exp", "Log", "Abs", "Reciprocal", "Relu",
+                         "Sigmoid", "Tanh", "Identity", "Cast", "Where", "MatMul", "Gemm", "ReduceSum", "ReduceMean",
+                         "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Softmax", "LogSoftmax"})
+    EXPECT_TRUE(std::count(ops.begin(), ops.end(), std::make_pair(std::string(), std::string(op)))) << op;
+  EXPECT_TRUE(std::is_sorted(ops.begin(), ops.end()));
+  EXPECT_NE(default_rules().find("ai.onnx", "Add"), nullptr);
+  EXPECT_EQ(default_rules().find("", "NoSuchOp"), nullptr);
+  GradientRegistry r;
+  r.add("Foo", [](RuleContext&) {});
+  EXPECT_THROW(r.add("Foo", [](RuleContext&) {}), Error);
+  EXPECT_TRUE(is_non_differentiable_op("", "Shape"));
+  EXPECT_TRUE(is_non_differentiable_op("", "Equal"));
+  EXPECT_FALSE(is_non_differentiable_op("", "Add"));
+}
+
+// Runs one rule on a node with symbolic shapes and returns the gradient graph.
+struct RuleRun {
+  Graph g;
+  std::vector<std::optional<Expr>> dx;
+  std::vector<std::string> reads;
+};
+
+RuleRun run_rule(const std::string& op, std::vector<Shape> in_shapes, Shape out_shape,
+                 std::map<std::string, Attribute> attrs = {}, int64_t opset = 17) {
+  RuleRun r;
+  Node n;
+  n.name = "fwd";
+  n.op_type = op;
+  n.attributes = std::move(attrs);
+  std::vector<Expr> xs;
+  GraphBuilder b(r.g, "grad/");
+  for (size_t i = 0; i < in_shapes.size(); ++i) {
+    std::string name = "x" + std::to_string(i);
+    r.g.inputs.push_back({name, {DType::Float32, in_shapes[i]}});
+    n.inputs.push_back(name);
+    xs.push_back(value(b, name));
+  }
+  n.outputs = {"y"};
+  r.g.value_info["y"] = {DType::Float32, out_shape};
+  r.g.inputs.push_back({"dy", {DType::Float32, out_shape}});
+  r.g.nodes.push_back(n);
+  RuleContext c(b, r.g.nodes[0], opset, xs, {value(b, "y")}, {value(b, "dy")},
+                std::vector<bool>(in_shapes.size(), true));
+  default_rules().find("", op)->operator()(c);
+  r.dx = c.results();
+  r.reads = c.reads();
+  for (size_t i = 0; i < r.dx.size(); ++i)
+    if (r.dx[i]) r.g.outputs.push_back({r.dx[i]->name, r.dx[i]->type});
+  check_graph(r.g, "rule " + op);
+  return r;
+}
+
+TEST(Rules, MatMulWith2dWeightFoldsTheBatchIntoRows) {
+  RuleRun r = run_rule("MatMul", {{s("B"), s("T"), d(3)}, {d(3), d(5)}}, {s("B"), s("T"), d(5)});
+  ASSERT_TRUE(r.dx[0] && r.dx[1]);
+  EXPECT_EQ(*r.dx[0]->shape(), (Shape{s("B"), s("T"), d(3)}));
+  EXPECT_EQ(*r.dx[1]->shape(), (Shape{d(3), d(5)}));  // no [B, 3, 5] intermediate to sum away
+  for (const Node& n : r.g.nodes)
+    if (n.op_type == "MatMul") {
+      for (const std::string& o : n.outputs) EXPECT_LE(r.g.type_of(o)->shape->size(), 3u) << o;
+    }
+}
+
+TEST(Rules, ActivationsEmitFusedOpsReadingOutputs) {
+  for (const char* op : {"Relu", "Sigmoid", "Tanh"}) {
+    RuleRun r = run_rule(op, {{s("N"), d(4)}}, {s("N"), d(4)});
+    ASSERT_TRUE(r.dx[0]) << op;
+    EXPECT_EQ(r.g.nodes.back().domain, kFusedGradDomain) << op;
+    EXPECT_EQ(r.g.nodes.back().op_type, std::string(op) + "Grad");
+    EXPECT_EQ(r.reads, std::vector<std::string>{"y"}) << op << " should not keep its input alive";
+  }
+}
+
+TEST(Rules, ReductionWithSymbolicShapesExpandsToTheInput) {
+  RuleRun r = run_rule("ReduceMean", {{s("B"), d(3), d(4)}}, {s("B"), d(4)},
+                       {{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{0}}}, 17);
+  ASSERT_TRUE(r.dx[0]);
+  EXPECT_EQ(*r.dx[0]->shape(), (Shape{s("B"), d(3), d(4)}));
+}
+
+TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
+  auto fns = fused_grad_functions();
+  std::vector<std::string> names;
+  for (const Function& f : fns) {
+    names.push_back(f.name);
+    EXPECT_EQ(f.domain, kFusedGradDomain);
+    EXPECT_EQ(f.inputs, (std::vector<std::string>{"dY", "Y"}));
+    EXPECT_EQ(f.outputs, std::vector<std::string>{"dX"});
+    EXPECT_EQ(f.opset_imports.at(""), 17);
+    std::vector<std::string> defined = f.inputs;
+    for (const Node& n : f.nodes) {
+      EXPECT_TRUE(n.domain.empty()) << f.name << " body uses " << n.domain << "." << n.op_type;
+      for (const std::string& i : n.inputs)
+        EXPECT_TRUE(std::count(defined.begin(), defined.end(), i)) << f.name << ": '" << i << "' used before defined";
+      defined.insert(defined.end(), n.outputs.begin(), n.outputs.end());
+    }
+    EXPECT_TRUE(std::count(defined.begin(), defined.end(), "dX")) << f.name;
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"ReluGrad", "SigmoidGrad", "TanhGrad"}));
+
+  // A model calling each function passes the ONNX checker, and ONNX infers the functions' output types.
+  Model m;
+  m.opset_imports = {{"", 17}, {kFusedGradDomain, 1}};
+  m.functions = fns;
+  m.graph.name = "fused";
+  m.graph.inputs = {{"dy", {DType::Float32, Shape{d(2), d(3)}}}, {"y", {DType::Float32, Shape{d(2), d(3)}}}};
+  for (const Function& f : fns) {
+    Node n;
+    n.name = f.name;
+    n.op_type = f.name;
+    n.domain = kFusedGradDomain;
+    n.inputs = {"dy", "y"};
+    n.outputs = {f.name + "_out"};
+    m.graph.nodes.push_back(n);
+    m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(2), d(3)}}});
+  }
+  EXPECT_NO_THROW(validate_model(m, "fused functions"));
+}
+
+// Every gradient graph the rules emit for the table's cases passes our checks, and wherever ONNX's shape
+// inference knows a type, the emitter's propagated type agrees with it.
+TEST(Rules, PropagatedTypesAgreeWithOnnxShapeInference) {
+  size_t checked = 0;
+  for (const test::RuleCase& c : test::rule_cases()) {
+    if (c.opset < 13) continue;  // our emitted ops (Unsqueeze with an axes input...) need opset 13+
+    SCOPED_TRACE(c.label);
+    Model m;
+    m.opset_imports = {{"", std::max<int64_t>(c.opset, 17)}, {kFusedGradDomain, 1}};
+    Graph& g = m.graph;
+    Node n;
+    n.name = "fwd";
+    n.op_type = c.op;
+    n.attributes = c.attrs;
+    std::vector<std::string> wrt;
+    for (size_t i = 0; i < c.input_shapes.size(); ++i) {
+      std::string name = "x" + std::to_string(i);
+      if (i < c.const_inputs.size() && c.const_inputs[i]) {
+        g.initializers[name] = *c.const_inputs[i];
+      } else {
+        Shape sh;
+        for (int64_t v : c.input_shapes[i]) sh.push_back(d(v));
+        g.inputs.push_back({name, {DType::Float32, sh}});
+        wrt.push_back(name);
+      }
+      n.inputs.push_back(name);
+    }
+    n.outputs = {"y"};
+    g.nodes.push_back(n);
+    infer_shapes(m);
+    GraphBuilder b(g, "test/");
+    Expr loss = reduce_sum_all(value(b, "y") * value(b, "y"));
+    Expr seed = scalar(b, loss.dtype(), 1.0);
+    GradientResult res = build_gradients(g, m.opset_imports, {wrt, {loss.name}, {seed.name}, {}});
+    for (const std::string& w : wrt) g.outputs.push_back({res.grads.at(w), *g.type_of(w)});
+    ASSERT_NO_THROW(check_graph(g, c.label));
+
+    const auto ours = g.value_info;
+    g.value_info.clear();
+    infer_shapes(m);
+    for (const auto& [name, t] : ours) {
+      auto it = g.value_info.find(name);
+      if (it == g.value_info.end()) continue;
+      const TypeInfo& theirs = it->second;
+      EXPECT_EQ(t.dtype, theirs.dtype) << name;
+      if (!t.shape || !theirs.shape) continue;
+      ASSERT_EQ(t.shape->size(), theirs.shape->size()) << name << ": ours " << to_string(*t.shape) << ", ONNX "
+                                                       << to_string(*theirs.shape);
+      for (size_t k = 0; k < t.shape->size(); ++k)
+        if ((*t.shape)[k].known() && (*theirs.shape)[k].known()) {
+          EXPECT_EQ((*t.shape)[k].value, (*theirs.shape)[k].value) << name << " dim " << k;
+        }
+      ++checked;
+    }
+    for (const std::string& w : wrt) {
+      const TypeInfo& gt = ours.at(res.grads.at(w));
+      EXPECT_EQ(gt.shape, g.type_of(w)->shape) << "gradient of " << w << " has the input's static shape";
+    }
+  }
+  EXPECT_GT(checked, 100u);
+}
+
+}  // namespace
+}  // namespace onnxtrain
