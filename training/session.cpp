@@ -81,9 +81,28 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   train_ = std::make_unique<Executor>(std::move(tg), opsets, store_, eo);
 }
 
+// By-name lookup into a reused pointer buffer, then the plan's own views: a steady-state step allocates nothing.
+std::span<const Tensor* const> TrainingSession::order_feeds(Executor& ex, const Feeds& feeds) {
+  const auto& names = ex.feed_names();
+  feed_ptrs_.resize(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto it = feeds.find(names[i]);
+    if (it == feeds.end()) {
+      std::string all;
+      for (const std::string& n : names) all += (all.empty() ? "" : ", ") + n;
+      fail("input '" + names[i] + "'", "missing; a training step needs: " + all);
+    }
+    feed_ptrs_[i] = &it->second;
+  }
+  if (feeds.size() != names.size())
+    for (const auto& [name, t] : feeds)
+      if (std::find(names.begin(), names.end(), name) == names.end())
+        fail("input '" + name + "'", "is not an input of the model nor the loss target '" + target_ + "'");
+  return feed_ptrs_;
+}
+
 float TrainingSession::train_step(const Feeds& feeds) {
-  std::vector<Tensor> out = train_->run(feeds);
-  return scalar_of(out.at(0), "loss");
+  return scalar_of(*train_->run(order_feeds(*train_, feeds))[0], "loss");
 }
 
 std::vector<Tensor> TrainingSession::infer(const Feeds& inputs) { return infer_->run(inputs); }

@@ -57,6 +57,8 @@ class TrainingSession {
   const Graph& gradient_graph() const { return grad_->graph(); }
 
  private:
+  std::span<const Tensor* const> order_feeds(Executor& ex, const Feeds& feeds);
+
   Model model_;
   TrainingConfig config_;
   std::vector<std::string> trainable_;
@@ -64,6 +66,7 @@ class TrainingSession {
   std::map<std::string, std::string> grad_names_;
   std::shared_ptr<TensorStore> store_;
   std::unique_ptr<Executor> infer_, grad_, train_;
+  std::vector<const Tensor*> feed_ptrs_;
 };
 
 }  // namespace onnxtrain

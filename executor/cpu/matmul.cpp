@@ -12,7 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
-#include <unordered_map>
+#include <array>
 
 #include "executor/kernel.h"
 #include "graph/error.h"
@@ -25,8 +25,9 @@ dnnl::engine& dnnl_engine() {
   return e;
 }
 
+// One stream per thread: oneDNN streams must not be shared by concurrent callers.
 dnnl::stream& dnnl_stream() {
-  static dnnl::stream s(dnnl_engine());
+  static thread_local dnnl::stream s(dnnl_engine());
   return s;
 }
 
@@ -69,11 +70,12 @@ void fill_offsets(Geometry& g) {
   }
 }
 
-// The oneDNN primitive with its memory objects; handles are swapped per run.
+// The oneDNN primitive with its memory objects; handles are swapped per run. The C argument array is built
+// once: the C++ execute() copies its argument map into a fresh vector on every call.
 struct DnnlMatmul {
   dnnl::matmul prim;
   dnnl::memory a, b, y;
-  std::unordered_map<int, dnnl::memory> args;
+  std::array<dnnl_exec_arg_t, 3> args;
 };
 
 std::optional<DnnlMatmul> build_dnnl(const Geometry& g, float alpha, float beta_sum) {
@@ -117,12 +119,16 @@ std::optional<DnnlMatmul> build_dnnl(const Geometry& g, float alpha, float beta_
     DnnlMatmul m{dnnl::matmul(pd), dnnl::memory(a_md, dnnl_engine(), DNNL_MEMORY_NONE),
                  dnnl::memory(b_md, dnnl_engine(), DNNL_MEMORY_NONE),
                  dnnl::memory(y_md, dnnl_engine(), DNNL_MEMORY_NONE), {}};
-    m.args = {{DNNL_ARG_SRC, m.a}, {DNNL_ARG_WEIGHTS, m.b}, {DNNL_ARG_DST, m.y}};
+    // DNNL_MEMORY_NONE leaves the handles null until run() sets them.
+    m.args = {dnnl_exec_arg_t{DNNL_ARG_SRC, m.a.get()}, dnnl_exec_arg_t{DNNL_ARG_WEIGHTS, m.b.get()},
+              dnnl_exec_arg_t{DNNL_ARG_DST, m.y.get()}};
     return m;
   } catch (const dnnl::error&) {
     return std::nullopt;  // an unsupported layout: the Eigen path computes the same thing
   }
 }
+
+constexpr int64_t kDnnlMinMacs = 32 * 32 * 32;
 
 template <class T> using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
@@ -131,7 +137,10 @@ template <class T> class MatMulKernel final : public Kernel {
   MatMulKernel(Geometry g, T alpha, T beta, bool has_c, int64_t c_rs, int64_t c_cs)
       : g_(std::move(g)), alpha_(alpha), beta_(beta), has_c_(has_c && beta != T(0)), c_rs_(c_rs), c_cs_(c_cs) {
     if constexpr (std::is_same_v<T, float>) {
-      if (g_.batch() > 0 && g_.M > 0 && g_.N > 0 && g_.K > 0) dnnl_ = build_dnnl(g_, alpha, has_c_ ? beta : 0.0f);
+      // oneDNN wins on real products, but each execute() also builds an execution context on the heap
+      // (about a microsecond): small products stay in Eigen, which needs neither.
+      const int64_t macs = g_.batch() * g_.M * g_.N * g_.K;
+      if (macs >= kDnnlMinMacs && g_.M > 0 && g_.N > 0 && g_.K > 0) dnnl_ = build_dnnl(g_, alpha, has_c_ ? beta : 0.0f);
     }
   }
 
@@ -157,8 +166,12 @@ template <class T> class MatMulKernel final : public Kernel {
       dnnl_->a.set_data_handle(const_cast<T*>(a));
       dnnl_->b.set_data_handle(const_cast<T*>(b));
       dnnl_->y.set_data_handle(y);
-      dnnl_->prim.execute(dnnl_stream(), dnnl_->args);
-      dnnl_stream().wait();
+      dnnl::stream& s = dnnl_stream();
+      if (dnnl_primitive_execute(dnnl_->prim.get(), s.get(), static_cast<int>(dnnl_->args.size()),
+                                 dnnl_->args.data()) != dnnl_success)
+        throw Error("oneDNN matmul failed for a [" + std::to_string(g_.M) + "," + std::to_string(g_.K) + "] x [" +
+                    std::to_string(g_.K) + "," + std::to_string(g_.N) + "] product");
+      s.wait();
       return;
     }
     for (int64_t bi = 0; bi < g_.batch(); ++bi) {

@@ -6,8 +6,6 @@
 //   [R, inner]        column reduction (bias gradients: [batch, N] -> [N]), vectorised along inner
 //   [outer, R, inner] a column reduction per outer slice
 // Anything else (e.g. reducing axes 0 and 2 of 4) runs one strided pass over the input.
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -52,7 +50,8 @@ std::vector<int64_t> ints_of(const PrepareContext& ctx, const Tensor& t, const c
 }
 
 int64_t normalize_axis(const PrepareContext& ctx, int64_t axis, int64_t rank, const char* what) {
-  if (axis < -rank || axis >= std::max<int64_t>(rank, 1) || (rank == 0 && axis != 0 && axis != -1))
+  // A scalar accepts axis 0 (reducing it is the identity), as onnx's reference does.
+  if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
     ctx.fail(std::string(what) + " " + std::to_string(axis) + " is out of range for an input of rank " +
              std::to_string(rank));
   return axis < 0 ? axis + rank : axis;
@@ -253,7 +252,7 @@ template <class T, RKind K> class ReduceKernel final : public Kernel {
             const T* so = shift ? shift + o * inner : nullptr;
             for (int64_t j = j0; j < j1; ++j) yo[j] = r.init;
             for (int64_t k = 0; k < n; ++k) {
-              const T* xr = xo;
+              const T* xr = xo + k * inner;
               if (so) {
                 for (int64_t j = j0; j < j1; ++j) yo[j] = r.combine(yo[j], r.pre(xr[j], so[j]));
               } else {

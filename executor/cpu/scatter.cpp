@@ -401,8 +401,8 @@ std::unique_ptr<Kernel> make_gather_nd(PrepareContext& ctx) {
 class PadKernel final : public Kernel {
  public:
   PadKernel(std::vector<int64_t> in_shape, std::vector<int64_t> out_shape, std::vector<int64_t> begins,
-            std::vector<int64_t> ends, size_t es)
-      : in_(std::move(in_shape)), out_(std::move(out_shape)), es_(es) {
+            std::vector<int64_t> ends, size_t es, std::vector<std::byte> attr_value)
+      : in_(std::move(in_shape)), out_(std::move(out_shape)), es_(es), attr_value_(std::move(attr_value)) {
     const size_t r = in_.size();
     lo_.resize(r);
     len_.resize(r);
@@ -420,9 +420,12 @@ class PadKernel final : public Kernel {
     auto* y = static_cast<std::byte*>(out[0]->data);
     const auto* x = static_cast<const std::byte*>(in[0]->data);
     const int64_t n = out[0]->numel();
-    // The constant: input 2 when given (a scalar of data's dtype), else zero.
+    // The constant: input 2 when given (a scalar of data's dtype), the opset 2-10 attribute, else zero.
     std::byte value[16] = {};
-    if (in.size() > 2 && in[2] && in[2]->numel() > 0) std::memcpy(value, in[2]->data, es_);
+    if (!attr_value_.empty())
+      std::memcpy(value, attr_value_.data(), es_);
+    else if (in.size() > 2 && in[2] && in[2]->numel() > 0)
+      std::memcpy(value, in[2]->data, es_);
     if (std::all_of(value, value + es_, [](std::byte b) { return b == std::byte{0}; })) {
       std::memset(y, 0, static_cast<size_t>(n) * es_);
     } else {
@@ -458,6 +461,7 @@ class PadKernel final : public Kernel {
  private:
   std::vector<int64_t> in_, out_, lo_, len_, dst_, in_strides_, out_strides_;
   size_t es_;
+  std::vector<std::byte> attr_value_;
 };
 
 std::unique_ptr<Kernel> make_pad(PrepareContext& ctx) {
@@ -466,11 +470,28 @@ std::unique_ptr<Kernel> make_pad(PrepareContext& ctx) {
   if (es > 16) ctx.fail("elements of " + std::to_string(es) + " bytes are not supported");
   const std::string mode = ctx.node.attr_string("mode", "constant");
   if (mode != "constant") ctx.fail("mode '" + mode + "' is not supported (only 'constant')");
-  required_input(ctx, 1, "pads");
-  const Tensor& pads_t = ctx.constant_input(1);
-  if (pads_t.dtype != DType::Int64) ctx.fail("pads must be int64, got " + dtype_name(pads_t.dtype));
-  std::vector<int64_t> pads(pads_t.span<int64_t>().begin(), pads_t.span<int64_t>().end());
-  if (has_input(ctx, 2)) {
+  std::vector<int64_t> pads;
+  std::vector<std::byte> attr_value;  // opset 2-10: the constant is the float attribute `value`
+  if (ctx.opset < 11) {
+    pads = ctx.node.attr_ints("pads");
+    const float v = ctx.node.attr_float("value", 0.0f);
+    attr_value.resize(es);
+    if (data.dtype == DType::Float32) {
+      std::memcpy(attr_value.data(), &v, es);
+    } else if (data.dtype == DType::Float64) {
+      const double dv = v;
+      std::memcpy(attr_value.data(), &dv, es);
+    } else if (v != 0.0f) {
+      ctx.fail("a non-zero value attribute is supported for float32 and float64 only, the data is " +
+               dtype_name(data.dtype));
+    }
+  } else {
+    required_input(ctx, 1, "pads");
+    const Tensor& pads_t = ctx.constant_input(1);
+    if (pads_t.dtype != DType::Int64) ctx.fail("pads must be int64, got " + dtype_name(pads_t.dtype));
+    pads.assign(pads_t.span<int64_t>().begin(), pads_t.span<int64_t>().end());
+  }
+  if (ctx.opset >= 11 && has_input(ctx, 2)) {
     const KernelInput& v = ctx.inputs[2];
     if (v.dtype != data.dtype)
       ctx.fail("constant_value must have data's dtype " + dtype_name(data.dtype) + ", got " + dtype_name(v.dtype));
@@ -478,7 +499,7 @@ std::unique_ptr<Kernel> make_pad(PrepareContext& ctx) {
   }
   const auto r = static_cast<int64_t>(data.shape.size());
   std::vector<int64_t> axes;
-  if (has_input(ctx, 3)) {
+  if (ctx.opset >= 11 && has_input(ctx, 3)) {
     if (ctx.opset < 18) ctx.fail("the axes input exists from opset 18, the model has " + std::to_string(ctx.opset));
     const Tensor& a = ctx.constant_input(3);
     if (a.dtype == DType::Int64)
@@ -511,7 +532,7 @@ std::unique_ptr<Kernel> make_pad(PrepareContext& ctx) {
                " elements of axis " + std::to_string(d));
   }
   ctx.outputs.at(0) = {data.dtype, out_shape};
-  return std::make_unique<PadKernel>(data.shape, out_shape, begins, ends, es);
+  return std::make_unique<PadKernel>(data.shape, out_shape, begins, ends, es, std::move(attr_value));
 }
 
 void add(KernelRegistry& r, const std::string& op, int64_t since, std::vector<DType> dtypes, KernelFactory f) {
@@ -531,8 +552,8 @@ void register_cpu_scatter(KernelRegistry& r) {
   add(r, "ScatterElements", 11, numeric, make_scatter_elements);
   add(r, "GatherElements", 11, {}, make_gather_elements);
   add(r, "GatherND", 11, {}, make_gather_nd);
-  // Pads became an input at opset 11; earlier models carry them as an attribute, which is not supported.
-  add(r, "Pad", 11, {}, make_pad);
+  // Pads (and the constant) are attributes before opset 11 and inputs from then on; one factory reads both.
+  add(r, "Pad", 2, {}, make_pad);
 }
 
 }  // namespace onnxtrain

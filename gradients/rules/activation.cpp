@@ -1,5 +1,6 @@
-// Gradients of activations. Relu, Sigmoid and Tanh use the fused onnxtrain ops (gradients/fused.h), which
-// read only the forward output, so the input can be freed after the forward pass.
+// Gradients of activations. Relu, Sigmoid, Tanh, and Softmax/LogSoftmax over the last axis use the fused
+// onnxtrain ops (gradients/fused.h), which read only the forward output, so the input can be freed after the
+// forward pass.
 #include <numeric>
 
 #include "gradients/fused.h"
@@ -20,7 +21,7 @@ std::vector<int64_t> softmax_axes(RuleContext& c) {
   const bool old = c.opset() < 13;
   int64_t axis = c.node().attr_int("axis", old ? 1 : -1);
   if (!old) return {axis};
-  auto rank = c.X(0).rank();
+  auto rank = c.Y(0).rank();  // Y, not X: reading X would keep it alive for the backward pass
   if (!rank) c.fail("needs the input's rank (opset " + std::to_string(c.opset()) + " Softmax flattens at axis)");
   const auto r = static_cast<int64_t>(*rank);
   if (axis < 0) axis += r;
@@ -28,6 +29,16 @@ std::vector<int64_t> softmax_axes(RuleContext& c) {
   std::vector<int64_t> axes(r - axis);
   std::iota(axes.begin(), axes.end(), axis);
   return axes;
+}
+
+// The fused SoftmaxGrad/LogSoftmaxGrad are emitted only for the innermost axis (their default, axis=-1):
+// their function bodies cannot take an axis attribute (the IR has no attribute references), and the last
+// axis is the case that matters (attention, classifiers). Other axes keep the standard-op form.
+bool is_last_axis(RuleContext& c, const std::vector<int64_t>& axes) {
+  if (axes.size() != 1) return false;
+  if (axes[0] == -1) return true;
+  auto rank = c.Y(0).rank();  // Y, not X: reading X would keep it alive for the backward pass
+  return rank && axes[0] == static_cast<int64_t>(*rank) - 1;
 }
 
 }  // namespace
@@ -49,12 +60,16 @@ void register_activation_rules(GradientRegistry& r) {
   r.add("Softmax", [](RuleContext& c) {
     // dx = y * (dy - sum(dy * y))
     Expr y = c.Y(0), dy = c.dY(0);
-    c.set_dX(0, y * (dy - rules::reduce_sum(dy * y, softmax_axes(c), true, c.opset())));
+    const std::vector<int64_t> axes = softmax_axes(c);
+    if (is_last_axis(c, axes)) return c.set_dX(0, fused(c, "SoftmaxGrad"));
+    c.set_dX(0, y * (dy - rules::reduce_sum(dy * y, axes, true, c.opset())));
   });
   r.add("LogSoftmax", [](RuleContext& c) {
     // dx = dy - softmax(x) * sum(dy), with softmax(x) = exp(y)
     Expr y = c.Y(0), dy = c.dY(0);
-    c.set_dX(0, dy - exp(y) * rules::reduce_sum(dy, softmax_axes(c), true, c.opset()));
+    const std::vector<int64_t> axes = softmax_axes(c);
+    if (is_last_axis(c, axes)) return c.set_dX(0, fused(c, "LogSoftmaxGrad"));
+    c.set_dX(0, dy - exp(y) * rules::reduce_sum(dy, axes, true, c.opset()));
   });
 }
 

@@ -1,4 +1,6 @@
 // Gradients of ops that move data without arithmetic.
+#include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "gradients/rule.h"
@@ -76,6 +78,200 @@ void gather_rule(RuleContext& c) {
   c.set_dX(0, transpose(scattered, back));
 }
 
+// ---- Slice ----------------------------------------------------------------------------------------------
+// dX is dY put back where the slice took it from, zeros elsewhere: one Pad of (the rearranged) dY. Along an
+// axis with step s != 1 the elements of dY lie |s| apart, so dY is first brought to ascending order (a
+// reversing Slice when s < 0) and each element followed by |s| - 1 zeros (Unsqueeze, Pad, Reshape); the
+// final Pad then places that run, cropping the zeros after the last element with a negative end pad.
+
+// An int64 value of shape [1] that is either known now or computed at run time from shapes.
+struct IntVal {
+  std::optional<int64_t> known;
+  Expr dynamic;
+};
+
+Expr as_expr(GraphBuilder& b, const IntVal& v) { return v.known ? int64s(b, {*v.known}) : v.dynamic; }
+
+IntVal int_binary(GraphBuilder& b, const char* op, const IntVal& x, const IntVal& y) {
+  return {std::nullopt, apply(b, op, {as_expr(b, x), as_expr(b, y)}, TypeInfo{DType::Int64, Shape{Dim::of(1)}})};
+}
+
+struct SliceAxis {
+  int64_t axis = 0;
+  int64_t start = 0, end = 0, step = 1;  // as given
+};
+
+// starts/ends/axes/steps: attributes before opset 10, constant inputs from then on.
+std::vector<SliceAxis> slice_params(RuleContext& c, int64_t rank) {
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (c.opset() < 10) {
+    starts = c.node().attr_ints("starts");
+    ends = c.node().attr_ints("ends");
+    axes = c.node().attr_ints("axes");
+  } else {
+    auto get = [&](size_t i, const char* what) -> std::vector<int64_t> {
+      if (!c.has_input(i)) return {};
+      auto v = rules::constant_int64s(c.builder().graph(), c.node().inputs[i]);
+      if (!v) c.fail(std::string(what) + " must be an int64 constant (an initializer or Constant node)");
+      return *v;
+    };
+    starts = get(1, "starts");
+    ends = get(2, "ends");
+    axes = get(3, "axes");
+    steps = get(4, "steps");
+  }
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    c.fail("starts, ends, axes and steps must have the same length");
+  std::vector<SliceAxis> r;
+  std::vector<bool> seen(rank, false);
+  for (size_t i = 0; i < starts.size(); ++i) {
+    int64_t a = axes[i];
+    if (a < -rank || a >= rank) c.fail("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(rank));
+    if (a < 0) a += rank;
+    if (seen[a]) c.fail("axis " + std::to_string(axes[i]) + " is repeated");
+    seen[a] = true;
+    if (steps[i] == 0) c.fail("steps must not be 0");
+    r.push_back({a, starts[i], ends[i], steps[i]});
+  }
+  return r;
+}
+
+// ONNX's clamping of a start or end against a dim of size d: negative counts from the back, then clamped to
+// [0, d] for positive steps and [-1, d - 1] for negative ones.
+int64_t clamp_index(int64_t v, int64_t d, int64_t step, bool is_end) {
+  if (v < 0) v += d;
+  if (step > 0) return std::clamp<int64_t>(v, 0, d);
+  return std::clamp<int64_t>(v, is_end ? -1 : 0, d - 1);
+}
+
+void slice_rule(RuleContext& c) {
+  GraphBuilder& b = c.builder();
+  const TypeInfo xt = rules::input_type(c, 0);
+  if (!xt.shape) c.fail("needs the input's rank");
+  const auto rank = static_cast<int64_t>(xt.shape->size());
+  const std::vector<SliceAxis> params = slice_params(c, rank);
+  Expr g = c.dY(0);
+  std::vector<IntVal> begins(rank, IntVal{0, {}}), ends(rank, IntVal{0, {}});
+  std::optional<Expr> x_shape;  // Shape(X), emitted once when some sliced dim is symbolic
+  for (const SliceAxis& p : params) {
+    const Dim& dim = (*xt.shape)[p.axis];
+    if (!dim.known()) {
+      // Symbolic dim (a sequence length, say): only unit steps, with the clamping done by graph ops.
+      if (p.step != 1)
+        c.fail("needs the size of axis " + std::to_string(p.axis) + " to be known for a step of " +
+               std::to_string(p.step));
+      if (c.opset() < 11) c.fail("needs opset 11 (Pad with a pads input) when axis " + std::to_string(p.axis) +
+                                 " has a symbolic size");
+      if (!x_shape) x_shape = shape_of(c.X(0));
+      IntVal d{std::nullopt, apply(b, "Gather", {*x_shape, int64s(b, {p.axis})}, TypeInfo{DType::Int64, Shape{Dim::of(1)}})};
+      IntVal zero{0, {}};
+      auto clamp = [&](int64_t v) -> IntVal {
+        if (v >= 0) return v == 0 ? zero : int_binary(b, "Min", IntVal{v, {}}, d);
+        return int_binary(b, "Max", int_binary(b, "Add", IntVal{v, {}}, d), zero);
+      };
+      IntVal start = clamp(p.start), end = clamp(p.end);
+      begins[p.axis] = start;
+      // An end before the start is an empty slice: all of the axis is padding.
+      ends[p.axis] = int_binary(b, "Sub", d, int_binary(b, "Max", end, start));
+      continue;
+    }
+    const int64_t d = dim.value;
+    const int64_t start = clamp_index(p.start, d, p.step, false), end = clamp_index(p.end, d, p.step, true);
+    const int64_t mag = p.step > 0 ? p.step : -p.step;
+    const int64_t dist = p.step > 0 ? end - start : start - end;
+    const int64_t len = dist <= 0 ? 0 : (dist + mag - 1) / mag;
+    // The lowest index the slice read; dY's elements run upwards from there once in ascending order.
+    const int64_t low = p.step > 0 ? start : start - (len - 1) * mag;
+    if (len == 0) {
+      begins[p.axis] = IntVal{0, {}};
+      ends[p.axis] = IntVal{d, {}};
+      continue;
+    }
+    if (p.step < 0 && len > 1) {
+      TypeInfo t = g.type;
+      g = apply(b, "Slice",
+                {g, int64s(b, {-1}), int64s(b, {std::numeric_limits<int64_t>::min()}), int64s(b, {p.axis}),
+                 int64s(b, {-1})},
+                t);
+    }
+    int64_t run = len;
+    if (mag > 1 && len > 1) {
+      // [.., len, ..] -> [.., len, 1, ..] -> [.., len, mag, ..] (zeros after each) -> [.., len * mag, ..]
+      Expr u = rules::unsqueeze(g, {p.axis + 1}, c.opset());
+      std::vector<int64_t> pads(2 * (rank + 1), 0);
+      pads[rank + 1 + p.axis + 1] = mag - 1;
+      std::optional<Shape> padded_shape;
+      if (u.shape()) {
+        padded_shape = *u.shape();
+        (*padded_shape)[p.axis + 1] = Dim::of(mag);
+      }
+      Expr padded = c.opset() < 11 ? apply(b, "Pad", {u}, TypeInfo{g.dtype(), padded_shape}, {{"pads", pads}})
+                                   : apply(b, "Pad", {u, int64s(b, pads)}, TypeInfo{g.dtype(), padded_shape});
+      std::optional<Shape> merged;
+      if (g.shape()) {
+        merged = *g.shape();
+        (*merged)[p.axis] = Dim::of(len * mag);
+      }
+      // Reshape target: 0 copies the leading dims; the trailing ones must be spelled out.
+      std::vector<int64_t> target(p.axis, 0);
+      target.push_back(len * mag);
+      bool trailing_known = g.shape().has_value();
+      for (int64_t k = p.axis + 1; trailing_known && k < rank; ++k) {
+        const Dim& td = (*g.shape())[k];
+        if (!td.known()) trailing_known = false;
+        else target.push_back(td.value);
+      }
+      if (!trailing_known) c.fail("needs the dims after axis " + std::to_string(p.axis) + " to be known for a step of " +
+                                  std::to_string(p.step));
+      g = reshape(padded, int64s(b, target), merged);
+      run = len * mag;
+    }
+    begins[p.axis] = IntVal{low, {}};
+    ends[p.axis] = IntVal{d - low - run, {}};
+  }
+  bool all_known = true;
+  std::vector<int64_t> known_pads;
+  for (const auto* side : {&begins, &ends})
+    for (const IntVal& v : *side) {
+      all_known = all_known && v.known.has_value();
+      if (v.known) known_pads.push_back(*v.known);
+    }
+  if (all_known && std::all_of(known_pads.begin(), known_pads.end(), [](int64_t v) { return v == 0; }))
+    return c.set_dX(0, g);
+  TypeInfo out{g.dtype(), xt.shape};
+  if (c.opset() < 11) return c.set_dX(0, apply(b, "Pad", {g}, out, {{"pads", known_pads}}));
+  Expr pads;
+  if (all_known) {
+    pads = int64s(b, known_pads);
+  } else {
+    std::vector<Expr> parts;
+    for (const auto* side : {&begins, &ends})
+      for (const IntVal& v : *side) parts.push_back(as_expr(b, v));
+    pads = apply(b, "Concat", parts, TypeInfo{DType::Int64, Shape{Dim::of(2 * rank)}}, {{"axis", int64_t{0}}});
+  }
+  c.set_dX(0, apply(b, "Pad", {g, pads}, out));
+}
+
+void split_rule(RuleContext& c) {
+  // The engine hands zeros for outputs nobody reads, so the pieces always tile the input.
+  std::vector<Expr> pieces;
+  for (size_t i = 0; i < c.num_outputs(); ++i) pieces.push_back(c.dY(i));
+  if (pieces.size() == 1) return c.set_dX(0, pieces[0]);
+  c.set_dX(0, apply(c.builder(), "Concat", pieces, rules::input_type(c, 0), {{"axis", c.node().attr_int("axis", 0)}}));
+}
+
+void gather_elements_rule(RuleContext& c) {
+  // Scatter-add, not scatter: an index may repeat.
+  if (c.opset() < 16) c.fail("needs opset 16 or newer (ScatterElements with reduction='add'), the model has opset " +
+                             std::to_string(c.opset()));
+  Expr x = c.X(0);
+  c.set_dX(0, apply(c.builder(), "ScatterElements", {zeros_like(x), c.X(1), c.dY(0)}, x.type,
+                    {{"axis", c.node().attr_int("axis", 0)}, {"reduction", std::string("add")}}));
+}
+
 }  // namespace
 
 void register_shape_rules(GradientRegistry& r) {
@@ -112,6 +308,9 @@ void register_shape_rules(GradientRegistry& r) {
   r.add("Expand", [](RuleContext& c) { c.set_dX(0, c.dY(0)); });
   r.add("Concat", concat_rule);
   r.add("Gather", gather_rule);
+  r.add("GatherElements", gather_elements_rule);
+  r.add("Slice", slice_rule);
+  r.add("Split", split_rule);
 }
 
 }  // namespace onnxtrain

@@ -348,6 +348,31 @@ TEST(ShapeKernels, TransposeMatchesIndexMapping) {
   }
 }
 
+// Inputs over a megabyte take the threaded copy paths.
+TEST(ShapeKernels, LargeCopiesMatchNaiveLoops) {
+  Tensor x = iota_f({600, 500});
+  auto t = run_node(make_node("Transpose", 1), 13, {x});
+  ASSERT_EQ(t[0].shape, (std::vector<int64_t>{500, 600}));
+  for (int64_t i = 0; i < 500; ++i)
+    for (int64_t j = 0; j < 600; ++j) ASSERT_EQ(t[0].ptr<float>()[i * 600 + j], x.ptr<float>()[j * 500 + i]);
+  Tensor row = iota_f({300});
+  auto e = run_node(make_node("Expand", 2), 13, {row, ints({1000, 300})}, {1});
+  for (int64_t i = 0; i < 1000; ++i)
+    for (int64_t j = 0; j < 300; ++j) ASSERT_EQ(e[0].ptr<float>()[i * 300 + j], float(j));
+  Tensor idx = Tensor::from_vector<int64_t>({4}, {599, 0, -1, 7});
+  auto g = run_node(make_node("Gather", 2, 1, {{"axis", int64_t{1}}}), 13, {t[0], idx});
+  ASSERT_EQ(g[0].shape, (std::vector<int64_t>{500, 4}));
+  for (int64_t i = 0; i < 500; ++i) {
+    ASSERT_EQ(g[0].ptr<float>()[i * 4 + 0], x.ptr<float>()[599 * 500 + i]);
+    ASSERT_EQ(g[0].ptr<float>()[i * 4 + 2], x.ptr<float>()[599 * 500 + i]);
+    ASSERT_EQ(g[0].ptr<float>()[i * 4 + 3], x.ptr<float>()[7 * 500 + i]);
+  }
+  auto c = run_node(make_node("Concat", 2, 1, {{"axis", int64_t{1}}}), 13, {x, x});
+  ASSERT_EQ(c[0].shape, (std::vector<int64_t>{600, 1000}));
+  for (int64_t i = 0; i < 600; ++i)
+    for (int64_t j = 0; j < 1000; ++j) ASSERT_EQ(c[0].ptr<float>()[i * 1000 + j], x.ptr<float>()[i * 500 + j % 500]);
+}
+
 TEST(ShapeKernels, SliceIncludingNegativeSteps) {
   Tensor x = iota_f({3, 4});  // rows 0..3, 4..7, 8..11
   auto slice = [&](std::vector<int64_t> s, std::vector<int64_t> e, std::vector<int64_t> axes,

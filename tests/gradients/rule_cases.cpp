@@ -1,5 +1,7 @@
 #include "gradients/rule_cases.h"
 
+#include <limits>
+
 namespace onnxtrain::test {
 
 namespace {
@@ -103,6 +105,10 @@ std::vector<RuleCase> build() {
   v.push_back(make("LogSoftmax_last", "LogSoftmax", {{2, 3, 4}}, {}, {{-2.0, 2.0}}, 13));
   v.push_back(make("LogSoftmax_first", "LogSoftmax", {{2, 3, 4}}, {{"axis", int64_t{0}}}, {{-2.0, 2.0}}, 13));
   v.push_back(make("LogSoftmax_opset11_coerced", "LogSoftmax", {{2, 3, 4}}, {}, {{-2.0, 2.0}}, 11));
+  // axis 2 of a rank-3 input coerces to the last axis alone: the fused op serves opset 11 too.
+  v.push_back(make("Softmax_opset11_last", "Softmax", {{2, 3, 4}}, {{"axis", int64_t{2}}}, {{-2.0, 2.0}}, 11));
+  v.push_back(make("LogSoftmax_middle", "LogSoftmax", {{2, 3, 4}}, {{"axis", int64_t{-2}}}, {{-2.0, 2.0}}, 13));
+  v.push_back(make("LogSoftmax_opset11_axis0", "LogSoftmax", {{2, 3, 4}}, {{"axis", int64_t{0}}}, {{-2.0, 2.0}}, 11));
 
   // ---- matmul
   v.push_back(make("MatMul_2d", "MatMul", {{2, 3}, {3, 4}}));
@@ -199,6 +205,67 @@ std::vector<RuleCase> build() {
     std::vector<int64_t> idx2{1, 1, 0, 2};
     v.push_back(with_const(make("Gather_last_axis_2d_indices", "Gather", {{2, 3}, {}}, {{"axis", int64_t{-1}}}), 1,
                            TensorData::from<int64_t>({2, 2}, std::span<const int64_t>(idx2))));
+  }
+
+  // ---- Slice (starts, ends, axes, steps as constants) and Split
+  auto slice = [&](const std::string& label, std::vector<int64_t> shape, std::vector<int64_t> starts,
+                   std::vector<int64_t> ends, std::optional<std::vector<int64_t>> axes,
+                   std::optional<std::vector<int64_t>> steps) {  // steps need axes
+    RuleCase c = make(label, "Slice", {shape, {}, {}}, {}, {}, 17);
+    c = with_const(c, 1, ints(starts));
+    c = with_const(c, 2, ints(ends));
+    if (axes) {
+      c.input_shapes.push_back({});
+      c = with_const(c, 3, ints(*axes));
+    }
+    if (steps) {
+      c.input_shapes.push_back({});
+      c = with_const(c, 4, ints(*steps));
+    }
+    return c;
+  };
+  v.push_back(slice("Slice_two_axes", {4, 5}, {1, 0}, {3, -1}, std::vector<int64_t>{0, 1}, std::nullopt));
+  v.push_back(slice("Slice_default_axes", {3, 4}, {1}, {3}, std::nullopt, std::nullopt));
+  v.push_back(slice("Slice_negative_start_clamped_end", {2, 6}, {-4}, {100}, std::vector<int64_t>{1}, std::nullopt));
+  v.push_back(slice("Slice_clamped_start", {2, 6}, {-100}, {2}, std::vector<int64_t>{-1}, std::nullopt));
+  v.push_back(slice("Slice_step2", {3, 7}, {1}, {7}, std::vector<int64_t>{1}, std::vector<int64_t>{2}));
+  v.push_back(slice("Slice_step3_end_pad", {3, 7}, {0}, {6}, std::vector<int64_t>{1}, std::vector<int64_t>{3}));
+  v.push_back(slice("Slice_reverse", {3, 4}, {-1}, {std::numeric_limits<int64_t>::min()}, std::vector<int64_t>{0},
+                    std::vector<int64_t>{-1}));
+  v.push_back(slice("Slice_negative_step2_cropped", {3, 7}, {-1}, {-8}, std::vector<int64_t>{1},
+                    std::vector<int64_t>{-2}));
+  v.push_back(slice("Slice_mixed_steps", {4, 3, 8}, {3, 1}, {0, 8}, std::vector<int64_t>{0, -1},
+                    std::vector<int64_t>{-1, 3}));
+  v.push_back(slice("Slice_steps_both_axes", {5, 4}, {0, 3}, {5, 0}, std::vector<int64_t>{0, 1}, std::vector<int64_t>{2, -2}));
+  v.push_back(slice("Slice_single_element_step", {6, 2}, {4}, {5}, std::vector<int64_t>{0}, std::vector<int64_t>{3}));
+  {
+    RuleCase c = make("Slice_opset9_attrs", "Slice", {{3, 5}},
+                      {{"starts", std::vector<int64_t>{1, -3}}, {"ends", std::vector<int64_t>{3, 100}},
+                       {"axes", std::vector<int64_t>{0, 1}}},
+                      {}, 9);
+    v.push_back(c);
+  }
+  {
+    RuleCase c = with_const(make("Split_opset13_sizes", "Split", {{2, 5}, {}}, {{"axis", int64_t{1}}}, {}, 13), 1,
+                            ints({2, 3}));
+    c.num_outputs = 2;
+    v.push_back(c);
+    c = make("Split_opset18_num_outputs", "Split", {{6, 2}}, {{"num_outputs", int64_t{3}}}, {}, 18);
+    c.num_outputs = 3;
+    v.push_back(c);
+    c = make("Split_opset11_attr_last_axis", "Split", {{2, 4}}, {{"axis", int64_t{-1}}, {"split", std::vector<int64_t>{1, 3}}},
+             {}, 11);
+    c.num_outputs = 2;
+    v.push_back(c);
+  }
+  {
+    // Repeated indices must accumulate; indices smaller than data along the other axis.
+    std::vector<int64_t> idx{0, 3, 3, 1, 2, 2, 2, 0};
+    v.push_back(with_const(make("GatherElements_axis1_repeated", "GatherElements", {{3, 4}, {}}, {{"axis", int64_t{1}}}),
+                           1, TensorData::from<int64_t>({2, 4}, std::span<const int64_t>(idx))));
+    std::vector<int64_t> idx0{2, -1, 0, 1, 1, 1};
+    v.push_back(with_const(make("GatherElements_axis0_negative", "GatherElements", {{3, 3}, {}}), 1,
+                           TensorData::from<int64_t>({2, 3}, std::span<const int64_t>(idx0))));
   }
   return v;
 }
