@@ -1,10 +1,12 @@
 // Trains an MLP regressor from an ONNX file with the C++ API and prints the loss per epoch.
 //
 //   train_mlp MODEL.onnx [--epochs 10] [--batch 64] [--lr 0.05] [--samples 4096] [--out trained.onnx]
+//             [--dump DIR]   (writes x.npy, y.npy and the trained model's predictions pred.npy)
 //
 // The data is a learnable synthetic regression made here: y = tanh(x . a) + 0.5 * sin(x . b) for fixed random
 // directions a, b. The model must take x[batch, F] and return y[batch, 1].
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +15,7 @@
 
 #include "graph/error.h"
 #include "graph/model_io.h"
+#include "training/npy.h"
 #include "training/session.h"
 
 using namespace onnxtrain;
@@ -20,13 +23,13 @@ using namespace onnxtrain;
 namespace {
 
 struct Args {
-  std::string model, out;
+  std::string model, out, dump;
   int epochs = 10, batch = 64, samples = 4096;
   float lr = 0.05f;
 };
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr, "train_mlp: %s\nusage: train_mlp MODEL.onnx [--epochs N] [--batch B] [--lr F] [--samples N] [--out PATH]\n", why);
+  std::fprintf(stderr, "train_mlp: %s\nusage: train_mlp MODEL.onnx [--epochs N] [--batch B] [--lr F] [--samples N] [--out PATH] [--dump DIR]\n", why);
   std::exit(2);
 }
 
@@ -44,6 +47,7 @@ Args parse(int argc, char** argv) {
       else if (k == "--lr") a.lr = std::stof(next());
       else if (k == "--samples") a.samples = std::stoi(next());
       else if (k == "--out") a.out = next();
+      else if (k == "--dump") a.dump = next();
       else if (k == "-h" || k == "--help") usage("help");
       else if (!k.empty() && k[0] == '-') usage(("unknown option " + k).c_str());
       else a.model = k;
@@ -101,6 +105,12 @@ int main(int argc, char** argv) {
         sum += s.train_step(f);
       }
       std::printf("epoch %2d  loss %.6f\n", e, sum / steps);
+    }
+    if (!a.dump.empty()) {
+      std::filesystem::create_directories(a.dump);
+      write_npy(std::filesystem::path(a.dump) / "x.npy", x);
+      write_npy(std::filesystem::path(a.dump) / "y.npy", y);
+      write_npy(std::filesystem::path(a.dump) / "pred.npy", s.infer({{input, x}}).at(0));
     }
     if (!a.out.empty()) {
       save_model(s.export_inference(), a.out);

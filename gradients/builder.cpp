@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "gradients/rules/util.h"
 #include "graph/error.h"
 #include "graph/validate.h"
 
@@ -33,7 +34,7 @@ bool schema_says_differentiable(const Node& n, size_t i, int64_t opset) {
 
 // Sums a gradient computed in the broadcast shape back to the shape of the input it belongs to. ONNX only
 // broadcasts dimensions that are 1 (or missing), so those are exactly the axes to sum.
-Expr sum_to_shape(Expr g, const Expr& x, const Node& n) {
+Expr sum_to_shape(Expr g, const Expr& x, const Node& n, int64_t opset) {
   if (!g.shape() || !x.shape()) {
     if (g.type.shape == x.type.shape) return g;
     fail(n.describe(), "cannot tell whether the gradient of '" + x.name +
@@ -56,7 +57,7 @@ Expr sum_to_shape(Expr g, const Expr& x, const Node& n) {
     if (xd.known() && xd.value == 1 && !(gd.known() && gd.value == 1)) axes.push_back(static_cast<int64_t>(a));
   }
   if (axes.empty()) return g;
-  Expr r = reduce_sum(g, axes, /*keepdims=*/true);
+  Expr r = rules::reduce_sum(g, axes, /*keepdims=*/true, opset);  // the form valid at the model's opset
   if (lead == 0) return r;
   bool static_shape = std::all_of(xs.begin(), xs.end(), [](const Dim& d) { return d.known(); });
   if (static_shape) {
@@ -166,7 +167,7 @@ GradientResult build_gradients(Graph& g, const std::map<std::string, int64_t>& o
     const auto& dx = ctx.results();
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       if (!needs[i] || i >= dx.size() || !dx[i]) continue;
-      pending[n.inputs[i]].push_back(sum_to_shape(*dx[i], xs[i], n));
+      pending[n.inputs[i]].push_back(sum_to_shape(*dx[i], xs[i], n, opset_for(opsets, "")));
     }
   }
 

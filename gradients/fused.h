@@ -5,6 +5,9 @@
 //   ReluGrad(dY, Y)    = dY where Y > 0, else 0
 //   SigmoidGrad(dY, Y) = dY * Y * (1 - Y)
 //   TanhGrad(dY, Y)    = dY * (1 - Y * Y)
+//   SoftmaxGrad(dY, Y)    = Y * (dY - sum(dY * Y, axis))     (function body for axis = -1 only: the IR has
+//   LogSoftmaxGrad(dY, Y) = dY - exp(Y) * sum(dY, axis)       no attribute references, so rules emit these
+//                                                              fused ops only for the last axis)
 // Inputs are (dY, Y) of the same floating type and shape; the single output dX has that type and shape.
 #include <vector>
 

@@ -81,8 +81,9 @@ template <class T, bool Log> class SoftmaxKernel final : public Kernel {
     double s = 0;
     if constexpr (Log) {
       for (int64_t j = 0; j < n; ++j) s += std::exp(x[j] - m);
-      const T shift = m + static_cast<T>(std::log(s));
-      for (int64_t j = 0; j < n; ++j) y[j] = x[j] - shift;
+      // (x - m) - log(s), not x - (m + log(s)): m + log(s) rounds away log(s)'s digits when m is large.
+      const T ls = static_cast<T>(std::log(s));
+      for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - m) - ls;
     } else {
       for (int64_t j = 0; j < n; ++j) {
         y[j] = std::exp(x[j] - m);
@@ -103,9 +104,10 @@ template <class T, bool Log> class SoftmaxKernel final : public Kernel {
     if constexpr (Log) {
       for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < w; ++i) s[i] += std::exp(x[j * stride + i] - m[i]);
-      for (int64_t i = 0; i < w; ++i) m[i] += static_cast<T>(std::log(s[i]));
+      T ls[kBlock];
+      for (int64_t i = 0; i < w; ++i) ls[i] = static_cast<T>(std::log(s[i]));
       for (int64_t j = 0; j < n; ++j)
-        for (int64_t i = 0; i < w; ++i) y[j * stride + i] = x[j * stride + i] - m[i];
+        for (int64_t i = 0; i < w; ++i) y[j * stride + i] = (x[j * stride + i] - m[i]) - ls[i];
     } else {
       for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < w; ++i) {

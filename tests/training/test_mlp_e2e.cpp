@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <random>
 
-#include "common/npy.h"
 #include "common/test_env.h"
+#include "training/npy.h"
 #include "training/session.h"
 
 namespace onnxtrain {
@@ -57,11 +57,11 @@ TEST(MlpEndToEnd, FirstStepGradientsMatchNumpy) {
   Data d = regression(32, 64, 7);
   Feeds f = batch(s, d, 0, 32);
   auto g = s.gradients(f);
-  test::write_npy(dir / "x.npy", f.at("x"));
-  test::write_npy(dir / "target.npy", f.at(s.target_name()));
-  test::write_npy(dir / "loss.npy", Tensor::from_vector<float>({}, {g.loss}));
+  write_npy(dir / "x.npy", f.at("x"));
+  write_npy(dir / "target.npy", f.at(s.target_name()));
+  write_npy(dir / "loss.npy", Tensor::from_vector<float>({}, {g.loss}));
   ASSERT_EQ(g.grads.size(), 6u);
-  for (const auto& [name, t] : g.grads) test::write_npy(dir / (name + "_grad.npy"), t);
+  for (const auto& [name, t] : g.grads) write_npy(dir / (name + "_grad.npy"), t);
   std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " +
                     (test::source_dir() / "tests/training/mlp_numpy_grads.py").string() + " " + dir.string();
   EXPECT_EQ(std::system(cmd.c_str()), 0) << "numpy disagrees with onnxtrain's gradients (see output above)";

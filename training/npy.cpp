@@ -1,14 +1,15 @@
-#include "common/npy.h"
+#include "training/npy.h"
+
+#include "graph/error.h"
 
 #include <fstream>
-#include <stdexcept>
 #include <string>
 
-namespace onnxtrain::test {
+namespace onnxtrain {
 
 void write_npy(const std::filesystem::path& p, const Tensor& t) {
   std::string descr = t.dtype == DType::Float32 ? "<f4" : t.dtype == DType::Float64 ? "<f8" : t.dtype == DType::Int64 ? "<i8" : "";
-  if (descr.empty()) throw std::runtime_error("write_npy: unsupported dtype " + dtype_name(t.dtype));
+  if (descr.empty()) fail(p.string(), "cannot write " + dtype_name(t.dtype) + " to .npy (float32, float64, int64 only)");
   std::string shape = "(";
   for (int64_t d : t.shape) shape += std::to_string(d) + ",";
   shape += ")";
@@ -23,6 +24,7 @@ void write_npy(const std::filesystem::path& p, const Tensor& t) {
   f.put(static_cast<char>(len >> 8));
   f << header;
   f.write(static_cast<const char*>(t.data), static_cast<std::streamsize>(t.nbytes()));
+  if (!f) fail(p.string(), "could not write the file");
 }
 
-}  // namespace onnxtrain::test
+}  // namespace onnxtrain

@@ -1,0 +1,8 @@
+execute_process(COMMAND ${CLI} ops OUTPUT_VARIABLE generated RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "onnxtrain ops failed (${rc})")
+endif()
+file(READ ${PAGE} current)
+if(NOT generated STREQUAL current)
+  message(FATAL_ERROR "docs/ops.md is out of date with the registries; regenerate it: onnxtrain ops > docs/ops.md")
+endif()
