@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "graph/error.h"
+#include "graph/inline.h"
 
 namespace onnxtrain {
 
@@ -17,6 +18,19 @@ Executor::Executor(Graph g, std::map<std::string, int64_t> opsets, std::shared_p
                    ExecutorOptions opts)
     : graph_(std::move(g)), opsets_(std::move(opsets)), store_(std::move(store)), opts_(std::move(opts)) {
   if (!opts_.registry) opts_.registry = &default_kernels();
+  if (!opts_.functions.empty()) {
+    const KernelRegistry& reg = *opts_.registry;
+    const Device dev = opts_.device;
+    const bool always = opts_.prefer_function_bodies;
+    inline_functions(graph_, opts_.functions, [&](const Node& n) {
+      if (always) return true;
+      for (const KernelDef& d : reg.all())
+        if (d.device == dev && d.op_type == n.op_type && d.domain == n.domain) return false;
+      return true;
+    });
+    for (const Function& f : opts_.functions)
+      for (const auto& [dom, v] : f.opset_imports) opsets_.emplace(dom, v);
+  }
   for (const auto& [name, data] : graph_.initializers)
     if (!store_->count(name)) (*store_)[name] = Tensor::from_data(data);
   for (const ValueInfo& in : graph_.inputs) {

@@ -21,6 +21,10 @@ struct ExecutorOptions {
   std::set<std::string> variables;  // store entries that may change between runs (never folded)
   // (new value, state name): after each run, the new value is written into the state tensor.
   std::vector<std::pair<std::string, std::string>> updates;
+  // Model-local functions: a call with no kernel runs as its inlined body.
+  std::vector<Function> functions;
+  // Inline every function call, even where a native kernel exists (to test fused kernels against bodies).
+  bool prefer_function_bodies = false;
 };
 
 class Executor {

@@ -143,11 +143,9 @@ std::unique_ptr<Kernel> make_identity(PrepareContext& ctx) {
   return std::make_unique<CopyKernel>();
 }
 
-std::unique_ptr<Kernel> make_cast(PrepareContext& ctx) {
-  expect_one_input(ctx);
-  if (!ctx.node.has_attr("to")) ctx.fail("attribute 'to' is required");
+// Cast to `to`; CastLike (opset 15+) passes the target dtype as its second input instead of an attribute.
+std::unique_ptr<Kernel> make_cast_to(PrepareContext& ctx, DType to) {
   const DType from = ctx.inputs[0].dtype;
-  const DType to = static_cast<DType>(ctx.node.attr_int("to", 0));
   same_as_input(ctx, to);
   if (from == to) return std::make_unique<CopyKernel>();
   std::unique_ptr<Kernel> k;
@@ -164,6 +162,17 @@ std::unique_ptr<Kernel> make_cast(PrepareContext& ctx) {
              " is not supported (supported: float32, float64, int64, int32, bool, uint8, int8)");
   }
   return k;
+}
+
+std::unique_ptr<Kernel> make_cast(PrepareContext& ctx) {
+  expect_one_input(ctx);
+  if (!ctx.node.has_attr("to")) ctx.fail("attribute 'to' is required");
+  return make_cast_to(ctx, static_cast<DType>(ctx.node.attr_int("to", 0)));
+}
+
+std::unique_ptr<Kernel> make_cast_like(PrepareContext& ctx) {
+  if (ctx.inputs.size() != 2 || !ctx.inputs[1].present()) ctx.fail("expected 2 inputs (input, target_type)");
+  return make_cast_to(ctx, ctx.inputs[1].dtype);
 }
 
 std::unique_ptr<Kernel> make_clip(PrepareContext& ctx) {
@@ -237,6 +246,9 @@ void register_cpu_unary(KernelRegistry& r) {
   add(r, "Identity", 1, {}, make_identity);
   add(r, "Cast", 6,
       {DType::Float32, DType::Float64, DType::Int64, DType::Int32, DType::Bool, DType::UInt8, DType::Int8}, make_cast);
+  add(r, "CastLike", 15,
+      {DType::Float32, DType::Float64, DType::Int64, DType::Int32, DType::Bool, DType::UInt8, DType::Int8},
+      make_cast_like);
   add(r, "Clip", 6, {DType::Float32, DType::Float64, DType::Int64, DType::Int32, DType::Int8, DType::UInt8},
       make_clip);
 }
