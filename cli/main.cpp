@@ -7,6 +7,9 @@
 
 #include "executor/kernel.h"
 #include "gradients/rule.h"
+#include "graph/error.h"
+#include "graph/model_io.h"
+#include "training/session.h"
 
 using namespace onnxtrain;
 
@@ -17,6 +20,9 @@ int usage(FILE* out, int code) {
                "usage: onnxtrain <command>\n\n"
                "commands:\n"
                "  ops        list every op with a CPU kernel or a gradient rule (markdown)\n"
+               "  gradient-graph MODEL -o OUT [--trainable a,b,...]\n"
+               "             write MODEL + MSE loss + backward as a standard ONNX model: inputs are MODEL's\n"
+               "             plus 'target', outputs are 'loss' and '<weight>_grad' for each trainable weight\n"
                "  --version  print the version\n"
                "  --help     this text\n");
   return code;
@@ -68,6 +74,44 @@ int list_ops() {
   return 0;
 }
 
+int gradient_graph(int argc, char** argv) {
+  std::string model, out;
+  TrainingConfig cfg;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if ((a == "-o" || a == "--trainable") && i + 1 >= argc) {
+      std::fprintf(stderr, "onnxtrain gradient-graph: %s needs a value\n", a.c_str());
+      return 2;
+    }
+    if (a == "-o") out = argv[++i];
+    else if (a == "--trainable") {
+      std::string list = argv[++i];
+      for (size_t p = 0; p <= list.size();) {
+        size_t q = list.find(',', p);
+        if (q == std::string::npos) q = list.size();
+        if (q > p) cfg.trainable.push_back(list.substr(p, q - p));
+        p = q + 1;
+      }
+    } else if (model.empty() && a[0] != '-') model = a;
+    else {
+      std::fprintf(stderr, "onnxtrain gradient-graph: unexpected argument '%s'\n", a.c_str());
+      return 2;
+    }
+  }
+  if (model.empty() || out.empty()) {
+    std::fprintf(stderr, "usage: onnxtrain gradient-graph MODEL -o OUT [--trainable a,b,...]\n");
+    return 2;
+  }
+  try {
+    TrainingSession s = TrainingSession::from_file(model, cfg);
+    save_model(s.export_gradient_model(), out);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "onnxtrain gradient-graph: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,6 +123,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "ops") return list_ops();
+  if (cmd == "gradient-graph") return gradient_graph(argc, argv);
   std::fprintf(stderr, "onnxtrain: unknown command '%s'\n", cmd.c_str());
   return usage(stderr, 2);
 }

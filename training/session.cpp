@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "gradients/builder.h"
+#include "gradients/fused.h"
 #include "graph/error.h"
 #include "graph/expr.h"
 #include "graph/model_io.h"
@@ -144,6 +145,27 @@ void TrainingSession::set_learning_rate(float lr) { *store_->at(lr_name_).ptr<fl
 Model TrainingSession::export_inference() const {
   Model m = model_;
   for (const std::string& w : trainable_) m.graph.initializers[w] = store_->at(w).to_data();
+  return m;
+}
+
+Model TrainingSession::export_gradient_model() const {
+  Model m = export_inference();
+  Graph g = grad_->graph();
+  g.initializers = m.graph.initializers;
+  g.name = m.graph.name + "_gradients";
+  m.graph = std::move(g);
+  // Fused ops used by the graph travel as functions. Their bodies import the model's ai.onnx opset, since
+  // runtimes expect a function and its caller to agree on it.
+  const int64_t onnx_opset = std::max<int64_t>(m.opset(""), 13);
+  m.opset_imports[""] = onnx_opset;
+  for (Function f : fused_grad_functions()) {
+    bool used = std::any_of(m.graph.nodes.begin(), m.graph.nodes.end(),
+                            [&](const Node& n) { return n.op_type == f.name && n.domain == f.domain; });
+    if (!used) continue;
+    f.opset_imports[""] = onnx_opset;
+    m.opset_imports[f.domain] = 1;
+    m.functions.push_back(std::move(f));
+  }
   return m;
 }
 

@@ -52,6 +52,10 @@ class TrainingSession {
   void set_learning_rate(float lr);
   // The inference model with the current weights.
   Model export_inference() const;
+  // A standard ONNX model of the gradients graph with the current weights: inputs are the model's plus the
+  // target, outputs are the loss and "<weight>_grad" per trainable weight. Fused gradient ops ship as
+  // model-local functions with standard-op bodies, so any ONNX runtime can run it.
+  Model export_gradient_model() const;
   // The full training-step graph (for inspection and for portable export).
   const Graph& training_graph() const { return train_->graph(); }
   const Graph& gradient_graph() const { return grad_->graph(); }

@@ -63,7 +63,7 @@ TEST(MlpEndToEnd, FirstStepGradientsMatchNumpy) {
   ASSERT_EQ(g.grads.size(), 6u);
   for (const auto& [name, t] : g.grads) write_npy(dir / (name + "_grad.npy"), t);
   std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " +
-                    (test::source_dir() / "tests/training/mlp_numpy_grads.py").string() + " " + dir.string();
+                    (test::source_dir() / "tests/python/mlp_reference.py").string() + " " + dir.string();
   EXPECT_EQ(std::system(cmd.c_str()), 0) << "numpy disagrees with onnxtrain's gradients (see output above)";
   // gradients() must not update anything.
   auto again = s.gradients(f);
