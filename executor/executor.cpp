@@ -10,7 +10,13 @@ namespace onnxtrain {
 
 namespace {
 
-std::string expected_shape(const TypeInfo& t) { return t.shape ? to_string(*t.shape) : "any shape"; }
+// In the same compact form as shape_string, so the two shapes of a message line up.
+std::string expected_shape(const TypeInfo& t) {
+  if (!t.shape) return "any shape";
+  std::string s = to_string(*t.shape);
+  s.erase(std::remove(s.begin(), s.end(), ' '), s.end());
+  return s;
+}
 
 }  // namespace
 

@@ -1,0 +1,117 @@
+// The execution plan: lifetime-based arena, compile-time folding, the plan cache, and input checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "executor/executor.h"
+#include "graph/error.h"
+
+namespace onnxtrain {
+namespace {
+
+Shape dims(std::initializer_list<int64_t> d) {
+  Shape s;
+  for (int64_t v : d) s.push_back(Dim::of(v));
+  return s;
+}
+
+Node node(std::string op, std::vector<std::string> in, std::vector<std::string> out) {
+  Node n;
+  n.name = out.front();
+  n.op_type = std::move(op);
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  return n;
+}
+
+// x -> Exp -> a -> Neg -> b -> Exp -> c -> Neg -> y: each intermediate dies after its one reader, so the arena
+// needs two buffers' worth, not three.
+TEST(Plan, ArenaReusesMemoryOfDeadValues) {
+  Graph g;
+  g.inputs = {{"x", {DType::Float32, Shape{Dim::sym("n")}}}};
+  g.outputs = {{"y", {DType::Float32, Shape{Dim::sym("n")}}}};
+  g.nodes = {node("Exp", {"x"}, {"a"}), node("Neg", {"a"}, {"b"}), node("Exp", {"b"}, {"c"}), node("Neg", {"c"}, {"y"})};
+  Executor ex(g, {{"", 17}}, std::make_shared<TensorStore>());
+  Tensor x = Tensor::from_vector<float>({1024}, std::vector<float>(1024, 0.5f));
+  Tensor y = ex.run({{"x", x}}).at(0);
+  const float want = -std::exp(-std::exp(0.5f));
+  EXPECT_NEAR(y.ptr<float>()[7], want, 1e-6);
+  const ExecutionPlan* p = ex.last_plan();
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->num_steps(), 4u);
+  EXPECT_EQ(p->unplanned_bytes(), 4u * 4096);
+  // 'y' is an output and lives to the end; a, b, c share the rest: at most 3 buffers of 4 KiB in flight.
+  EXPECT_LE(p->arena_bytes(), 3u * 4096);
+  EXPECT_LT(p->arena_bytes(), p->unplanned_bytes());
+}
+
+// Shape -> Reshape target arithmetic (as PyTorch exports it) folds away at plan time.
+TEST(Plan, ShapeArithmeticFoldsAtCompileTime) {
+  Graph g;
+  g.inputs = {{"x", {DType::Float32, dims({2, 3, 4})}}};
+  g.outputs = {{"y", {DType::Float32, dims({2, 12})}}};
+  g.initializers["zero"] = TensorData::from<int64_t>({1}, std::vector<int64_t>{0});
+  g.initializers["minus1"] = TensorData::from<int64_t>({1}, std::vector<int64_t>{-1});
+  Node gather = node("Gather", {"s", "zero"}, {"batch"});
+  g.nodes = {node("Shape", {"x"}, {"s"}), gather, node("Concat", {"batch", "minus1"}, {"target"}),
+             node("Reshape", {"x", "target"}, {"r"}), node("Relu", {"r"}, {"y"})};
+  g.nodes[2].attributes["axis"] = int64_t{0};
+  Executor ex(g, {{"", 17}}, std::make_shared<TensorStore>());
+  std::vector<float> v(24);
+  for (int i = 0; i < 24; ++i) v[i] = float(i) - 12;
+  Tensor y = ex.run({{"x", Tensor::from_vector<float>({2, 3, 4}, v)}}).at(0);
+  EXPECT_EQ(y.shape, (std::vector<int64_t>{2, 12}));
+  EXPECT_EQ(y.ptr<float>()[0], 0.0f);
+  EXPECT_EQ(y.ptr<float>()[23], 11.0f);
+  EXPECT_EQ(ex.last_plan()->num_steps(), 2u) << "only Reshape and Relu should remain as steps";
+}
+
+TEST(Plan, OnePlanPerShapeSignature) {
+  Graph g;
+  g.inputs = {{"x", {DType::Float32, Shape{Dim::sym("n"), Dim::of(2)}}}};
+  g.outputs = {{"y", {DType::Float32, Shape{Dim::sym("n"), Dim::of(2)}}}};
+  g.nodes = {node("Relu", {"x"}, {"y"})};
+  Executor ex(g, {{"", 17}}, std::make_shared<TensorStore>());
+  Tensor a = Tensor::empty(DType::Float32, {3, 2}), b = Tensor::empty(DType::Float32, {5, 2});
+  ex.run({{"x", a}});
+  ex.run({{"x", b}});
+  ex.run({{"x", a}});
+  EXPECT_EQ(ex.num_plans(), 2u);
+}
+
+TEST(Plan, BadFeedsAreNamed) {
+  Graph g;
+  g.inputs = {{"x", {DType::Float32, Shape{Dim::sym("n"), Dim::of(2)}}}};
+  g.outputs = {{"y", {DType::Float32, Shape{Dim::sym("n"), Dim::of(2)}}}};
+  g.nodes = {node("Relu", {"x"}, {"y"})};
+  Executor ex(g, {{"", 17}}, std::make_shared<TensorStore>());
+  auto message = [&](const std::map<std::string, Tensor>& feeds) {
+    try {
+      ex.run(feeds);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({{"x", Tensor::empty(DType::Float64, {3, 2})}}).find("input 'x': expected dtype float32, got float64"), std::string::npos);
+  EXPECT_NE(message({{"x", Tensor::empty(DType::Float32, {3, 4})}}).find("input 'x': expected shape [n,2], got [3,4]"), std::string::npos);
+  EXPECT_NE(message({}).find("input 'x': missing"), std::string::npos);
+  EXPECT_NE(message({{"x", Tensor::empty(DType::Float32, {3, 2})}, {"z", Tensor::empty(DType::Float32, {1})}}).find("input 'z'"), std::string::npos);
+}
+
+TEST(Plan, MissingKernelIsNamed) {
+  Graph g;
+  g.inputs = {{"x", {DType::Float32, dims({2})}}};
+  g.outputs = {{"y", {DType::Float32, dims({2})}}};
+  g.nodes = {node("Frobnicate", {"x"}, {"y"})};
+  Executor ex(g, {{"", 17}}, std::make_shared<TensorStore>());
+  try {
+    ex.run({{"x", Tensor::empty(DType::Float32, {2})}});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("node 'y' (Frobnicate): no cpu kernel for op 'Frobnicate' at opset 17"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace onnxtrain
