@@ -51,6 +51,7 @@ const KernelRegistry& default_kernels() {
     register_cpu_fused_grad(r);
     register_cpu_softmax(r);
     register_cpu_scatter(r);
+    register_cpu_training_ops(r);
     return r;
   }();
   return reg;

@@ -86,5 +86,6 @@ void register_cpu_matmul(KernelRegistry& r);
 void register_cpu_fused_grad(KernelRegistry& r);
 void register_cpu_softmax(KernelRegistry& r);
 void register_cpu_scatter(KernelRegistry& r);
+void register_cpu_training_ops(KernelRegistry& r);  // ai.onnx.preview.training
 
 }  // namespace onnxtrain
