@@ -7,24 +7,18 @@
 #include <type_traits>
 
 #include "executor/broadcast.h"
+#include "executor/cpu/kernel_util.h"
 #include "executor/functors.h"
 #include "executor/kernel.h"
 
 namespace onnxtrain {
 namespace {
 
-// Elements below which threading costs more than it saves: cheap ops are memory bound, expensive ones
-// (pow, fmod) pay off sooner.
-constexpr int64_t kCheapGrain = 1 << 15;
-constexpr int64_t kCostlyGrain = 1 << 12;
-
-template <class T> struct Tag {
-  using type = T;
-};
-// Calls f(Tag<T>{}) for the T in Ts whose dtype is t; false when t is none of them.
-template <class... Ts, class F> bool dispatch(DType t, F&& f) {
-  return ((t == dtype_of<Ts>() ? (f(Tag<Ts>{}), true) : false) || ...);
-}
+using cpu::add;
+using cpu::dispatch;
+using cpu::fail_dtype;
+using cpu::kCheapGrain;
+using cpu::kCostlyGrain;
 
 template <class Op, class TA, class TB, class TO>
 void binary_apply(const BroadcastPlan& p, const TA* a, const TB* b, TO* o, const Op& op, int64_t grain) {
@@ -148,18 +142,13 @@ void expect_same_dtype(PrepareContext& ctx, size_t first, size_t last) {
                dtype_name(ctx.inputs[first].dtype) + " and " + dtype_name(ctx.inputs[i].dtype));
 }
 
-[[noreturn]] void fail_dtype(PrepareContext& ctx, size_t input) {
-  ctx.fail("input " + std::to_string(input) + " has unsupported dtype " + dtype_name(ctx.inputs[input].dtype));
-}
-
 // The multidirectional broadcast of all inputs; sets output 0 and returns the input shapes.
 std::vector<std::vector<int64_t>> broadcast_output(PrepareContext& ctx, DType out_dtype) {
   std::vector<std::vector<int64_t>> shapes;
   for (const KernelInput& in : ctx.inputs) shapes.push_back(in.shape);
   auto out = broadcast_shapes(shapes);
   if (!out) ctx.fail("input shapes " + shapes_string(shapes) + " are not broadcastable (ONNX multidirectional broadcasting)");
-  ctx.outputs[0].dtype = out_dtype;
-  ctx.outputs[0].shape = *out;
+  cpu::set_output(ctx, 0, out_dtype, *out);
   return shapes;
 }
 
@@ -251,15 +240,6 @@ template <class Op, class... Ts> KernelFactory variadic(Op op, bool mean) {
     if (!k) fail_dtype(ctx, 0);
     return k;
   };
-}
-
-void add(KernelRegistry& r, const std::string& op, int64_t since, std::vector<DType> dtypes, KernelFactory f) {
-  KernelDef d;
-  d.op_type = op;
-  d.since_version = since;
-  d.dtypes = std::move(dtypes);
-  d.factory = std::move(f);
-  r.add(std::move(d));
 }
 
 }  // namespace

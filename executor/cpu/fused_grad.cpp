@@ -4,13 +4,14 @@
 #include <memory>
 
 #include "executor/broadcast.h"
+#include "executor/cpu/kernel_util.h"
 #include "executor/functors.h"
 #include "executor/kernel.h"
 
 namespace onnxtrain {
 namespace {
 
-constexpr int64_t kGrain = 1 << 15;
+using cpu::kCheapGrain;
 
 template <class Op, class T> class GradKernel final : public Kernel {
  public:
@@ -19,45 +20,28 @@ template <class Op, class T> class GradKernel final : public Kernel {
     const T* y = in[1]->ptr<T>();
     T* dx = out[0]->ptr<T>();
     const Op op;
-    parallel_chunks(out[0]->numel(), kGrain, [&](int64_t s, int64_t e) {
+    parallel_chunks(out[0]->numel(), kCheapGrain, [&](int64_t s, int64_t e) {
       for (int64_t i = s; i < e; ++i) dx[i] = op(dy[i], y[i]);
     });
   }
 };
 
 template <class Op> std::unique_ptr<Kernel> make_grad(PrepareContext& ctx) {
-  if (ctx.inputs.size() != 2 || !ctx.inputs[0].present() || !ctx.inputs[1].present())
-    ctx.fail("expected 2 inputs (dY, Y), got " + std::to_string(ctx.inputs.size()));
-  if (ctx.outputs.size() != 1) ctx.fail("expected 1 output (dX), got " + std::to_string(ctx.outputs.size()));
+  cpu::expect_grad_inputs(ctx);
   const KernelInput& dy = ctx.inputs[0];
-  const KernelInput& y = ctx.inputs[1];
-  if (dy.dtype != y.dtype)
-    ctx.fail("dY and Y must have the same dtype, got " + dtype_name(dy.dtype) + " and " + dtype_name(y.dtype));
-  if (dy.shape != y.shape)
-    ctx.fail("dY and Y must have the same shape, got " + shape_string(dy.shape) + " and " + shape_string(y.shape));
-  ctx.outputs[0].dtype = dy.dtype;
-  ctx.outputs[0].shape = dy.shape;
+  cpu::set_output(ctx, 0, dy.dtype, dy.shape);
   if (dy.dtype == DType::Float32) return std::make_unique<GradKernel<Op, float>>();
   if (dy.dtype == DType::Float64) return std::make_unique<GradKernel<Op, double>>();
   ctx.fail("unsupported dtype " + dtype_name(dy.dtype) + " (float32, float64)");
 }
 
-void add(KernelRegistry& r, const std::string& op, KernelFactory f) {
-  KernelDef d;
-  d.domain = "onnxtrain";
-  d.op_type = op;
-  d.since_version = 1;
-  d.dtypes = {DType::Float32, DType::Float64};
-  d.factory = std::move(f);
-  r.add(std::move(d));
-}
-
 }  // namespace
 
 void register_cpu_fused_grad(KernelRegistry& r) {
-  add(r, "ReluGrad", make_grad<ReluGradOp>);
-  add(r, "SigmoidGrad", make_grad<SigmoidGradOp>);
-  add(r, "TanhGrad", make_grad<TanhGradOp>);
+  const std::vector<DType> flt = {DType::Float32, DType::Float64};
+  cpu::add(r, "onnxtrain", "ReluGrad", 1, flt, make_grad<ReluGradOp>);
+  cpu::add(r, "onnxtrain", "SigmoidGrad", 1, flt, make_grad<SigmoidGradOp>);
+  cpu::add(r, "onnxtrain", "TanhGrad", 1, flt, make_grad<TanhGradOp>);
 }
 
 }  // namespace onnxtrain

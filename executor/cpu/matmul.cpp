@@ -14,11 +14,15 @@
 #include <optional>
 #include <array>
 
+#include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
 namespace {
+
+using cpu::required_input;
+using cpu::set_output;
 
 dnnl::engine& dnnl_engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
@@ -209,15 +213,9 @@ std::unique_ptr<Kernel> make_kernel(PrepareContext& ctx, DType t, Geometry g, do
   ctx.fail("type " + dtype_name(t) + " is not supported (float32 and float64 are)");
 }
 
-const KernelInput& required(const PrepareContext& ctx, size_t i, const char* name) {
-  if (i >= ctx.inputs.size() || !ctx.inputs[i].present())
-    ctx.fail("input " + std::to_string(i) + " (" + name + ") is required");
-  return ctx.inputs[i];
-}
-
 std::unique_ptr<Kernel> make_matmul(PrepareContext& ctx) {
-  const KernelInput& a = required(ctx, 0, "A");
-  const KernelInput& b = required(ctx, 1, "B");
+  const KernelInput& a = required_input(ctx, 0, "A");
+  const KernelInput& b = required_input(ctx, 1, "B");
   if (a.dtype != b.dtype) ctx.fail("A is " + dtype_name(a.dtype) + " but B is " + dtype_name(b.dtype));
   if (a.shape.empty() || b.shape.empty()) ctx.fail("MatMul inputs must have rank >= 1");
   // numpy: a 1-D A is a row [1, K], a 1-D B a column [K, 1]; the added dim is dropped from the output.
@@ -245,15 +243,14 @@ std::unique_ptr<Kernel> make_matmul(PrepareContext& ctx) {
   out = g.out_batch;
   if (a.shape.size() > 1) out.push_back(g.M);
   if (b.shape.size() > 1) out.push_back(g.N);
-  ctx.outputs.at(0).dtype = a.dtype;
-  ctx.outputs.at(0).shape = out;
+  set_output(ctx, 0, a.dtype, out);
   fill_offsets(g);
   return make_kernel(ctx, a.dtype, std::move(g), 1.0, 0.0, false, 0, 0);
 }
 
 std::unique_ptr<Kernel> make_gemm(PrepareContext& ctx) {
-  const KernelInput& a = required(ctx, 0, "A");
-  const KernelInput& b = required(ctx, 1, "B");
+  const KernelInput& a = required_input(ctx, 0, "A");
+  const KernelInput& b = required_input(ctx, 1, "B");
   if (a.dtype != b.dtype) ctx.fail("A is " + dtype_name(a.dtype) + " but B is " + dtype_name(b.dtype));
   if (a.shape.size() != 2 || b.shape.size() != 2)
     ctx.fail("A and B must be 2-D, got " + shape_string(a.shape) + " and " + shape_string(b.shape));
@@ -288,8 +285,7 @@ std::unique_ptr<Kernel> make_gemm(PrepareContext& ctx) {
   g.a_batch = {};
   g.b_batch = {};
   fill_offsets(g);
-  ctx.outputs.at(0).dtype = a.dtype;
-  ctx.outputs.at(0).shape = {g.M, g.N};
+  set_output(ctx, 0, a.dtype, {g.M, g.N});
   return make_kernel(ctx, a.dtype, std::move(g), alpha, beta, has_c, c_rs, c_cs);
 }
 

@@ -13,6 +13,7 @@
 #include <numeric>
 #include <type_traits>
 
+#include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
 #include "graph/error.h"
 
@@ -35,19 +36,8 @@ constexpr Combine combine_of(RKind k) {
 // Below this many input elements threads cost more than they save.
 constexpr int64_t kParallelThreshold = 1 << 15;
 
-std::vector<int64_t> ints_of(const PrepareContext& ctx, const Tensor& t, const char* what) {
-  std::vector<int64_t> v;
-  if (t.dtype == DType::Int64) {
-    auto s = t.span<int64_t>();
-    v.assign(s.begin(), s.end());
-  } else if (t.dtype == DType::Int32) {
-    auto s = t.span<int32_t>();
-    v.assign(s.begin(), s.end());
-  } else {
-    ctx.fail(std::string(what) + " must be int64, got " + dtype_name(t.dtype));
-  }
-  return v;
-}
+using cpu::ints_of;
+using cpu::set_output;
 
 int64_t normalize_axis(const PrepareContext& ctx, int64_t axis, int64_t rank, const char* what) {
   // A scalar accepts axis 0 (reducing it is the identity), as onnx's reference does.
@@ -341,8 +331,7 @@ std::unique_ptr<Kernel> make_reduce(PrepareContext& ctx, const ReduceOp& op) {
     else if (keepdims) out_shape.push_back(1);
   }
   if (identity) out_shape = x.shape;
-  ctx.outputs.at(0).dtype = x.dtype;
-  ctx.outputs.at(0).shape = out_shape;
+  set_output(ctx, 0, x.dtype, out_shape);
 
   ReduceLayout layout = fold(x.shape, is_reduced);
   auto make = [&]<class T>(T init) -> std::unique_ptr<Kernel> {
@@ -440,8 +429,7 @@ template <bool IsMax> std::unique_ptr<Kernel> make_arg(PrepareContext& ctx) {
     if (i != axis) out_shape.push_back(d);
     else if (keepdims) out_shape.push_back(1);
   }
-  ctx.outputs.at(0).dtype = DType::Int64;
-  ctx.outputs.at(0).shape = out_shape;
+  set_output(ctx, 0, DType::Int64, out_shape);
   switch (x.dtype) {
     case DType::Float32: return std::make_unique<ArgKernel<float, IsMax>>(outer, n, inner, last);
     case DType::Float64: return std::make_unique<ArgKernel<double, IsMax>>(outer, n, inner, last);

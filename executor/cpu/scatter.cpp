@@ -9,39 +9,20 @@
 #include <cstring>
 #include <memory>
 
+#include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
 namespace {
 
+using cpu::contiguous_strides;
+using cpu::elem_size;
+using cpu::has_input;
+using cpu::normalize_axis;
+using cpu::required_input;
+
 constexpr int64_t kParallelWork = 1 << 15;
-
-const KernelInput& required_input(const PrepareContext& ctx, size_t i, const char* name) {
-  if (i >= ctx.inputs.size() || !ctx.inputs[i].present())
-    ctx.fail("input " + std::to_string(i) + " (" + name + ") is required");
-  return ctx.inputs[i];
-}
-
-bool has_input(const PrepareContext& ctx, size_t i) { return i < ctx.inputs.size() && ctx.inputs[i].present(); }
-
-int64_t normalize_axis(const PrepareContext& ctx, int64_t axis, int64_t rank) {
-  if (axis < -rank || axis >= rank)
-    ctx.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
-  return axis < 0 ? axis + rank : axis;
-}
-
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> s(shape.size(), 1);
-  for (size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
-  return s;
-}
-
-size_t elem_size(const PrepareContext& ctx, DType t) {
-  const size_t s = dtype_size(t);
-  if (s == 0) ctx.fail("tensors of type " + dtype_name(t) + " are not supported");
-  return s;
-}
 
 void expect_index_dtype(const PrepareContext& ctx, const KernelInput& idx, bool allow_int32) {
   if (idx.dtype == DType::Int64 || (allow_int32 && idx.dtype == DType::Int32)) return;
@@ -102,6 +83,22 @@ template <class F> auto with_numeric_type(const PrepareContext& ctx, DType t, F&
   }
 }
 
+struct ScatterInputs {
+  const KernelInput& data;
+  const KernelInput& indices;
+  const KernelInput& updates;
+};
+
+ScatterInputs scatter_inputs(const PrepareContext& ctx, bool allow_int32_indices) {
+  const KernelInput& data = required_input(ctx, 0, "data");
+  const KernelInput& indices = required_input(ctx, 1, "indices");
+  const KernelInput& updates = required_input(ctx, 2, "updates");
+  expect_index_dtype(ctx, indices, allow_int32_indices);
+  if (updates.dtype != data.dtype)
+    ctx.fail("updates must have data's dtype " + dtype_name(data.dtype) + ", got " + dtype_name(updates.dtype));
+  return {data, indices, updates};
+}
+
 // ---- ScatterND -------------------------------------------------------------------------------------------
 // out = data; for each index tuple t (the last dim of indices, k long): out[indices[t], :] op= updates[t, :].
 
@@ -142,12 +139,7 @@ template <class T> class ScatterNDKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_scatter_nd(PrepareContext& ctx) {
-  const KernelInput& data = required_input(ctx, 0, "data");
-  const KernelInput& indices = required_input(ctx, 1, "indices");
-  const KernelInput& updates = required_input(ctx, 2, "updates");
-  expect_index_dtype(ctx, indices, false);
-  if (updates.dtype != data.dtype)
-    ctx.fail("updates must have data's dtype " + dtype_name(data.dtype) + ", got " + dtype_name(updates.dtype));
+  const auto [data, indices, updates] = scatter_inputs(ctx, false);
   const auto r = static_cast<int64_t>(data.shape.size());
   if (indices.shape.empty()) ctx.fail("indices must have rank >= 1, got a scalar");
   const int64_t k = indices.shape.back();
@@ -244,12 +236,7 @@ template <class T, class I> class ScatterElementsKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_scatter_elements(PrepareContext& ctx) {
-  const KernelInput& data = required_input(ctx, 0, "data");
-  const KernelInput& indices = required_input(ctx, 1, "indices");
-  const KernelInput& updates = required_input(ctx, 2, "updates");
-  expect_index_dtype(ctx, indices, true);
-  if (updates.dtype != data.dtype)
-    ctx.fail("updates must have data's dtype " + dtype_name(data.dtype) + ", got " + dtype_name(updates.dtype));
+  const auto [data, indices, updates] = scatter_inputs(ctx, true);
   if (updates.shape != indices.shape)
     ctx.fail("updates " + shape_string(updates.shape) + " must have the shape of indices " +
              shape_string(indices.shape));
@@ -535,18 +522,10 @@ std::unique_ptr<Kernel> make_pad(PrepareContext& ctx) {
   return std::make_unique<PadKernel>(data.shape, out_shape, begins, ends, es, std::move(attr_value));
 }
 
-void add(KernelRegistry& r, const std::string& op, int64_t since, std::vector<DType> dtypes, KernelFactory f) {
-  KernelDef d;
-  d.op_type = op;
-  d.since_version = since;
-  d.dtypes = std::move(dtypes);
-  d.factory = std::move(f);
-  r.add(std::move(d));
-}
-
 }  // namespace
 
 void register_cpu_scatter(KernelRegistry& r) {
+  using cpu::add;
   const std::vector<DType> numeric{DType::Float32, DType::Float64, DType::Int32, DType::Int64};
   add(r, "ScatterND", 11, numeric, make_scatter_nd);
   add(r, "ScatterElements", 11, numeric, make_scatter_elements);

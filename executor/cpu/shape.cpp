@@ -10,6 +10,7 @@
 #include <limits>
 #include <numeric>
 
+#include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
 #include "graph/error.h"
 
@@ -21,54 +22,16 @@ constexpr int64_t kParallelBytes = 1 << 20;  // below this, threads cost more th
 // ---------------------------------------------------------------------------------------------------------
 // Plan-time helpers.
 
-const KernelInput& required_input(const PrepareContext& ctx, size_t i, const char* name) {
-  if (i >= ctx.inputs.size() || !ctx.inputs[i].present())
-    ctx.fail("input " + std::to_string(i) + " (" + name + ") is required");
-  return ctx.inputs[i];
-}
-
-bool has_input(const PrepareContext& ctx, size_t i) { return i < ctx.inputs.size() && ctx.inputs[i].present(); }
-
-size_t elem_size(const PrepareContext& ctx, DType t) {
-  size_t s = dtype_size(t);
-  if (s == 0) ctx.fail("tensors of type " + dtype_name(t) + " are not supported");
-  return s;
-}
-
-std::vector<int64_t> ints_of(const PrepareContext& ctx, const Tensor& t, const std::string& what) {
-  std::vector<int64_t> v;
-  if (t.dtype == DType::Int64) {
-    auto s = t.span<int64_t>();
-    v.assign(s.begin(), s.end());
-  } else if (t.dtype == DType::Int32) {
-    auto s = t.span<int32_t>();
-    v.assign(s.begin(), s.end());
-  } else {
-    ctx.fail(what + " must be int64, got " + dtype_name(t.dtype));
-  }
-  return v;
-}
+using cpu::contiguous_strides;
+using cpu::elem_size;
+using cpu::has_input;
+using cpu::ints_of;
+using cpu::normalize_axis;
+using cpu::required_input;
+using cpu::set_output;
 
 std::vector<int64_t> constant_ints(const PrepareContext& ctx, size_t i, const std::string& what) {
   return ints_of(ctx, ctx.constant_input(i), what);
-}
-
-// Negative axes count from the back; valid range is [-rank, rank).
-int64_t normalize_axis(const PrepareContext& ctx, int64_t axis, int64_t rank, const std::string& what = "axis") {
-  if (axis < -rank || axis >= rank)
-    ctx.fail(what + " " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
-  return axis < 0 ? axis + rank : axis;
-}
-
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> s(shape.size(), 1);
-  for (size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
-  return s;
-}
-
-void set_output(PrepareContext& ctx, size_t i, DType t, std::vector<int64_t> shape) {
-  ctx.outputs.at(i).dtype = t;
-  ctx.outputs.at(i).shape = std::move(shape);
 }
 
 // ---------------------------------------------------------------------------------------------------------

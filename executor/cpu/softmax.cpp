@@ -13,6 +13,7 @@
 #include <limits>
 #include <memory>
 
+#include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
 #include "graph/error.h"
 
@@ -41,8 +42,10 @@ Layout layout_of(const PrepareContext& ctx, const std::vector<int64_t>& shape, i
   return l;
 }
 
-// Runs body(o, i0, w) over every (outer index, block of lanes [i0, i0 + w)); one task each.
+// Runs body(base, w) over every (outer index o, block of lanes [i0, i0 + w)), one task each, where base is the
+// offset of the block's first element. With inner == 1 a block is one whole row.
 template <class Body> void for_each_block(const Layout& l, Body&& body) {
+  if (l.len == 0) return;
   const int64_t blocks = l.inner == 1 ? 1 : (l.inner + kBlock - 1) / kBlock;
   const int64_t tasks = l.outer * blocks;
   const bool parallel = tasks > 1 && l.outer * l.len * l.inner > kParallelWork;
@@ -50,7 +53,7 @@ template <class Body> void for_each_block(const Layout& l, Body&& body) {
   for (int64_t t = 0; t < tasks; ++t) {
     const int64_t o = t / blocks, b = t % blocks;
     const int64_t i0 = b * kBlock;
-    body(o, i0, std::min<int64_t>(kBlock, l.inner - i0));
+    body(o * l.len * l.inner + i0, std::min<int64_t>(kBlock, l.inner - i0));
   }
 }
 
@@ -64,9 +67,7 @@ template <class T, bool Log> class SoftmaxKernel final : public Kernel {
     const T* x = in[0]->ptr<T>();
     T* y = out[0]->ptr<T>();
     const Layout l = l_;
-    if (l.len == 0) return;
-    for_each_block(l, [&](int64_t o, int64_t i0, int64_t w) {
-      const int64_t base = o * l.len * l.inner + i0;
+    for_each_block(l, [&](int64_t base, int64_t w) {
       if (l.inner == 1)
         row(x + base, y + base, l.len);
       else
@@ -131,8 +132,7 @@ template <bool Log> std::unique_ptr<Kernel> make_softmax(PrepareContext& ctx) {
   const KernelInput& x = ctx.inputs[0];
   const bool old = ctx.opset < 13;
   const Layout l = layout_of(ctx, x.shape, ctx.node.attr_int("axis", old ? 1 : -1), old);
-  ctx.outputs[0].dtype = x.dtype;
-  ctx.outputs[0].shape = x.shape;
+  cpu::set_output(ctx, 0, x.dtype, x.shape);
   if (x.dtype == DType::Float32) return std::make_unique<SoftmaxKernel<float, Log>>(l);
   if (x.dtype == DType::Float64) return std::make_unique<SoftmaxKernel<double, Log>>(l);
   ctx.fail("unsupported dtype " + dtype_name(x.dtype) + " (float32, float64)");
@@ -151,9 +151,7 @@ template <class T, bool Log> class SoftmaxGradKernel final : public Kernel {
     const T* y = in[1]->ptr<T>();
     T* dx = out[0]->ptr<T>();
     const Layout l = l_;
-    if (l.len == 0) return;
-    for_each_block(l, [&](int64_t o, int64_t i0, int64_t w) {
-      const int64_t base = o * l.len * l.inner + i0;
+    for_each_block(l, [&](int64_t base, int64_t w) {
       if (l.inner == 1)
         row(dy + base, y + base, dx + base, l.len);
       else
@@ -202,42 +200,25 @@ template <class T, bool Log> class SoftmaxGradKernel final : public Kernel {
 };
 
 template <bool Log> std::unique_ptr<Kernel> make_softmax_grad(PrepareContext& ctx) {
-  if (ctx.inputs.size() != 2 || !ctx.inputs[0].present() || !ctx.inputs[1].present())
-    ctx.fail("expected 2 inputs (dY, Y), got " + std::to_string(ctx.inputs.size()));
-  if (ctx.outputs.size() != 1) ctx.fail("expected 1 output (dX), got " + std::to_string(ctx.outputs.size()));
+  cpu::expect_grad_inputs(ctx);
   const KernelInput& dy = ctx.inputs[0];
-  const KernelInput& y = ctx.inputs[1];
-  if (dy.dtype != y.dtype)
-    ctx.fail("dY and Y must have the same dtype, got " + dtype_name(dy.dtype) + " and " + dtype_name(y.dtype));
-  if (dy.shape != y.shape)
-    ctx.fail("dY and Y must have the same shape, got " + shape_string(dy.shape) + " and " + shape_string(y.shape));
   // The fused ops always have the opset 13 single-axis semantics, whatever the model's ai.onnx opset.
-  const Layout l = layout_of(ctx, y.shape, ctx.node.attr_int("axis", -1), false);
-  ctx.outputs[0].dtype = dy.dtype;
-  ctx.outputs[0].shape = dy.shape;
+  const Layout l = layout_of(ctx, dy.shape, ctx.node.attr_int("axis", -1), false);
+  cpu::set_output(ctx, 0, dy.dtype, dy.shape);
   if (dy.dtype == DType::Float32) return std::make_unique<SoftmaxGradKernel<float, Log>>(l);
   if (dy.dtype == DType::Float64) return std::make_unique<SoftmaxGradKernel<double, Log>>(l);
   ctx.fail("unsupported dtype " + dtype_name(dy.dtype) + " (float32, float64)");
-}
-
-void add(KernelRegistry& r, const std::string& domain, const std::string& op, int64_t since, KernelFactory f) {
-  KernelDef d;
-  d.domain = domain;
-  d.op_type = op;
-  d.since_version = since;
-  d.dtypes = {DType::Float32, DType::Float64};
-  d.factory = std::move(f);
-  r.add(std::move(d));
 }
 
 }  // namespace
 
 void register_cpu_softmax(KernelRegistry& r) {
   // One factory per op: it reads the model's opset to pick the coerced-2-D (1-12) or single-axis (13+) form.
-  add(r, "", "Softmax", 1, make_softmax<false>);
-  add(r, "", "LogSoftmax", 1, make_softmax<true>);
-  add(r, "onnxtrain", "SoftmaxGrad", 1, make_softmax_grad<false>);
-  add(r, "onnxtrain", "LogSoftmaxGrad", 1, make_softmax_grad<true>);
+  const std::vector<DType> flt = {DType::Float32, DType::Float64};
+  cpu::add(r, "Softmax", 1, flt, make_softmax<false>);
+  cpu::add(r, "LogSoftmax", 1, flt, make_softmax<true>);
+  cpu::add(r, "onnxtrain", "SoftmaxGrad", 1, flt, make_softmax_grad<false>);
+  cpu::add(r, "onnxtrain", "LogSoftmaxGrad", 1, flt, make_softmax_grad<true>);
 }
 
 }  // namespace onnxtrain

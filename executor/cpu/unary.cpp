@@ -10,21 +10,18 @@
 #include <memory>
 
 #include "executor/broadcast.h"
+#include "executor/cpu/kernel_util.h"
 #include "executor/functors.h"
 #include "executor/kernel.h"
 
 namespace onnxtrain {
 namespace {
 
-constexpr int64_t kCheapGrain = 1 << 15;
-constexpr int64_t kCostlyGrain = 1 << 12;
-
-template <class T> struct Tag {
-  using type = T;
-};
-template <class... Ts, class F> bool dispatch(DType t, F&& f) {
-  return ((t == dtype_of<Ts>() ? (f(Tag<Ts>{}), true) : false) || ...);
-}
+using cpu::add;
+using cpu::dispatch;
+using cpu::fail_dtype;
+using cpu::kCheapGrain;
+using cpu::kCostlyGrain;
 
 template <class Op, class TI, class TO> class UnaryKernel final : public Kernel {
  public:
@@ -98,14 +95,7 @@ void expect_one_input(PrepareContext& ctx) {
   if (ctx.outputs.size() != 1) ctx.fail("expected 1 output, got " + std::to_string(ctx.outputs.size()));
 }
 
-void same_as_input(PrepareContext& ctx, DType out_dtype) {
-  ctx.outputs[0].dtype = out_dtype;
-  ctx.outputs[0].shape = ctx.inputs[0].shape;
-}
-
-[[noreturn]] void fail_dtype(PrepareContext& ctx) {
-  ctx.fail("input 0 has unsupported dtype " + dtype_name(ctx.inputs[0].dtype));
-}
+void same_as_input(PrepareContext& ctx, DType out_dtype) { cpu::set_output(ctx, 0, out_dtype, ctx.inputs[0].shape); }
 
 // A functor-based op over the dtypes Ts; make_op builds the functor from the node's attributes.
 template <class Op, class... Ts> KernelFactory functor_unary(int64_t grain, Op (*make_op)(const Node&) = nullptr) {
@@ -210,15 +200,6 @@ std::unique_ptr<Kernel> make_clip(PrepareContext& ctx) {
 
 LeakyReluOp leaky_relu(const Node& n) { return LeakyReluOp{n.attr_float("alpha", 0.01f)}; }
 EluOp elu(const Node& n) { return EluOp{n.attr_float("alpha", 1.0f)}; }
-
-void add(KernelRegistry& r, const std::string& op, int64_t since, std::vector<DType> dtypes, KernelFactory f) {
-  KernelDef d;
-  d.op_type = op;
-  d.since_version = since;
-  d.dtypes = std::move(dtypes);
-  d.factory = std::move(f);
-  r.add(std::move(d));
-}
 
 }  // namespace
 

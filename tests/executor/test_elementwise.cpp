@@ -9,60 +9,13 @@
 #include "executor/broadcast.h"
 #include "executor/functors.h"
 #include "executor/kernel.h"
+#include "executor/kernel_test_util.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
 namespace {
 
-Node make_node(const std::string& op, size_t n_in, std::map<std::string, Attribute> attrs = {},
-               const std::string& domain = "") {
-  Node n;
-  n.name = "n_" + op;
-  n.op_type = op;
-  n.domain = domain;
-  for (size_t i = 0; i < n_in; ++i) n.inputs.push_back(std::string(1, 'x').append(std::to_string(i)));
-  n.outputs = {"y"};
-  n.attributes = std::move(attrs);
-  return n;
-}
-
-// Binds the registered kernel for the node (as the plan does) and runs it. nullptr inputs are absent
-// optionals. When out_alias is given, output 0 is written into it instead of a fresh tensor.
-std::vector<Tensor> run_node(const Node& node, int64_t opset, std::vector<const Tensor*> ins,
-                             Tensor* out_alias = nullptr) {
-  DType first = DType::Undefined;
-  for (const Tensor* t : ins)
-    if (t) {
-      first = t->dtype;
-      break;
-    }
-  const KernelDef* def = default_kernels().find(node.domain, node.op_type, opset, Device::CPU, first);
-  if (!def) throw Error("no kernel for " + node.op_type + " " + dtype_name(first));
-  PrepareContext ctx{node, opset, Device::CPU, {}, std::vector<KernelOutput>(node.outputs.size())};
-  for (const Tensor* t : ins) {
-    KernelInput ki;
-    if (t) {
-      ki.dtype = t->dtype;
-      ki.shape = t->shape;
-    }
-    ctx.inputs.push_back(ki);
-  }
-  std::unique_ptr<Kernel> k = def->factory(ctx);
-  std::vector<Tensor> outs;
-  std::vector<Tensor*> out_ptrs;
-  for (const KernelOutput& o : ctx.outputs) outs.push_back(Tensor::empty(o.dtype, o.shape));
-  if (out_alias) {
-    EXPECT_EQ(out_alias->shape, ctx.outputs[0].shape);
-    outs[0] = Tensor::view(out_alias->dtype, out_alias->shape, out_alias->data);
-  }
-  for (Tensor& t : outs) out_ptrs.push_back(&t);
-  k->run(ins, out_ptrs);
-  return outs;
-}
-
-Tensor run1(const Node& node, int64_t opset, std::vector<const Tensor*> ins) {
-  return std::move(run_node(node, opset, std::move(ins))[0]);
-}
+using namespace test;
 
 template <class T> Tensor T_(std::vector<int64_t> shape, std::vector<T> v) { return Tensor::from_vector<T>(shape, v); }
 Tensor F(std::vector<int64_t> shape, std::vector<float> v) { return T_<float>(std::move(shape), std::move(v)); }
@@ -271,7 +224,7 @@ TEST(Elementwise, VariadicSumMaxMinMean) {
 
 TEST(Elementwise, InPlaceOutput) {
   Tensor a = F({3}, {1, 2, 3}), b = F({3}, {10, 20, 30});
-  run_node(make_node("Add", 2), 14, {&a, &b}, &a);
+  run_kernel(make_node("Add", 2), 14, {&a, &b}, {}, &a);
   EXPECT_EQ(values<float>(a), (std::vector<float>{11, 22, 33}));
 }
 
