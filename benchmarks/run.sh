@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/run.sh
 #
-# Knobs (environment): THREADS="1 2"  WORKLOADS="w4 w1sgd"  ROUNDS=3 (torch/onnxtrain process pairs per
+# Knobs (environment): THREADS="1 2"  WORKLOADS="w4 w1sgd"  ROUNDS=5 (torch/onnxtrain process pairs per
 # configuration)  BUILD_DIR=build/bench  PY=/usr/bin/python3  APPEND=1 (append the table to results.md)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -13,7 +13,7 @@ shared="$(cd "$repo/.." && pwd)/shared/bench"
 PY="${PY:-/usr/bin/python3}"
 THREADS="${THREADS:-1 2}"
 WORKLOADS="${WORKLOADS:-w4 w1sgd}"
-ROUNDS="${ROUNDS:-3}"
+ROUNDS="${ROUNDS:-5}"
 APPEND="${APPEND:-1}"
 build="${BUILD_DIR:-$repo/build/bench}"
 OPENBLAS=/usr/lib/x86_64-linux-gnu/openblas-openmp
@@ -47,6 +47,7 @@ bench="$build/benchmarks/bench_train"
 export BENCH_DATA_DIR="$build/bench-data"
 "$PY" "$shared/peers/bench_data.py" --materialize --check >&2
 
+load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 out="$build/bench-results/$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$out"
 log "results in $out"
@@ -69,7 +70,9 @@ for t in $THREADS; do
   done
 done
 
-table="$("$PY" "$here/report.py" "$out")"
+# Other work on the machine shows up here first: on 2 cores a busy core stalls every 2-thread parallel region.
+table="$("$PY" "$here/report.py" "$out")
+Load average (1/5/15 min) at start: $load_start; at end: $(cut -d' ' -f1-3 /proc/loadavg)."
 echo "$table"
 if [ "$APPEND" = 1 ]; then
   { echo; echo "## $(date '+%Y-%m-%d %H:%M %Z')"; echo
