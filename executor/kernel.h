@@ -43,6 +43,9 @@ class Kernel {
   virtual ~Kernel() = default;
   // Inputs and outputs have the dtypes and shapes seen by the factory; an absent optional input is nullptr.
   virtual void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) = 0;
+  // True when output 0 is input 0's bytes unchanged (Reshape, Flatten, Squeeze, Identity, a same-type Cast):
+  // the plan may then make the output a view of the input, and run() must do nothing when they coincide.
+  virtual bool output_is_view_of_input0() const { return false; }
 };
 
 using KernelFactory = std::function<std::unique_ptr<Kernel>(PrepareContext&)>;

@@ -50,8 +50,7 @@ class PlanCompiler {
       const Tensor* t = lookup(out);
       if (!t) fail("plan", "requested output '" + out + "' is not produced by the graph");
       plan_->outputs_.push_back(t);
-      auto it = interval_.find(t);
-      if (it != interval_.end()) it->second.second = std::numeric_limits<size_t>::max();
+      extend(t, std::numeric_limits<size_t>::max());
     }
     place_in_arena();
     return std::move(plan_);
@@ -72,6 +71,17 @@ class PlanCompiler {
   }
 
   bool known(const Tensor* t) const { return folded_.count(t) != 0; }
+
+  // The arena value whose buffer t uses (t itself unless t is a view).
+  const Tensor* root(const Tensor* t) const {
+    auto it = view_of_.find(t);
+    return it == view_of_.end() ? t : it->second;
+  }
+  // t (or the value it views) is read at `step`.
+  void extend(const Tensor* t, size_t step) {
+    auto it = interval_.find(root(t));
+    if (it != interval_.end()) it->second.second = std::max(it->second.second, step);
+  }
 
   void compile_node(const Node& n, size_t index) {
     int64_t opset = 0;
@@ -138,13 +148,16 @@ class PlanCompiler {
       return;
     }
     size_t step = plan_->steps_.size();
-    for (const Tensor* in : ins) {
-      auto it = interval_.find(in);
-      if (it != interval_.end()) it->second.second = std::max(it->second.second, step);
-    }
-    for (Tensor* t : outs) {
-      interval_.emplace(t, std::make_pair(step, step));
-      plan_->unplanned_bytes_ += align_up(t->nbytes());
+    for (const Tensor* in : ins) extend(in, step);
+    for (Tensor* t : outs) plan_->unplanned_bytes_ += align_up(t->nbytes());
+    // A view of an arena value needs no buffer of its own: it shares the input's, whose lifetime then also
+    // covers the view's readers. Only arena values qualify: feeds change address every run, and state must
+    // not be aliased by a value the caller might hold while updates are written.
+    if (kernel->output_is_view_of_input0() && ins[0] && interval_.count(root(ins[0])) && outs[0]->nbytes() == ins[0]->nbytes()) {
+      view_of_[outs[0]] = root(ins[0]);
+      for (size_t i = 1; i < outs.size(); ++i) interval_.emplace(outs[i], std::make_pair(step, step));
+    } else {
+      for (Tensor* t : outs) interval_.emplace(t, std::make_pair(step, step));
     }
     plan_->steps_.push_back({std::move(kernel), std::move(ins), std::move(outs)});
   }
@@ -189,6 +202,7 @@ class PlanCompiler {
     }
     auto* base = static_cast<std::byte*>(plan_->arena_.get());
     for (const Buf& b : bufs) b.t->data = base + b.offset;
+    for (auto& [view, target] : view_of_) const_cast<Tensor*>(view)->data = target->data;
   }
 
   const PlanSpec& spec_;
@@ -196,6 +210,7 @@ class PlanCompiler {
   std::unordered_map<std::string, Tensor*> values_;
   std::unordered_set<const Tensor*> folded_;
   std::unordered_map<const Tensor*, std::pair<size_t, size_t>> interval_;  // arena values: [def, last use]
+  std::unordered_map<const Tensor*, const Tensor*> view_of_;                // view -> arena value it shares
 };
 
 std::vector<std::string> PlanSpec::feed_names_and_state() const {

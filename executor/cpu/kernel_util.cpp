@@ -1,5 +1,7 @@
 #include "executor/cpu/kernel_util.h"
 
+#include <cstring>
+
 namespace onnxtrain::cpu {
 
 void add(KernelRegistry& r, const std::string& op, int64_t since, std::vector<DType> dtypes, KernelFactory f) {
@@ -76,6 +78,10 @@ void expect_grad_inputs(const PrepareContext& ctx) {
     ctx.fail("dY and Y must have the same dtype, got " + dtype_name(dy.dtype) + " and " + dtype_name(y.dtype));
   if (dy.shape != y.shape)
     ctx.fail("dY and Y must have the same shape, got " + shape_string(dy.shape) + " and " + shape_string(y.shape));
+}
+
+void CopyKernel::run(std::span<const Tensor* const> in, std::span<Tensor* const> out) {
+  if (out[0]->data != in[0]->data && out[0]->nbytes()) std::memcpy(out[0]->data, in[0]->data, out[0]->nbytes());
 }
 
 }  // namespace onnxtrain::cpu

@@ -40,6 +40,13 @@ std::vector<int64_t> ints_of(const PrepareContext& ctx, const Tensor& t, const s
 int64_t normalize_axis(const PrepareContext& ctx, int64_t axis, int64_t rank, const std::string& what = "axis");
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
 
+// Output 0 = input 0's bytes. The plan usually makes the output a view, and then there is nothing to do.
+class CopyKernel final : public Kernel {
+ public:
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override;
+  bool output_is_view_of_input0() const override { return true; }
+};
+
 // The (dY, Y) inputs of a fused gradient op: both present, same dtype and shape, one output (dX).
 void expect_grad_inputs(const PrepareContext& ctx);
 

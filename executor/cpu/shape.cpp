@@ -22,6 +22,7 @@ constexpr int64_t kParallelBytes = 1 << 20;  // below this, threads cost more th
 // ---------------------------------------------------------------------------------------------------------
 // Plan-time helpers.
 
+using cpu::CopyKernel;
 using cpu::contiguous_strides;
 using cpu::elem_size;
 using cpu::has_input;
@@ -212,13 +213,6 @@ std::unique_ptr<Kernel> strided_kernel(PrepareContext& ctx, const std::vector<in
 }
 
 // Output is the input's bytes under a new shape.
-class CopyKernel final : public Kernel {
- public:
-  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    if (in[0]->data != out[0]->data && out[0]->nbytes()) std::memcpy(out[0]->data, in[0]->data, out[0]->nbytes());
-  }
-};
-
 // Writes bytes fixed at plan time (Shape, Size, Constant, ConstantOfShape's fill, Range).
 class ConstantKernel final : public Kernel {
  public:

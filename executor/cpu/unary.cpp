@@ -17,6 +17,7 @@
 namespace onnxtrain {
 namespace {
 
+using cpu::CopyKernel;
 using cpu::add;
 using cpu::dispatch;
 using cpu::fail_dtype;
@@ -55,13 +56,6 @@ template <class T, EigenFn F> class EigenUnaryKernel final : public Kernel {
       if constexpr (F == EigenFn::Tanh) ys = xs.tanh();
       if constexpr (F == EigenFn::Sigmoid) ys = xs.logistic();
     });
-  }
-};
-
-class CopyKernel final : public Kernel {
- public:
-  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    if (out[0]->data != in[0]->data && in[0]->nbytes()) std::memcpy(out[0]->data, in[0]->data, in[0]->nbytes());
   }
 };
 

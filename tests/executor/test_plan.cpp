@@ -115,3 +115,28 @@ TEST(Plan, MissingKernelIsNamed) {
 
 }  // namespace
 }  // namespace onnxtrain
+
+namespace onnxtrain {
+namespace {
+
+// Reshape, Flatten, Identity and a same-type Cast produce views of their input's buffer: no copy, no memory.
+TEST(Plan, ReshapeLikeOpsAreViews) {
+  Graph g;
+  g.inputs = {{"x", {DType::Float32, dims({4, 6})}}};
+  g.outputs = {{"y", {DType::Float32, dims({24})}}};
+  g.initializers["flat"] = TensorData::from<int64_t>({1}, std::vector<int64_t>{24});
+  Node cast = node("Cast", {"c"}, {"d"});
+  cast.attributes["to"] = int64_t{1};
+  g.nodes = {node("Exp", {"x"}, {"a"}), node("Reshape", {"a", "flat"}, {"b"}), node("Identity", {"b"}, {"c"}), cast,
+             node("Neg", {"d"}, {"y"})};
+  Executor ex(g, {{"", 17}}, std::make_shared<TensorStore>());
+  std::vector<float> v(24);
+  for (int i = 0; i < 24; ++i) v[i] = 0.1f * float(i);
+  Tensor y = ex.run({{"x", Tensor::from_vector<float>({4, 6}, v)}}).at(0);
+  for (int i = 0; i < 24; ++i) EXPECT_FLOAT_EQ(y.ptr<float>()[i], -std::exp(0.1f * float(i)));
+  // 'a' (viewed by b, c, d) and 'y' are the only buffers.
+  EXPECT_EQ(ex.last_plan()->arena_bytes(), 2u * 128);
+}
+
+}  // namespace
+}  // namespace onnxtrain
