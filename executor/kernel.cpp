@@ -52,6 +52,7 @@ const KernelRegistry& default_kernels() {
     register_cpu_softmax(r);
     register_cpu_scatter(r);
     register_cpu_training_ops(r);
+    register_cpu_activation(r);
     return r;
   }();
   return reg;

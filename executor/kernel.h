@@ -90,5 +90,6 @@ void register_cpu_fused_grad(KernelRegistry& r);
 void register_cpu_softmax(KernelRegistry& r);
 void register_cpu_scatter(KernelRegistry& r);
 void register_cpu_training_ops(KernelRegistry& r);  // ai.onnx.preview.training
+void register_cpu_activation(KernelRegistry& r);     // trigonometric and activation functions
 
 }  // namespace onnxtrain
