@@ -1,7 +1,9 @@
 #include "training/session.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "gradients/builder.h"
 #include "gradients/fused.h"
@@ -42,6 +44,7 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
     if (!is_floating(it->second.dtype))
       fail("trainable '" + w + "'", "is " + dtype_name(it->second.dtype) + "; only floating-point weights train");
   }
+  validate_optimizer(config_.optimizer, trainable_);  // before anything else reads the learning rate
   std::string prediction = config_.prediction.empty() ? g.outputs.front().name : config_.prediction;
   if (std::none_of(g.outputs.begin(), g.outputs.end(), [&](const ValueInfo& v) { return v.name == prediction; }))
     fail("prediction '" + prediction + "'", "is not an output of the model");
@@ -51,6 +54,10 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   LossGraph lg = append_loss(gg, prediction, config_.loss);
   target_ = lg.target;
   loss_ = lg.loss;
+  if (config_.penalty.l1 != 0 || config_.penalty.l2 != 0) loss_ = append_penalty(gg, loss_, trainable_, config_.penalty);
+  // Validated even when constant, so a bad key is reported rather than ignored.
+  std::unique_ptr<LrSchedule> schedule = make_schedule(config_.schedule, config_.optimizer.learning_rate);
+  if (config_.schedule.kind != "constant") schedule_ = std::move(schedule);
   GraphBuilder b(gg, "seed/");
   Expr loss = value(b, loss_);
   Expr seed = scalar(b, loss.dtype(), 1.0);
@@ -69,17 +76,31 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   tg.outputs.resize(1);
   OptimizerGraph og = append_optimizer(tg, grad_names_, config_.optimizer);
   lr_name_ = og.learning_rate;
+  group_lr_names_ = og.group_learning_rates;
+  step_name_ = og.step;
+  state_names_ = og.state;
+  std::optional<Graph> ag;
+  OptimizerGraph accumulate_og;
+  if (config_.optimizer.gradient_accumulation > 1) {
+    ag = gg;
+    ag->outputs.resize(1);
+    accumulate_og = append_optimizer(*ag, grad_names_, config_.optimizer, OptimizerPhase::AccumulateOnly);
+  }
 
   auto opsets = model_.opset_imports;
   opsets.emplace("onnxtrain", 1);  // fused gradient ops (ReluGrad, ...)
   ExecutorOptions eo;
   eo.device = config_.device;
   eo.variables.insert(trainable_.begin(), trainable_.end());
-  eo.variables.insert(lr_name_);
+  eo.variables.insert(state_names_.begin(), state_names_.end());
   infer_ = std::make_unique<Executor>(g, opsets, store_, eo);
   grad_ = std::make_unique<Executor>(std::move(gg), opsets, store_, eo);
   eo.updates = og.updates;
   train_ = std::make_unique<Executor>(std::move(tg), opsets, store_, eo);
+  if (ag) {
+    eo.updates = accumulate_og.updates;
+    accumulate_ = std::make_unique<Executor>(std::move(*ag), opsets, store_, eo);
+  }
 }
 
 // By-name lookup into a reused pointer buffer, then the plan's own views: a steady-state step allocates nothing.
@@ -103,7 +124,12 @@ std::span<const Tensor* const> TrainingSession::order_feeds(Executor& ex, const 
 }
 
 float TrainingSession::train_step(const Feeds& feeds) {
-  return scalar_of(*train_->run(order_feeds(*train_, feeds))[0], "loss");
+  // N-1 micro-batches only add into the buffers; the N-th applies the update from their mean.
+  Executor& ex = (accumulate_ && micro_ + 1 < config_.optimizer.gradient_accumulation) ? *accumulate_ : *train_;
+  if (schedule_ && &ex == train_.get()) set_learning_rate(schedule_->lr(step()));
+  float loss = scalar_of(*ex.run(order_feeds(ex, feeds))[0], "loss");
+  micro_ = (&ex == train_.get()) ? 0 : micro_ + 1;
+  return loss;
 }
 
 std::vector<Tensor> TrainingSession::infer(const Feeds& inputs) { return infer_->run(inputs); }
@@ -139,8 +165,35 @@ void TrainingSession::set_weight(const std::string& name, const Tensor& value) {
   std::memcpy(dst.data, value.data, dst.nbytes());
 }
 
-float TrainingSession::learning_rate() const { return *store_->at(lr_name_).ptr<float>(); }
-void TrainingSession::set_learning_rate(float lr) { *store_->at(lr_name_).ptr<float>() = lr; }
+double TrainingSession::learning_rate() const { return *store_->at(lr_name_).ptr<double>(); }
+
+void TrainingSession::set_learning_rate(double lr) {
+  if (!(lr >= 0) || !std::isfinite(lr)) fail("learning_rate", "expected a finite number >= 0, got " + std::to_string(lr));
+  const OptimizerSpec& o = config_.optimizer;
+  *store_->at(lr_name_).ptr<double>() = lr;
+  for (size_t k = 0; k < group_lr_names_.size(); ++k) {
+    const double base = o.groups[k].learning_rate.value_or(o.learning_rate);
+    // Exactly the configured rate when lr is the configured default: no rounding from the ratio.
+    *store_->at(group_lr_names_[k]).ptr<double>() = lr == o.learning_rate ? base : base * (lr / o.learning_rate);
+  }
+}
+
+void TrainingSession::end_epoch(double mean_loss) {
+  if (schedule_) schedule_->end_epoch(mean_loss);
+}
+
+bool TrainingSession::stop_requested() const { return schedule_ && schedule_->stop_requested(); }
+
+int64_t TrainingSession::step() const { return *store_->at(step_name_).ptr<int64_t>(); }
+
+Tensor TrainingSession::state(const std::string& name) const {
+  if (std::find(state_names_.begin(), state_names_.end(), name) == state_names_.end()) {
+    std::string all;
+    for (const std::string& n : state_names_) all += (all.empty() ? "" : ", ") + n;
+    fail("optimizer state '" + name + "'", "does not exist; this session has: " + all);
+  }
+  return store_->at(name).clone();
+}
 
 Model TrainingSession::export_inference() const {
   Model m = model_;

@@ -2,7 +2,9 @@
 // TrainingSession: the C++ API. From an inference model it builds three graphs that share one weight store:
 //   inference  = the model as given;
 //   gradients  = model + loss + backward (outputs: loss and "<weight>_grad" per trainable weight);
-//   train step = gradients graph + optimizer, whose updates the executor writes back in place.
+//   train step = gradients graph + optimizer, whose updates the executor writes back in place;
+//   with gradient accumulation, also an accumulate-only step (gradients added into buffers, no update).
+// Optimizer state (moments, step counter, learning rates) lives in the same store; see docs/optimizers.md.
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -12,7 +14,9 @@
 #include "executor/executor.h"
 #include "graph/ir.h"
 #include "losses/loss.h"
+#include "losses/penalty.h"
 #include "optimizers/optimizer.h"
+#include "optimizers/schedule.h"
 
 namespace onnxtrain {
 
@@ -20,7 +24,12 @@ struct TrainingConfig {
   std::vector<std::string> trainable;  // initializer names; empty = every floating-point initializer
   std::string prediction;              // the model output the loss reads; empty = the first output
   LossSpec loss;
+  // L1/L2 on every trainable weight, added to the loss (so train_step and gradients() report loss + penalty).
+  PenaltySpec penalty;
   OptimizerSpec optimizer;
+  // The learning rate per optimizer step, written into "optim.lr" before each update. "constant" (the
+  // default) leaves the rate alone, so set_learning_rate() keeps working; any other kind overrides it.
+  ScheduleSpec schedule;
   Device device = Device::CPU;
 };
 
@@ -48,8 +57,19 @@ class TrainingSession {
   Tensor get_weight(const std::string& name) const;  // a copy
   std::map<std::string, Tensor> weights() const;     // copies of every trainable weight
   void set_weight(const std::string& name, const Tensor& value);
-  float learning_rate() const;
-  void set_learning_rate(float lr);
+  // The default group's learning rate. Setting it scales every parameter group's rate by the same factor
+  // (as torch's schedulers do), so groups keep their ratio to the default.
+  double learning_rate() const;
+  void set_learning_rate(double lr);
+  // Optimizer updates applied so far ("optim.step"); micro-batches of an accumulation do not count.
+  int64_t step() const;
+  // For epoch-based schedules (scikit-learn's adaptive): report an epoch's mean training loss, and ask whether
+  // the schedule wants training to stop.
+  void end_epoch(double mean_loss);
+  bool stop_requested() const;
+  // A copy of an optimizer state tensor by its documented name ("fc1.weight.exp_avg", "optim.step", ...).
+  Tensor state(const std::string& name) const;
+  const std::vector<std::string>& state_names() const { return state_names_; }
   // The inference model with the current weights.
   Model export_inference() const;
   // A standard ONNX model of the gradients graph with the current weights: inputs are the model's plus the
@@ -69,7 +89,11 @@ class TrainingSession {
   std::string target_, loss_, lr_name_;
   std::map<std::string, std::string> grad_names_;
   std::shared_ptr<TensorStore> store_;
-  std::unique_ptr<Executor> infer_, grad_, train_;
+  std::unique_ptr<Executor> infer_, grad_, train_, accumulate_;
+  std::vector<std::string> state_names_, group_lr_names_;
+  std::string step_name_;
+  int micro_ = 0;  // micro-batches accumulated since the last update
+  std::unique_ptr<LrSchedule> schedule_;  // null for "constant"
   std::vector<const Tensor*> feed_ptrs_;
 };
 
