@@ -1,6 +1,8 @@
 // Trains an MLP regressor from an ONNX file with the C++ API and prints the loss per epoch.
 //
 //   train_mlp MODEL.onnx [--epochs 10] [--batch 64] [--lr 0.05] [--samples 4096] [--out trained.onnx]
+//             [--optimizer sgd|adam|adamw|adagrad] [--momentum 0.9] [--schedule constant|cosine|...]
+//             [--loss square|absolute|huber|...]
 //             [--dump DIR]   (writes x.npy, y.npy and the trained model's predictions pred.npy)
 //
 // The data is a learnable synthetic regression made here: y = tanh(x . a) + 0.5 * sin(x . b) for fixed random
@@ -23,13 +25,14 @@ using namespace onnxtrain;
 namespace {
 
 struct Args {
-  std::string model, out, dump;
+  std::string model, out, dump, optimizer = "sgd", schedule = "constant", loss = "square";
+  double momentum = 0;
   int epochs = 10, batch = 64, samples = 4096;
   float lr = 0.05f;
 };
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr, "train_mlp: %s\nusage: train_mlp MODEL.onnx [--epochs N] [--batch B] [--lr F] [--samples N] [--out PATH] [--dump DIR]\n", why);
+  std::fprintf(stderr, "train_mlp: %s\nusage: train_mlp MODEL.onnx [--epochs N] [--batch B] [--lr F] [--samples N] [--out PATH] [--dump DIR]\n                 [--optimizer NAME] [--momentum M] [--schedule NAME] [--loss NAME]\n", why);
   std::exit(2);
 }
 
@@ -48,6 +51,10 @@ Args parse(int argc, char** argv) {
       else if (k == "--samples") a.samples = std::stoi(next());
       else if (k == "--out") a.out = next();
       else if (k == "--dump") a.dump = next();
+      else if (k == "--optimizer") a.optimizer = next();
+      else if (k == "--momentum") a.momentum = std::stod(next());
+      else if (k == "--schedule") a.schedule = next();
+      else if (k == "--loss") a.loss = next();
       else if (k == "-h" || k == "--help") usage("help");
       else if (!k.empty() && k[0] == '-') usage(("unknown option " + k).c_str());
       else a.model = k;
@@ -66,7 +73,14 @@ int main(int argc, char** argv) {
   Args a = parse(argc, argv);
   try {
     TrainingConfig cfg;
+    cfg.optimizer.kind = a.optimizer;
     cfg.optimizer.learning_rate = a.lr;
+    cfg.optimizer.momentum = a.momentum;
+    cfg.loss.kind = a.loss;
+    cfg.schedule.kind = a.schedule;
+    const int steps = a.samples / a.batch;
+    cfg.schedule.total_steps = int64_t(steps) * a.epochs;  // cosine and linear decay over the whole run
+    cfg.schedule.warmup_steps = a.schedule == "cosine" || a.schedule == "linear" ? steps : 0;
     TrainingSession s = TrainingSession::from_file(a.model, cfg);
     const Model m = s.export_inference();
     const auto& in_shape = m.graph.inputs.at(0).type.shape;
@@ -93,9 +107,9 @@ int main(int argc, char** argv) {
       y.ptr<float>()[i] = std::tanh(pa) + 0.5f * std::sin(pb);
     }
 
-    std::printf("training %s: %zu trainable tensors, %d samples, batch %d, SGD lr %g\n", a.model.c_str(),
-                s.trainable().size(), a.samples, a.batch, a.lr);
-    const int steps = a.samples / a.batch;
+    std::printf("training %s: %zu trainable tensors, %d samples, batch %d, %s lr %g, %s schedule, %s loss\n",
+                a.model.c_str(), s.trainable().size(), a.samples, a.batch, a.optimizer.c_str(), a.lr,
+                a.schedule.c_str(), a.loss.c_str());
     for (int e = 1; e <= a.epochs; ++e) {
       double sum = 0;
       for (int k = 0; k < steps; ++k) {
@@ -105,6 +119,7 @@ int main(int argc, char** argv) {
         sum += s.train_step(f);
       }
       std::printf("epoch %2d  loss %.6f\n", e, sum / steps);
+      s.end_epoch(sum / steps);  // the adaptive schedule reacts to the epoch's loss
     }
     if (!a.dump.empty()) {
       std::filesystem::create_directories(a.dump);

@@ -39,3 +39,29 @@ def test_bad_model_path_is_a_clear_error(tmp_path, build_dir):
     r = subprocess.run([build_dir / "examples" / "train_mlp", tmp_path / "missing.onnx"], capture_output=True, text=True)
     assert r.returncode == 1
     assert "missing.onnx" in r.stderr
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("options", [
+    ["--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.01"],
+    ["--optimizer", "adam", "--lr", "0.001", "--schedule", "cosine"],
+    ["--optimizer", "adamw", "--lr", "0.001", "--schedule", "linear"],
+    ["--optimizer", "adagrad", "--lr", "0.05", "--loss", "huber"],
+])
+def test_example_trains_with_each_optimizer(tmp_path, build_dir, options):
+    model = tmp_path / "mlp.onnx"
+    subprocess.run([sys.executable, ROOT / "examples" / "make_mlp.py", model], check=True, capture_output=True)
+    out = subprocess.run([build_dir / "examples" / "train_mlp", model, "--epochs", "3", "--samples", "2048", *options],
+                         check=True, capture_output=True, text=True).stdout
+    losses = [float(l.split()[-1]) for l in out.splitlines() if l.startswith("epoch")]
+    assert len(losses) == 3 and losses[-1] < 0.5 * losses[0], out
+
+
+def test_unknown_optimizer_is_a_clear_error(tmp_path, build_dir):
+    model = tmp_path / "mlp.onnx"
+    subprocess.run([sys.executable, ROOT / "examples" / "make_mlp.py", model], check=True, capture_output=True)
+    r = subprocess.run([build_dir / "examples" / "train_mlp", model, "--optimizer", "adom"], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "optimizer.kind" in r.stderr and "adam" in r.stderr
