@@ -203,4 +203,110 @@ struct TanhGradOp {
   template <class T> ONNXTRAIN_HD T operator()(T dy, T y) const { return dy * (T(1) - y * y); }
 };
 
+// ---- trigonometric and hyperbolic (executor/cpu/activation.cpp) -------------------------------------------
+
+struct SinOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::sin(x); }
+};
+struct CosOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::cos(x); }
+};
+struct TanOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::tan(x); }
+};
+struct AsinOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::asin(x); }
+};
+struct AcosOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::acos(x); }
+};
+struct AtanOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::atan(x); }
+};
+struct SinhOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::sinh(x); }
+};
+struct CoshOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::cosh(x); }
+};
+struct AsinhOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::asinh(x); }
+};
+struct AcoshOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::acosh(x); }
+};
+struct AtanhOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::atanh(x); }
+};
+// Halves go to the even neighbour (numpy.round, the ONNX reference), independent of the FP rounding mode.
+struct RoundOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const {
+    const T r = std::round(x);  // halves away from zero
+    if (std::abs(x - std::trunc(x)) == T(0.5)) return T(2) * std::round(x / T(2));
+    return r;
+  }
+};
+
+// ---- activations (executor/cpu/activation.cpp); attributes are ONNX floats ---------------------------------
+
+struct SeluOp {
+  float alpha = 1.67326319217681884765625f;
+  float gamma = 1.05070102214813232421875f;
+  template <class T> ONNXTRAIN_HD T operator()(T x) const {
+    return static_cast<T>(gamma) * (x > T(0) ? x : static_cast<T>(alpha) * std::expm1(x));
+  }
+};
+struct CeluOp {
+  float alpha = 1.0f;
+  template <class T> ONNXTRAIN_HD T operator()(T x) const {
+    const T a = static_cast<T>(alpha);
+    return x > T(0) ? x : a * std::expm1(x / a);
+  }
+};
+// approximate = "none": x * Phi(x) with the normal CDF written through erf.
+struct GeluOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const {
+    return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+  }
+};
+// approximate = "tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+struct GeluTanhOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const {
+    return T(0.5) * x * (T(1) + std::tanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x)));
+  }
+};
+struct HardSigmoidOp {
+  float alpha = 0.2f;
+  float beta = 0.5f;
+  template <class T> ONNXTRAIN_HD T operator()(T x) const {
+    const T v = static_cast<T>(alpha) * x + static_cast<T>(beta);
+    return v < T(0) ? T(0) : (v > T(1) ? T(1) : v);
+  }
+};
+// x * HardSigmoid(x) with alpha = 1/6, beta = 1/2.
+struct HardSwishOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const {
+    const T v = x / T(6) + T(0.5);
+    return x * (v < T(0) ? T(0) : (v > T(1) ? T(1) : v));
+  }
+};
+struct SoftsignOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return x / (T(1) + std::abs(x)); }
+};
+// x * tanh(softplus(x)); softplus as in SoftplusOp so large |x| neither overflows nor loses the tail.
+struct MishOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x) const {
+    const T sp = x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+    return x * std::tanh(sp);
+  }
+};
+struct ThresholdedReluOp {
+  float alpha = 1.0f;
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return x > static_cast<T>(alpha) ? x : T(0); }
+};
+// (x, slope) -> x for x >= 0, slope * x below; slope broadcasts onto x.
+struct PReluOp {
+  template <class T> ONNXTRAIN_HD T operator()(T x, T slope) const { return x < T(0) ? slope * x : x; }
+};
+
 }  // namespace onnxtrain

@@ -92,6 +92,7 @@ bool is_non_differentiable_op(const std::string& domain, const std::string& op_t
       "EyeLike",     "Range",        "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
       "Bernoulli",   "Multinomial",  "Sign",         "Floor",         "Ceil",           "Round",
       "BitShift",    "BitwiseAnd",   "BitwiseOr",    "BitwiseXor",    "BitwiseNot",     "NonMaxSuppression",
+      "Hardmax",  // a one-hot of the argmax
   };
   return ops.count(op_type) != 0;
 }

@@ -1,8 +1,222 @@
-// Placeholder: trigonometric and activation kernels arrive with the op-coverage work.
+// Trigonometric, hyperbolic and activation kernels on the CPU: flat loops over the shared functors in
+// executor/functors.h (so a CUDA backend reuses the maths the node tests check here), plus PRelu (its slope
+// broadcasts onto the input) and Hardmax (a one-hot of the first maximum along an axis).
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "executor/broadcast.h"
+#include "executor/cpu/kernel_util.h"
+#include "executor/functors.h"
 #include "executor/kernel.h"
 
 namespace onnxtrain {
+namespace {
 
-void register_cpu_activation(KernelRegistry& r) {}
+using cpu::add;
+using cpu::dispatch;
+using cpu::fail_dtype;
+using cpu::kCheapGrain;
+using cpu::kCostlyGrain;
+
+template <class Op, class T> class MapKernel final : public Kernel {
+ public:
+  MapKernel(Op op, int64_t grain) : op_(op), grain_(grain) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* x = in[0]->ptr<T>();
+    T* y = out[0]->ptr<T>();
+    parallel_chunks(out[0]->numel(), grain_, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) y[i] = op_(x[i]);
+    });
+  }
+
+ private:
+  Op op_;
+  int64_t grain_;
+};
+
+void expect_one_input(const PrepareContext& ctx) {
+  if (ctx.inputs.empty() || !ctx.inputs[0].present()) ctx.fail("input 0 is required");
+  if (ctx.inputs.size() != 1) ctx.fail("expected 1 input, got " + std::to_string(ctx.inputs.size()));
+  if (ctx.outputs.size() != 1) ctx.fail("expected 1 output, got " + std::to_string(ctx.outputs.size()));
+}
+
+template <class Op> std::unique_ptr<Kernel> float_map(PrepareContext& ctx, Op op, int64_t grain) {
+  expect_one_input(ctx);
+  const DType t = ctx.inputs[0].dtype;
+  cpu::set_output(ctx, 0, t, ctx.inputs[0].shape);
+  std::unique_ptr<Kernel> k;
+  dispatch<float, double>(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    k = std::make_unique<MapKernel<Op, T>>(op, grain);
+  });
+  if (!k) fail_dtype(ctx);
+  return k;
+}
+
+// An op without attributes.
+template <class Op> KernelFactory plain(int64_t grain) {
+  return [grain](PrepareContext& ctx) { return float_map(ctx, Op{}, grain); };
+}
+
+std::unique_ptr<Kernel> make_selu(PrepareContext& ctx) {
+  const SeluOp d;
+  return float_map(ctx, SeluOp{ctx.node.attr_float("alpha", d.alpha), ctx.node.attr_float("gamma", d.gamma)},
+                   kCostlyGrain);
+}
+
+std::unique_ptr<Kernel> make_celu(PrepareContext& ctx) {
+  const float alpha = ctx.node.attr_float("alpha", 1.0f);
+  if (alpha == 0.0f) ctx.fail("attribute 'alpha' must not be 0 (Celu divides by it)");
+  return float_map(ctx, CeluOp{alpha}, kCostlyGrain);
+}
+
+std::unique_ptr<Kernel> make_gelu(PrepareContext& ctx) {
+  const std::string a = ctx.node.attr_string("approximate", "none");
+  if (a == "none") return float_map(ctx, GeluOp{}, kCostlyGrain);
+  if (a == "tanh") return float_map(ctx, GeluTanhOp{}, kCostlyGrain);
+  ctx.fail("attribute 'approximate' must be \"none\" or \"tanh\", got \"" + a + "\"");
+}
+
+std::unique_ptr<Kernel> make_hard_sigmoid(PrepareContext& ctx) {
+  return float_map(ctx, HardSigmoidOp{ctx.node.attr_float("alpha", 0.2f), ctx.node.attr_float("beta", 0.5f)},
+                   kCheapGrain);
+}
+
+std::unique_ptr<Kernel> make_thresholded_relu(PrepareContext& ctx) {
+  return float_map(ctx, ThresholdedReluOp{ctx.node.attr_float("alpha", 1.0f)}, kCheapGrain);
+}
+
+// ---- PRelu: y = x < 0 ? slope * x : x, slope broadcast (unidirectionally, opset 7+) onto x --------------------
+
+template <class T> class PReluKernel final : public Kernel {
+ public:
+  explicit PReluKernel(BroadcastPlan p) : plan_(std::move(p)) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* x = in[0]->ptr<T>();
+    const T* s = in[1]->ptr<T>();
+    T* y = out[0]->ptr<T>();
+    const PReluOp op;
+    const int64_t ss = plan_.inner_stride(1);
+    for_each_broadcast_row<2>(plan_, kCheapGrain, [&](int64_t o, const std::array<int64_t, 2>& off, int64_t n) {
+      // x is the output's shape, so its runs are contiguous; the slope's are contiguous, repeated or strided.
+      const T* xr = x + off[0];
+      const T* sr = s + off[1];
+      T* yr = y + o;
+      if (ss == 0) {
+        const T v = *sr;
+        for (int64_t k = 0; k < n; ++k) yr[k] = op(xr[k], v);
+      } else {
+        for (int64_t k = 0; k < n; ++k) yr[k] = op(xr[k], sr[k * ss]);
+      }
+    });
+  }
+
+ private:
+  BroadcastPlan plan_;
+};
+
+std::unique_ptr<Kernel> make_prelu(PrepareContext& ctx) {
+  if (ctx.inputs.size() != 2 || !ctx.inputs[0].present() || !ctx.inputs[1].present())
+    ctx.fail("expected 2 inputs (X, slope)");
+  if (ctx.outputs.size() != 1) ctx.fail("expected 1 output, got " + std::to_string(ctx.outputs.size()));
+  const KernelInput& x = ctx.inputs[0];
+  const KernelInput& slope = ctx.inputs[1];
+  if (slope.dtype != x.dtype)
+    ctx.fail("slope must have X's dtype " + dtype_name(x.dtype) + ", got " + dtype_name(slope.dtype));
+  const std::vector<std::vector<int64_t>> shapes = {x.shape, slope.shape};
+  auto b = broadcast_shapes(shapes);
+  if (!b || *b != x.shape)
+    ctx.fail("slope of shape " + shape_string(slope.shape) + " does not broadcast to X's shape " +
+             shape_string(x.shape));
+  cpu::set_output(ctx, 0, x.dtype, x.shape);
+  BroadcastPlan plan = plan_broadcast(shapes, x.shape);
+  std::unique_ptr<Kernel> k;
+  dispatch<float, double>(x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    k = std::make_unique<PReluKernel<T>>(std::move(plan));
+  });
+  if (!k) fail_dtype(ctx);
+  return k;
+}
+
+// ---- Hardmax: 1 at the first maximum of each lane along the axis, 0 elsewhere ------------------------------
+// Opset 13+ uses one axis (default -1); before that the input is coerced to 2-D at axis (default 1), so a
+// lane spans every dimension from axis on.
+
+template <class T> class HardmaxKernel final : public Kernel {
+ public:
+  HardmaxKernel(int64_t outer, int64_t len, int64_t inner) : outer_(outer), len_(len), inner_(inner) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* x = in[0]->ptr<T>();
+    T* y = out[0]->ptr<T>();
+    const int64_t len = len_, inner = inner_;
+    std::fill(y, y + outer_ * len * inner, T(0));
+    if (len == 0) return;
+    parallel_chunks(outer_ * inner, kCheapGrain / std::max<int64_t>(len, 1) + 1, [&](int64_t s, int64_t e) {
+      for (int64_t lane = s; lane < e; ++lane) {
+        const int64_t base = (lane / inner) * len * inner + lane % inner;
+        int64_t best = 0;
+        for (int64_t j = 1; j < len; ++j)
+          if (x[base + j * inner] > x[base + best * inner]) best = j;
+        y[base + best * inner] = T(1);
+      }
+    });
+  }
+
+ private:
+  int64_t outer_, len_, inner_;
+};
+
+std::unique_ptr<Kernel> make_hardmax(PrepareContext& ctx) {
+  expect_one_input(ctx);
+  const KernelInput& x = ctx.inputs[0];
+  const auto rank = static_cast<int64_t>(x.shape.size());
+  const bool coerce = ctx.opset < 13;
+  if (rank == 0) ctx.fail("input must have rank >= 1, got a scalar");
+  const int64_t axis = cpu::normalize_axis(ctx, ctx.node.attr_int("axis", coerce ? 1 : -1), rank);
+  int64_t outer = 1, len = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
+  len = x.shape[axis];
+  for (int64_t d = axis + 1; d < rank; ++d) (coerce ? len : inner) *= x.shape[d];
+  cpu::set_output(ctx, 0, x.dtype, x.shape);
+  std::unique_ptr<Kernel> k;
+  dispatch<float, double>(x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    k = std::make_unique<HardmaxKernel<T>>(outer, len, inner);
+  });
+  if (!k) fail_dtype(ctx);
+  return k;
+}
+
+}  // namespace
+
+void register_cpu_activation(KernelRegistry& r) {
+  const std::vector<DType> flt = {DType::Float32, DType::Float64};
+  // Versions: the trigonometric ops arrived at 7 and the hyperbolic ones at 9, unchanged since except for
+  // added dtypes; opset 6 dropped the legacy consumed_inputs of Selu/HardSigmoid.
+  add(r, "Sin", 7, flt, plain<SinOp>(kCostlyGrain));
+  add(r, "Cos", 7, flt, plain<CosOp>(kCostlyGrain));
+  add(r, "Tan", 7, flt, plain<TanOp>(kCostlyGrain));
+  add(r, "Asin", 7, flt, plain<AsinOp>(kCostlyGrain));
+  add(r, "Acos", 7, flt, plain<AcosOp>(kCostlyGrain));
+  add(r, "Atan", 7, flt, plain<AtanOp>(kCostlyGrain));
+  add(r, "Sinh", 9, flt, plain<SinhOp>(kCostlyGrain));
+  add(r, "Cosh", 9, flt, plain<CoshOp>(kCostlyGrain));
+  add(r, "Asinh", 9, flt, plain<AsinhOp>(kCostlyGrain));
+  add(r, "Acosh", 9, flt, plain<AcoshOp>(kCostlyGrain));
+  add(r, "Atanh", 9, flt, plain<AtanhOp>(kCostlyGrain));
+  add(r, "Round", 11, flt, plain<RoundOp>(kCheapGrain));
+  add(r, "Selu", 6, flt, make_selu);
+  add(r, "Celu", 12, flt, make_celu);
+  add(r, "Gelu", 20, flt, make_gelu);
+  add(r, "HardSigmoid", 6, flt, make_hard_sigmoid);
+  add(r, "HardSwish", 14, flt, plain<HardSwishOp>(kCheapGrain));
+  add(r, "Softsign", 1, flt, plain<SoftsignOp>(kCheapGrain));
+  add(r, "Mish", 18, flt, plain<MishOp>(kCostlyGrain));
+  add(r, "ThresholdedRelu", 10, flt, make_thresholded_relu);
+  add(r, "PRelu", 7, flt, make_prelu);
+  add(r, "Hardmax", 1, flt, make_hardmax);
+}
 
 }  // namespace onnxtrain

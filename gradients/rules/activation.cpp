@@ -1,7 +1,10 @@
 // Gradients of activations. Relu, Sigmoid, Tanh, and Softmax/LogSoftmax over the last axis use the fused
 // onnxtrain ops (gradients/fused.h), which read only the forward output, so the input can be freed after the
 // forward pass.
+#include <cmath>
+#include <numbers>
 #include <numeric>
+#include <string>
 
 #include "gradients/fused.h"
 #include "gradients/rule.h"
@@ -41,6 +44,10 @@ bool is_last_axis(RuleContext& c, const std::vector<int64_t>& axes) {
   return rank && axes[0] == static_cast<int64_t>(*rank) - 1;
 }
 
+Expr zero(const Expr& a) { return scalar(*a.b, a.dtype(), 0.0); }
+Expr positive(const Expr& a) { return greater(a, zero(a)); }
+Expr unary(const std::string& op, const Expr& a) { return apply(*a.b, op, {a}, a.type); }
+
 }  // namespace
 
 void register_activation_rules(GradientRegistry& r) {
@@ -49,8 +56,9 @@ void register_activation_rules(GradientRegistry& r) {
   r.add("Tanh", [](RuleContext& c) { c.set_dX(0, fused(c, "TanhGrad")); });
   r.add("LeakyRelu", [](RuleContext& c) {
     const double alpha = c.node().attr_float("alpha", 0.01f);
-    Expr x = c.X(0), dy = c.dY(0);
-    c.set_dX(0, where(greater(x, scalar(c.builder(), x.dtype(), 0.0)), dy, dy * alpha));
+    // With alpha > 0, y > 0 exactly where x > 0, so only Y is kept for the backward pass.
+    Expr s = alpha > 0 ? c.Y(0) : c.X(0), dy = c.dY(0);
+    c.set_dX(0, where(positive(s), dy, dy * alpha));
   });
   r.add("Softplus", [](RuleContext& c) {
     // d/dx log(1 + e^x) = sigmoid(x)
@@ -70,6 +78,87 @@ void register_activation_rules(GradientRegistry& r) {
     const std::vector<int64_t> axes = softmax_axes(c);
     if (is_last_axis(c, axes)) return c.set_dX(0, fused(c, "LogSoftmaxGrad"));
     c.set_dX(0, dy - exp(y) * rules::reduce_sum(dy, axes, true, c.opset()));
+  });
+
+  // Elu, Selu and Celu: for x <= 0 the derivative is (y + alpha * gamma) (resp. y / alpha + 1), and the sign of
+  // y tells the branches apart for the usual attributes, so these read only Y.
+  r.add("Elu", [](RuleContext& c) {
+    const double alpha = c.node().attr_float("alpha", 1.0f);
+    Expr dy = c.dY(0), y = c.Y(0);
+    Expr s = alpha >= 0 ? y : c.X(0);  // alpha < 0 makes y positive on both branches
+    c.set_dX(0, where(positive(s), dy, dy * (y + alpha)));
+  });
+  r.add("Selu", [](RuleContext& c) {
+    const double alpha = c.node().attr_float("alpha", 1.67326319217681884765625f);
+    const double gamma = c.node().attr_float("gamma", 1.05070102214813232421875f);
+    Expr dy = c.dY(0), y = c.Y(0);
+    Expr s = alpha >= 0 && gamma > 0 ? y : c.X(0);
+    c.set_dX(0, where(positive(s), dy * gamma, dy * (y + alpha * gamma)));
+  });
+  r.add("Celu", [](RuleContext& c) {
+    // y = alpha * (exp(x / alpha) - 1) for x <= 0, which has the sign of x for either sign of alpha.
+    const double alpha = c.node().attr_float("alpha", 1.0f);
+    Expr dy = c.dY(0), y = c.Y(0);
+    c.set_dX(0, where(positive(y), dy, dy * (y / alpha + 1.0)));
+  });
+  r.add("Gelu", [](RuleContext& c) {
+    const std::string approx = c.node().attr_string("approximate", "none");
+    Expr x = c.X(0), dy = c.dY(0);
+    if (approx == "tanh") {
+      // y = x/2 (1 + t), t = tanh(k (x + 0.044715 x^3)), k = sqrt(2/pi):
+      // dy/dx = (1 + t)/2 + x/2 (1 - t^2) k (1 + 3 * 0.044715 x^2)
+      const double k = std::sqrt(2.0 / std::numbers::pi);
+      Expr x2 = x * x;
+      Expr t = unary("Tanh", k * (x + 0.044715 * x2 * x));
+      c.set_dX(0, dy * (0.5 * (1.0 + t) + (0.5 * k) * x * (1.0 - t * t) * (1.0 + 3.0 * 0.044715 * x2)));
+    } else if (approx == "none") {
+      // y = x Phi(x):  dy/dx = Phi(x) + x phi(x)
+      Expr cdf = 0.5 * (1.0 + unary("Erf", x * (std::numbers::sqrt2 / 2.0)));
+      Expr pdf = exp(-0.5 * (x * x)) * (1.0 / std::sqrt(2.0 * std::numbers::pi));
+      c.set_dX(0, dy * (cdf + x * pdf));
+    } else {
+      c.fail("attribute 'approximate' must be \"none\" or \"tanh\", got \"" + approx + "\"");
+    }
+  });
+  r.add("HardSigmoid", [](RuleContext& c) {
+    // alpha inside the linear piece 0 < y < 1, 0 where it saturates.
+    const double alpha = c.node().attr_float("alpha", 0.2f);
+    Expr y = c.Y(0), dy = c.dY(0);
+    Expr z = zero(dy);
+    c.set_dX(0, where(positive(y), where(less(y, scalar(c.builder(), y.dtype(), 1.0)), dy * alpha, z), z));
+  });
+  r.add("HardSwish", [](RuleContext& c) {
+    // y = x * clip(x/6 + 1/2, 0, 1):  0 below -3, 1 above 3, x/3 + 1/2 between.
+    Expr x = c.X(0), dy = c.dY(0);
+    Expr z = zero(dy);
+    c.set_dX(0, where(less(x, scalar(c.builder(), x.dtype(), -3.0)), z,
+                      where(greater(x, scalar(c.builder(), x.dtype(), 3.0)), dy, dy * (x / 3.0 + 0.5))));
+  });
+  r.add("Softsign", [](RuleContext& c) {
+    // dy/dx = 1 / (1 + |x|)^2, and 1 - |y| = 1 / (1 + |x|).
+    Expr y = c.Y(0);
+    Expr g = 1.0 - abs(y);
+    c.set_dX(0, c.dY(0) * (g * g));
+  });
+  r.add("Mish", [](RuleContext& c) {
+    // y = x tanh(sp(x)), sp' = sigmoid:  dy/dx = t + x (1 - t^2) sigmoid(x),  t = tanh(softplus(x))
+    Expr x = c.X(0);
+    Expr t = unary("Tanh", unary("Softplus", x));
+    c.set_dX(0, c.dY(0) * (t + x * (1.0 - t * t) * unary("Sigmoid", x)));
+  });
+  r.add("ThresholdedRelu", [](RuleContext& c) {
+    // With alpha >= 0, y > 0 exactly where x > alpha.
+    const double alpha = c.node().attr_float("alpha", 1.0f);
+    Expr dy = c.dY(0);
+    Expr pass = alpha >= 0 ? positive(c.Y(0)) : greater(c.X(0), scalar(c.builder(), c.X(0).dtype(), alpha));
+    c.set_dX(0, where(pass, dy, zero(dy)));
+  });
+  r.add("PRelu", [](RuleContext& c) {
+    // y = x < 0 ? slope * x : x; the engine sums dslope (in X's shape) back to the slope's shape.
+    Expr x = c.X(0), dy = c.dY(0);
+    Expr neg = less(x, zero(x));
+    if (c.needs_dX(0)) c.set_dX(0, where(neg, dy * c.X(1), dy));
+    if (c.needs_dX(1)) c.set_dX(1, where(neg, dy * x, zero(dy)));
   });
 }
 

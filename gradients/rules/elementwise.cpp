@@ -11,6 +11,9 @@ namespace {
 
 Expr zero_like(const Expr& a) { return scalar(*a.b, a.dtype(), 0.0); }
 
+// The same-typed unary op `op` of a (for the functions Expr has no shorthand for).
+Expr unary(const std::string& op, const Expr& a) { return apply(*a.b, op, {a}, a.type); }
+
 // Max and Min route the gradient to the inputs equal to the result (each tied input gets it in full).
 void register_select(GradientRegistry& r, const std::string& op) {
   r.add(op, [](RuleContext& c) {
@@ -80,6 +83,32 @@ void register_elementwise_rules(GradientRegistry& r) {
     Expr zero = zero_like(c.dY(0));
     if (c.needs_dX(1)) c.set_dX(1, where(c.X(0), c.dY(0), zero));
     if (c.needs_dX(2)) c.set_dX(2, where(c.X(0), zero, c.dY(0)));
+  });
+  // ---- trigonometric and hyperbolic
+  r.add("Sin", [](RuleContext& c) { c.set_dX(0, c.dY(0) * unary("Cos", c.X(0))); });
+  r.add("Cos", [](RuleContext& c) { c.set_dX(0, -(c.dY(0) * unary("Sin", c.X(0)))); });
+  // d tan = 1 + tan^2
+  r.add("Tan", [](RuleContext& c) { c.set_dX(0, c.dY(0) * (1.0 + c.Y(0) * c.Y(0))); });
+  r.add("Asin", [](RuleContext& c) {
+    Expr x = c.X(0);
+    c.set_dX(0, c.dY(0) / sqrt(1.0 - x * x));
+  });
+  r.add("Acos", [](RuleContext& c) {
+    Expr x = c.X(0);
+    c.set_dX(0, -c.dY(0) / sqrt(1.0 - x * x));
+  });
+  r.add("Atan", [](RuleContext& c) {
+    Expr x = c.X(0);
+    c.set_dX(0, c.dY(0) / (1.0 + x * x));
+  });
+  r.add("Sinh", [](RuleContext& c) { c.set_dX(0, c.dY(0) * unary("Cosh", c.X(0))); });
+  r.add("Cosh", [](RuleContext& c) { c.set_dX(0, c.dY(0) * unary("Sinh", c.X(0))); });
+  // d asinh = 1/sqrt(x^2 + 1) = 1/cosh(y);  d acosh = 1/sqrt(x^2 - 1) = 1/sinh(y)
+  r.add("Asinh", [](RuleContext& c) { c.set_dX(0, c.dY(0) / unary("Cosh", c.Y(0))); });
+  r.add("Acosh", [](RuleContext& c) { c.set_dX(0, c.dY(0) / unary("Sinh", c.Y(0))); });
+  r.add("Atanh", [](RuleContext& c) {
+    Expr x = c.X(0);
+    c.set_dX(0, c.dY(0) / (1.0 - x * x));
   });
 }
 

@@ -110,6 +110,45 @@ std::vector<RuleCase> build() {
   v.push_back(make("LogSoftmax_middle", "LogSoftmax", {{2, 3, 4}}, {{"axis", int64_t{-2}}}, {{-2.0, 2.0}}, 13));
   v.push_back(make("LogSoftmax_opset11_axis0", "LogSoftmax", {{2, 3, 4}}, {{"axis", int64_t{0}}}, {{-2.0, 2.0}}, 11));
 
+  // ---- trigonometric and hyperbolic (inverse functions sampled inside their domains, away from the poles)
+  v.push_back(make("Sin", "Sin", {{2, 3}}, {}, {{-3.0, 3.0}}));
+  v.push_back(make("Cos", "Cos", {{2, 3}}, {}, {{-3.0, 3.0}}));
+  v.push_back(make("Tan", "Tan", {{2, 3}}, {}, {{-1.2, 1.2}}));
+  v.push_back(make("Asin", "Asin", {{2, 3}}, {}, {{-0.9, 0.9}}));
+  v.push_back(make("Acos", "Acos", {{2, 3}}, {}, {{-0.9, 0.9}}));
+  v.push_back(make("Atan", "Atan", {{2, 3}}, {}, {{-3.0, 3.0}}));
+  v.push_back(make("Sinh", "Sinh", {{2, 3}}, {}, {{-2.0, 2.0}}));
+  v.push_back(make("Cosh", "Cosh", {{2, 3}}, {}, {{-2.0, 2.0}}));
+  v.push_back(make("Asinh", "Asinh", {{2, 3}}, {}, {{-3.0, 3.0}}));
+  v.push_back(make("Acosh", "Acosh", {{2, 3}}, {}, {{1.2, 4.0}}));
+  v.push_back(make("Atanh", "Atanh", {{2, 3}}, {}, {{-0.9, 0.9}}));
+
+  // ---- more activations; kinks sit at 0 (avoid_zero) or, with attributes, at the bounds named per row
+  v.push_back(kinked(make("Elu", "Elu", {{3, 4}}, {}, {{-3.0, 3.0}})));
+  v.push_back(kinked(make("Elu_alpha", "Elu", {{3, 4}}, {{"alpha", 0.5f}}, {{-3.0, 3.0}})));
+  v.push_back(kinked(make("Elu_negative_alpha", "Elu", {{3, 4}}, {{"alpha", -0.5f}}, {{-3.0, 3.0}})));
+  v.push_back(kinked(make("Selu", "Selu", {{3, 4}}, {}, {{-3.0, 3.0}})));
+  v.push_back(kinked(make("Selu_attrs", "Selu", {{3, 4}}, {{"alpha", 2.0f}, {"gamma", 0.5f}}, {{-3.0, 3.0}})));
+  v.push_back(kinked(make("Celu", "Celu", {{3, 4}}, {}, {{-3.0, 3.0}}, 12)));
+  v.push_back(kinked(make("Celu_alpha", "Celu", {{3, 4}}, {{"alpha", 2.0f}}, {{-3.0, 3.0}}, 12)));
+  v.push_back(make("Gelu_none", "Gelu", {{3, 4}}, {}, {{-3.0, 3.0}}, 20));
+  v.push_back(make("Gelu_tanh", "Gelu", {{3, 4}}, {{"approximate", std::string("tanh")}}, {{-3.0, 3.0}}, 20));
+  // Defaults: linear for x in (-2.5, 2.5); [-4, 4] covers both saturated ends too.
+  v.push_back(make("HardSigmoid", "HardSigmoid", {{3, 4}}, {}, {{-4.0, 4.0}}));
+  // Linear for x in (-1.2, 0.8).
+  v.push_back(make("HardSigmoid_attrs", "HardSigmoid", {{3, 4}}, {{"alpha", 0.5f}, {"beta", 0.6f}}, {{-3.0, 3.0}}));
+  // Kinks at -3 and 3.
+  v.push_back(make("HardSwish", "HardSwish", {{3, 4}}, {}, {{-5.0, 5.0}}, 14));
+  v.push_back(kinked(make("Softsign", "Softsign", {{3, 4}}, {}, {{-3.0, 3.0}})));
+  v.push_back(make("Mish", "Mish", {{3, 4}}, {}, {{-3.0, 3.0}}, 18));
+  // Kink at alpha (1 by default).
+  v.push_back(make("ThresholdedRelu", "ThresholdedRelu", {{3, 4}}, {}, {{-3.0, 3.0}}));
+  v.push_back(make("ThresholdedRelu_negative_alpha", "ThresholdedRelu", {{3, 4}}, {{"alpha", -0.5f}}, {{-3.0, 3.0}}));
+  v.push_back(kinked(make("PRelu_same_shape", "PRelu", {{2, 3}, {2, 3}}, {}, {any, {0.1, 0.9}})));
+  v.push_back(kinked(make("PRelu_channel_slope", "PRelu", {{2, 3, 2, 2}, {3, 1, 1}}, {}, {any, {0.1, 0.9}})));
+  v.push_back(kinked(make("PRelu_scalar_slope", "PRelu", {{2, 3}, {1}}, {}, {any, {-0.5, 0.5}})));
+  v.push_back(kinked(make("LeakyRelu_negative_alpha", "LeakyRelu", {{3, 4}}, {{"alpha", -0.3f}})));
+
   // ---- matmul
   v.push_back(make("MatMul_2d", "MatMul", {{2, 3}, {3, 4}}));
   v.push_back(make("MatMul_batched", "MatMul", {{2, 2, 3}, {2, 3, 4}}));
