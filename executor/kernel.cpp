@@ -53,6 +53,8 @@ const KernelRegistry& default_kernels() {
     register_cpu_scatter(r);
     register_cpu_training_ops(r);
     register_cpu_activation(r);
+    register_cpu_norm(r);
+    register_cpu_conv(r);
     return r;
   }();
   return reg;

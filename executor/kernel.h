@@ -91,5 +91,7 @@ void register_cpu_softmax(KernelRegistry& r);
 void register_cpu_scatter(KernelRegistry& r);
 void register_cpu_training_ops(KernelRegistry& r);  // ai.onnx.preview.training
 void register_cpu_activation(KernelRegistry& r);     // trigonometric and activation functions
+void register_cpu_norm(KernelRegistry& r);           // Batch/Instance/Layer/Group normalization
+void register_cpu_conv(KernelRegistry& r);           // Conv, ConvTranspose, pooling (oneDNN)
 
 }  // namespace onnxtrain

@@ -76,6 +76,8 @@ const GradientRegistry& default_rules() {
     register_matmul_rules(r);
     register_reduce_rules(r);
     register_shape_rules(r);
+    register_norm_rules(r);
+    register_conv_rules(r);
     return r;
   }();
   return registry;

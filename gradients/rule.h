@@ -69,6 +69,8 @@ void register_activation_rules(GradientRegistry& r);
 void register_matmul_rules(GradientRegistry& r);
 void register_reduce_rules(GradientRegistry& r);
 void register_shape_rules(GradientRegistry& r);
+void register_norm_rules(GradientRegistry& r);
+void register_conv_rules(GradientRegistry& r);
 
 // Ops whose outputs never carry a gradient (comparisons, Shape, ...): the engine stops there without a rule.
 bool is_non_differentiable_op(const std::string& domain, const std::string& op_type);
