@@ -4,6 +4,7 @@
 //             [--optimizer sgd|adam|adamw|adagrad] [--momentum 0.9] [--schedule constant|cosine|...]
 //             [--loss square|absolute|huber|...]
 //             [--dump DIR]   (writes x.npy, y.npy and the trained model's predictions pred.npy)
+//             [--checkpoint PATH]   (writes a trainable checkpoint at the end; docs/checkpoint.md)
 //
 // The data is a learnable synthetic regression made here: y = tanh(x . a) + 0.5 * sin(x . b) for fixed random
 // directions a, b. The model must take x[batch, F] and return y[batch, 1].
@@ -25,14 +26,14 @@ using namespace onnxtrain;
 namespace {
 
 struct Args {
-  std::string model, out, dump, optimizer = "sgd", schedule = "constant", loss = "square";
+  std::string model, out, dump, checkpoint, optimizer = "sgd", schedule = "constant", loss = "square";
   double momentum = 0;
   int epochs = 10, batch = 64, samples = 4096;
   float lr = 0.05f;
 };
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr, "train_mlp: %s\nusage: train_mlp MODEL.onnx [--epochs N] [--batch B] [--lr F] [--samples N] [--out PATH] [--dump DIR]\n                 [--optimizer NAME] [--momentum M] [--schedule NAME] [--loss NAME]\n", why);
+  std::fprintf(stderr, "train_mlp: %s\nusage: train_mlp MODEL.onnx [--epochs N] [--batch B] [--lr F] [--samples N] [--out PATH] [--dump DIR]\n                 [--checkpoint PATH] [--optimizer NAME] [--momentum M] [--schedule NAME] [--loss NAME]\n", why);
   std::exit(2);
 }
 
@@ -51,6 +52,7 @@ Args parse(int argc, char** argv) {
       else if (k == "--samples") a.samples = std::stoi(next());
       else if (k == "--out") a.out = next();
       else if (k == "--dump") a.dump = next();
+      else if (k == "--checkpoint") a.checkpoint = next();
       else if (k == "--optimizer") a.optimizer = next();
       else if (k == "--momentum") a.momentum = std::stod(next());
       else if (k == "--schedule") a.schedule = next();
@@ -130,6 +132,10 @@ int main(int argc, char** argv) {
     if (!a.out.empty()) {
       save_model(s.export_inference(), a.out);
       std::printf("wrote %s\n", a.out.c_str());
+    }
+    if (!a.checkpoint.empty()) {
+      s.save_checkpoint(a.checkpoint);
+      std::printf("wrote checkpoint %s\n", a.checkpoint.c_str());
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "train_mlp: %s\n", e.what());

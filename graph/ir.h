@@ -106,6 +106,15 @@ struct Function {
   std::string doc;
 };
 
+// TrainingInfoProto: how to initialize and step a model's training (ONNX IR, docs/checkpoint.md). Bindings are
+// (initializer to overwrite, graph output holding its new value), in file order.
+struct TrainingInfo {
+  Graph initialization;
+  std::vector<std::pair<std::string, std::string>> initialization_binding;
+  Graph algorithm;
+  std::vector<std::pair<std::string, std::string>> update_binding;
+};
+
 struct Model {
   int64_t ir_version = 8;
   std::map<std::string, int64_t> opset_imports;  // domain -> version; "" is ai.onnx
@@ -117,6 +126,7 @@ struct Model {
   std::vector<std::pair<std::string, std::string>> metadata;
   Graph graph;
   std::vector<Function> functions;
+  std::vector<TrainingInfo> training_info;
 
   // The opset version the model imports for a domain ("" and "ai.onnx" are the same); 0 if not imported.
   int64_t opset(const std::string& domain) const;

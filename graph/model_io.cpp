@@ -75,9 +75,10 @@ std::string serialize_model(const Model& m) {
   return out;
 }
 
-void save_model(const Model& m, const fs::path& path) {
+void save_model(const Model& m, const fs::path& path) { write_file_atomically(serialize_model(m), path); }
+
+void write_file_atomically(const std::string& bytes, const fs::path& path) {
   const std::string target = path.string();
-  const std::string bytes = serialize_model(m);
   fs::path dir = path.parent_path();
   if (dir.empty()) dir = ".";
   // Same folder as the target so rename() stays on one filesystem and is atomic.

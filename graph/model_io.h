@@ -21,5 +21,8 @@ Model load_model_from_bytes(std::string_view bytes, const std::string& source = 
 std::string serialize_model(const Model& m);
 // Writes atomically (temp file in the same folder, fsync, rename) so a crash never leaves a torn file.
 void save_model(const Model& m, const std::filesystem::path& path);
+// The atomic write itself: temp file beside the target, write, fsync, rename, fsync the folder. Errors name
+// the path.
+void write_file_atomically(const std::string& bytes, const std::filesystem::path& path);
 
 }  // namespace onnxtrain

@@ -402,6 +402,19 @@ Model from_proto(const onnx::ModelProto& p, const std::string& base_dir) {
   for (const auto& kv : p.metadata_props()) m.metadata.emplace_back(kv.key(), kv.value());
   m.graph = graph_from_proto(p.graph(), base_dir);
   for (const auto& f : p.functions()) m.functions.push_back(function_from_proto(f, base_dir));
+  for (int i = 0; i < p.training_info_size(); ++i) {
+    const auto& ti = p.training_info(i);
+    TrainingInfo t;
+    try {
+      t.initialization = graph_from_proto(ti.initialization(), base_dir);
+      t.algorithm = graph_from_proto(ti.algorithm(), base_dir);
+    } catch (const Error& e) {
+      fail("training_info[" + std::to_string(i) + "]", e.what());
+    }
+    for (const auto& kv : ti.initialization_binding()) t.initialization_binding.emplace_back(kv.key(), kv.value());
+    for (const auto& kv : ti.update_binding()) t.update_binding.emplace_back(kv.key(), kv.value());
+    m.training_info.push_back(std::move(t));
+  }
   return m;
 }
 
@@ -425,6 +438,21 @@ onnx::ModelProto to_proto(const Model& m) {
   }
   graph_to_proto(m.graph, p.mutable_graph());
   for (const auto& f : m.functions) function_to_proto(f, p.add_functions());
+  for (const TrainingInfo& t : m.training_info) {
+    auto* ti = p.add_training_info();
+    graph_to_proto(t.initialization, ti->mutable_initialization());
+    graph_to_proto(t.algorithm, ti->mutable_algorithm());
+    for (const auto& [k, v] : t.initialization_binding) {
+      auto* e = ti->add_initialization_binding();
+      e->set_key(k);
+      e->set_value(v);
+    }
+    for (const auto& [k, v] : t.update_binding) {
+      auto* e = ti->add_update_binding();
+      e->set_key(k);
+      e->set_value(v);
+    }
+  }
   return p;
 }
 

@@ -10,6 +10,7 @@
 #include "graph/error.h"
 #include "graph/expr.h"
 #include "graph/model_io.h"
+#include "training/checkpoint.h"
 
 namespace onnxtrain {
 
@@ -79,6 +80,7 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   group_lr_names_ = og.group_learning_rates;
   step_name_ = og.step;
   state_names_ = og.state;
+  updates_ = og.updates;
   std::optional<Graph> ag;
   OptimizerGraph accumulate_og;
   if (config_.optimizer.gradient_accumulation > 1) {
@@ -198,7 +200,12 @@ Tensor TrainingSession::state(const std::string& name) const {
 Model TrainingSession::export_inference() const {
   Model m = model_;
   for (const std::string& w : trainable_) m.graph.initializers[w] = store_->at(w).to_data();
+  m.training_info.clear();  // a session built from a checkpoint file still exports a clean inference model
   return m;
+}
+
+void TrainingSession::export_inference(const std::filesystem::path& path) const {
+  save_model_large(export_inference(), path);
 }
 
 Model TrainingSession::export_gradient_model() const {

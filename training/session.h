@@ -70,8 +70,18 @@ class TrainingSession {
   // A copy of an optimizer state tensor by its documented name ("fc1.weight.exp_avg", "optim.step", ...).
   Tensor state(const std::string& name) const;
   const std::vector<std::string>& state_names() const { return state_names_; }
-  // The inference model with the current weights.
+  // The inference model with the current weights (no training_info, no optimizer state).
   Model export_inference() const;
+  void export_inference(const std::filesystem::path& path) const;  // the same, saved atomically
+  // Trainable checkpoint (docs/checkpoint.md): the inference model with the current weights, plus
+  // training_info[0] holding one training step, its update bindings and the optimizer state, plus the
+  // configuration in metadata_props. Standard ONNX: inference runtimes run it and ignore training_info.
+  Model checkpoint() const;
+  void save_checkpoint(const std::filesystem::path& path) const;  // atomic: temp file, fsync, rename
+  // Rebuilds the session a checkpoint was saved from; training continues bit-for-bit on CPU. Errors name the
+  // file (or `source`).
+  static TrainingSession from_checkpoint(const std::filesystem::path& path);
+  static TrainingSession from_checkpoint(const Model& checkpoint, const std::string& source);
   // A standard ONNX model of the gradients graph with the current weights: inputs are the model's plus the
   // target, outputs are the loss and "<weight>_grad" per trainable weight. Fused gradient ops ship as
   // model-local functions with standard-op bodies, so any ONNX runtime can run it.
@@ -92,6 +102,7 @@ class TrainingSession {
   std::unique_ptr<Executor> infer_, grad_, train_, accumulate_;
   std::vector<std::string> state_names_, group_lr_names_;
   std::string step_name_;
+  std::vector<std::pair<std::string, std::string>> updates_;  // the training step's (new value, state)
   int micro_ = 0;  // micro-batches accumulated since the last update
   std::unique_ptr<LrSchedule> schedule_;  // null for "constant"
   std::vector<const Tensor*> feed_ptrs_;

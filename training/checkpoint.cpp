@@ -1,0 +1,624 @@
+#include "training/checkpoint.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <random>
+#include <climits>
+#include <cerrno>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "graph/proto.h"
+
+#include "gradients/builder.h"
+#include "gradients/fused.h"
+#include "graph/builder.h"
+#include "graph/expr.h"
+#include "graph/shape_inference.h"
+#include "graph/validate.h"
+#include "graph/error.h"
+#include "graph/model_io.h"
+
+namespace onnxtrain {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// One table of fields drives both directions, so the writer and the reader cannot drift apart.
+// The visitor sees (key, field&) for every field of TrainingConfig.
+template <class V> void visit_config(TrainingConfig& c, V& v) {
+  v("trainable", c.trainable);
+  v("prediction", c.prediction);
+  LossSpec& l = c.loss;
+  v("loss.kind", l.kind);
+  v("loss.reduction", l.reduction);
+  v("loss.half", l.half);
+  v("loss.sample_weight", l.sample_weight);
+  v("loss.l1", l.l1);
+  v("loss.l2", l.l2);
+  v("loss.delta", l.delta);
+  v("loss.input", l.input);
+  v("loss.eps", l.eps);
+  v("loss.target_format", l.target_format);
+  v("loss.class_weights", l.class_weights);
+  v("loss.ignore_index", l.ignore_index);
+  v("loss.label_smoothing", l.label_smoothing);
+  v("loss.pos_weight", l.pos_weight);
+  v("penalty.l1", c.penalty.l1);
+  v("penalty.l2", c.penalty.l2);
+  OptimizerSpec& o = c.optimizer;
+  v("optimizer.kind", o.kind);
+  v("optimizer.learning_rate", o.learning_rate);
+  v("optimizer.weight_decay", o.weight_decay);
+  v("optimizer.momentum", o.momentum);
+  v("optimizer.dampening", o.dampening);
+  v("optimizer.nesterov", o.nesterov);
+  v("optimizer.convention", o.convention);
+  v("optimizer.beta", o.beta);
+  v("optimizer.beta1", o.beta1);
+  v("optimizer.beta2", o.beta2);
+  v("optimizer.amsgrad", o.amsgrad);
+  v("optimizer.eps", o.eps);
+  v("optimizer.lr_decay", o.lr_decay);
+  v("optimizer.initial_accumulator_value", o.initial_accumulator_value);
+  v("optimizer.max_grad_norm", o.max_grad_norm);
+  v("optimizer.gradient_accumulation", o.gradient_accumulation);
+  int64_t ngroups = static_cast<int64_t>(o.groups.size());
+  v("optimizer.groups", ngroups);
+  if (ngroups < 0 || ngroups > 100000) v.bad("optimizer.groups", "expected a group count in [0, 100000]");
+  o.groups.resize(static_cast<size_t>(ngroups));
+  for (size_t i = 0; i < o.groups.size(); ++i) {
+    const std::string k = "optimizer.group." + std::to_string(i) + ".";
+    v(k + "match", o.groups[i].match);
+    v(k + "learning_rate", o.groups[i].learning_rate);
+    v(k + "weight_decay", o.groups[i].weight_decay);
+  }
+  ScheduleSpec& s = c.schedule;
+  v("schedule.kind", s.kind);
+  v("schedule.step_size", s.step_size);
+  v("schedule.gamma", s.gamma);
+  v("schedule.total_steps", s.total_steps);
+  v("schedule.warmup_steps", s.warmup_steps);
+  v("schedule.min_lr", s.min_lr);
+  v("schedule.power_t", s.power_t);
+  v("schedule.tol", s.tol);
+  v("schedule.n_iter_no_change", s.n_iter_no_change);
+}
+
+// Shortest text that reads back to the same double (std::to_chars round-trips exactly).
+std::string num(double x) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
+
+struct Writer {
+  Metadata out;
+  void put(const std::string& k, std::string v) { out.emplace_back(kCheckpointKeyPrefix + k, std::move(v)); }
+  void operator()(const std::string& k, std::string& x) { put(k, x); }
+  void operator()(const std::string& k, double& x) { put(k, num(x)); }
+  void operator()(const std::string& k, int64_t& x) { put(k, std::to_string(x)); }
+  void operator()(const std::string& k, int& x) { put(k, std::to_string(x)); }
+  void operator()(const std::string& k, bool& x) { put(k, x ? "true" : "false"); }
+  // Unset optionals are written as "" so the reader restores "unset", not the default.
+  void operator()(const std::string& k, std::optional<double>& x) { put(k, x ? num(*x) : ""); }
+  void operator()(const std::string& k, std::optional<int64_t>& x) { put(k, x ? std::to_string(*x) : ""); }
+  void operator()(const std::string& k, std::vector<double>& x) {
+    std::string s;
+    for (size_t i = 0; i < x.size(); ++i) s += (i ? "," : "") + num(x[i]);
+    put(k, s);
+  }
+  // Names (weights, glob patterns) may hold commas; a newline cannot appear in an ONNX value name we accept.
+  void operator()(const std::string& k, std::vector<std::string>& x) {
+    std::string s;
+    for (size_t i = 0; i < x.size(); ++i) s += (i ? "\n" : "") + x[i];
+    put(k, s);
+  }
+  [[noreturn]] void bad(const std::string& k, const std::string& why) { fail("checkpoint key '" + k + "'", why); }
+};
+
+struct Reader {
+  const std::map<std::string, std::string>& in;
+  std::string source;
+  [[noreturn]] void bad(const std::string& k, const std::string& why) {
+    fail(source, "metadata key '" + std::string(kCheckpointKeyPrefix) + k + "': " + why);
+  }
+  const std::string* get(const std::string& k) {
+    auto it = in.find(kCheckpointKeyPrefix + k);
+    return it == in.end() ? nullptr : &it->second;
+  }
+  double to_double(const std::string& k, const std::string& s) {
+    double x = 0;
+    auto r = std::from_chars(s.data(), s.data() + s.size(), x);
+    if (r.ec != std::errc() || r.ptr != s.data() + s.size()) bad(k, "expected a number, got '" + s + "'");
+    return x;
+  }
+  int64_t to_int(const std::string& k, const std::string& s) {
+    int64_t x = 0;
+    auto r = std::from_chars(s.data(), s.data() + s.size(), x);
+    if (r.ec != std::errc() || r.ptr != s.data() + s.size()) bad(k, "expected an integer, got '" + s + "'");
+    return x;
+  }
+  void operator()(const std::string& k, std::string& x) {
+    if (auto* s = get(k)) x = *s;
+  }
+  void operator()(const std::string& k, double& x) {
+    if (auto* s = get(k)) x = to_double(k, *s);
+  }
+  void operator()(const std::string& k, int64_t& x) {
+    if (auto* s = get(k)) x = to_int(k, *s);
+  }
+  void operator()(const std::string& k, int& x) {
+    if (auto* s = get(k)) {
+      int64_t v = to_int(k, *s);
+      if (v < INT32_MIN || v > INT32_MAX) bad(k, "value " + *s + " is out of range");
+      x = static_cast<int>(v);
+    }
+  }
+  void operator()(const std::string& k, bool& x) {
+    if (auto* s = get(k)) {
+      if (*s != "true" && *s != "false") bad(k, "expected true or false, got '" + *s + "'");
+      x = *s == "true";
+    }
+  }
+  void operator()(const std::string& k, std::optional<double>& x) {
+    if (auto* s = get(k)) x = s->empty() ? std::nullopt : std::optional<double>(to_double(k, *s));
+  }
+  void operator()(const std::string& k, std::optional<int64_t>& x) {
+    if (auto* s = get(k)) x = s->empty() ? std::nullopt : std::optional<int64_t>(to_int(k, *s));
+  }
+  template <class T, class F> void split(const std::string& k, std::vector<T>& x, char sep, F conv) {
+    const std::string* s = get(k);
+    if (!s) return;
+    x.clear();
+    if (s->empty()) return;
+    size_t start = 0;
+    while (true) {
+      size_t end = s->find(sep, start);
+      x.push_back(conv(s->substr(start, end == std::string::npos ? std::string::npos : end - start)));
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
+  }
+  void operator()(const std::string& k, std::vector<double>& x) {
+    split(k, x, ',', [&](const std::string& p) { return to_double(k, p); });
+  }
+  void operator()(const std::string& k, std::vector<std::string>& x) {
+    split(k, x, '\n', [](const std::string& p) { return p; });
+  }
+};
+
+bool is_ours(const std::string& key) { return key.rfind(kCheckpointKeyPrefix, 0) == 0; }
+
+const std::string kAlgorithmName = "onnxtrain_training_step";
+const std::string kInitializationName = "onnxtrain_initialization";
+
+// The initial value of a state tensor as a compact node: a filled tensor becomes ConstantOfShape, so a
+// checkpoint does not carry a second copy of every moment buffer.
+void emit_initial_value(Graph& g, const std::string& out, const TensorData& t) {
+  const size_t es = dtype_size(t.dtype);
+  bool uniform = !t.dims.empty() && t.numel() > 0;
+  for (size_t i = es; uniform && i < t.bytes.size(); i += es)
+    uniform = std::memcmp(t.bytes.data(), t.bytes.data() + i, es) == 0;
+  Node n;
+  n.name = out;
+  n.outputs = {out};
+  if (uniform) {
+    const std::string shape_name = out + "/shape";
+    g.initializers[shape_name] = TensorData::from<int64_t>({static_cast<int64_t>(t.dims.size())}, t.dims);
+    TensorData one{t.dtype, {1}, std::vector<std::byte>(t.bytes.begin(), t.bytes.begin() + es)};
+    n.op_type = "ConstantOfShape";
+    n.inputs = {shape_name};
+    n.attributes["value"] = std::move(one);
+  } else {
+    n.op_type = "Constant";
+    n.attributes["value"] = t;
+  }
+  g.nodes.push_back(std::move(n));
+}
+
+Shape shape_of(const std::vector<int64_t>& dims) {
+  Shape s;
+  for (int64_t d : dims) s.push_back(Dim::of(d));
+  return s;
+}
+
+}  // namespace
+
+Metadata config_to_metadata(const TrainingConfig& config) {
+  TrainingConfig c = config;
+  Writer w;
+  visit_config(c, w);
+  return std::move(w.out);
+}
+
+TrainingConfig config_from_metadata(const Metadata& metadata, const std::string& source) {
+  std::map<std::string, std::string> in;
+  for (const auto& [k, v] : metadata)
+    if (!in.emplace(k, v).second) fail(source, "metadata key '" + k + "' is given twice");
+  TrainingConfig c;
+  Reader r{in, source};
+  visit_config(c, r);
+  return c;
+}
+
+Model TrainingSession::checkpoint() const {
+  Model m = export_inference();
+  const Graph& main = m.graph;
+  const Graph& tg = train_->graph();
+
+  // The ONNX training step is "main graph, then algorithm graph": the algorithm carries only what the
+  // session appended to the model (loss, backward, optimizer). That holds because every pass appends.
+  if (tg.nodes.size() < main.nodes.size()) fail("checkpoint", "the training graph is smaller than the model");
+  for (size_t i = 0; i < main.nodes.size(); ++i) {
+    const Node& a = main.nodes[i];
+    const Node& b = tg.nodes[i];
+    if (a.op_type != b.op_type || a.domain != b.domain || a.inputs != b.inputs || a.outputs != b.outputs)
+      fail("checkpoint", "the training graph changed the model's " + a.describe() +
+                             "; it cannot be stored as a TrainingInfoProto algorithm");
+  }
+  TrainingInfo ti;
+  Graph& alg = ti.algorithm;
+  alg.name = kAlgorithmName;
+  alg.nodes.assign(tg.nodes.begin() + static_cast<std::ptrdiff_t>(main.nodes.size()), tg.nodes.end());
+  for (const ValueInfo& in : tg.inputs)
+    if (!main.find_input(in.name) && !tg.is_initializer(in.name)) alg.inputs.push_back(in);
+  // Optimizer state and loss constants: the current values, not the ones the session started with.
+  for (const auto& [name, t] : tg.initializers) {
+    if (main.is_initializer(name)) continue;
+    auto it = store_->find(name);
+    alg.initializers[name] = it != store_->end() ? it->second.to_data() : t;
+  }
+  std::set<std::string> main_values;
+  for (const Node& n : main.nodes) main_values.insert(n.outputs.begin(), n.outputs.end());
+  for (const auto& [name, t] : tg.value_info)
+    if (!main_values.count(name) && !main.value_info.count(name)) alg.value_info[name] = t;
+  alg.outputs.push_back(tg.outputs.front());  // the loss
+  std::set<std::string> outs{tg.outputs.front().name};
+  for (const auto& [fresh, state] : updates_) {
+    const Tensor& s = store_->at(state);
+    if (outs.insert(fresh).second) alg.outputs.push_back({fresh, TypeInfo{s.dtype, shape_of(s.shape)}});
+    ti.update_binding.emplace_back(state, fresh);
+  }
+
+  // Initialization resets the optimizer state (not the weights) to what a new session starts from.
+  Graph& init = ti.initialization;
+  init.name = kInitializationName;
+  for (const std::string& name : state_names_) {
+    const TensorData& t0 = tg.initializers.at(name);
+    const std::string out = "init/" + name;
+    emit_initial_value(init, out, t0);
+    init.outputs.push_back({out, TypeInfo{t0.dtype, shape_of(t0.dims)}});
+    ti.initialization_binding.emplace_back(name, out);
+  }
+
+  // Fused gradient ops travel as functions with standard-op bodies, as in export_gradient_model.
+  const int64_t onnx_opset = std::max<int64_t>(m.opset(""), 13);
+  m.opset_imports[""] = onnx_opset;
+  for (Function f : fused_grad_functions()) {
+    bool used = std::any_of(alg.nodes.begin(), alg.nodes.end(), [&](const Node& n) {
+      return n.op_type == f.name && n.domain == f.domain;
+    });
+    if (!used || m.find_function(f.domain, f.name)) continue;
+    f.opset_imports[""] = onnx_opset;
+    m.opset_imports[f.domain] = 1;
+    m.functions.push_back(std::move(f));
+  }
+  // Any other domain the algorithm uses must be imported by the model.
+  for (const Node& n : alg.nodes)
+    if (!n.domain.empty() && !m.opset_imports.count(n.domain)) m.opset_imports[n.domain] = 1;
+  m.training_info.push_back(std::move(ti));
+
+  Metadata meta;
+  for (const auto& kv : m.metadata)
+    if (!is_ours(kv.first)) meta.push_back(kv);
+  meta.emplace_back(std::string(kCheckpointKeyPrefix) + "version", ONNXTRAIN_VERSION);
+  meta.emplace_back(std::string(kCheckpointKeyPrefix) + "format", kCheckpointFormat);
+  for (auto& kv : config_to_metadata(config_)) meta.push_back(std::move(kv));
+  meta.emplace_back(std::string(kCheckpointKeyPrefix) + "step", std::to_string(step()));
+  meta.emplace_back(std::string(kCheckpointKeyPrefix) + "micro_batches", std::to_string(micro_));
+  m.metadata = std::move(meta);
+  return m;
+}
+
+void TrainingSession::save_checkpoint(const std::filesystem::path& path) const { save_model_large(checkpoint(), path); }
+
+namespace {
+
+size_t tensor_bytes(const Graph& g) {
+  size_t n = 0;
+  for (const auto& [name, t] : g.initializers) n += t.bytes.size();
+  return n;
+}
+
+// Moves large raw_data payloads of a graph's initializers into `data`, pointing each tensor at it.
+void externalize(onnx::GraphProto* g, const std::string& location, std::string& data, size_t min_bytes) {
+  for (auto& t : *g->mutable_initializer()) {
+    if (!t.has_raw_data() || t.raw_data().size() < min_bytes) continue;
+    data.resize((data.size() + 63) / 64 * 64, '\0');
+    const size_t offset = data.size();
+    data += t.raw_data();
+    t.clear_raw_data();
+    t.set_data_location(onnx::TensorProto::EXTERNAL);
+    auto add = [&](const char* k, const std::string& v) {
+      auto* e = t.add_external_data();
+      e->set_key(k);
+      e->set_value(v);
+    };
+    add("location", location);
+    add("offset", std::to_string(offset));
+    add("length", std::to_string(data.size() - offset));
+  }
+}
+
+// Once the new model is in place, data files of earlier saves ("<name>.<nonce>.data") are unreferenced.
+void remove_stale_data_files(const fs::path& path, const std::string& keep) {
+  fs::path dir = path.parent_path();
+  if (dir.empty()) dir = ".";
+  const std::string prefix = path.filename().string() + ".";
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n != keep && n.rfind(prefix, 0) == 0 && n.ends_with(".data")) stale.push_back(e.path());
+  }
+  for (const auto& p : stale) fs::remove(p, ec);
+}
+
+}  // namespace
+
+void save_model_large(const Model& m, const fs::path& path, const SaveOptions& opts) {
+  size_t total = tensor_bytes(m.graph);
+  for (const TrainingInfo& t : m.training_info) total += tensor_bytes(t.algorithm) + tensor_bytes(t.initialization);
+  // Headroom for nodes, attributes and framing below protobuf's INT_MAX.
+  if (!opts.force_external_data && total < (size_t(1) << 31) - (size_t(256) << 20)) {
+    save_model(m, path);
+    remove_stale_data_files(path, "");
+    return;
+  }
+  onnx::ModelProto p = to_proto(m);
+  std::random_device rd;
+  const std::string location = path.filename().string() + "." + std::to_string(rd()) + std::to_string(rd()) + ".data";
+  std::string data;
+  externalize(p.mutable_graph(), location, data, opts.external_min_bytes);
+  for (auto& ti : *p.mutable_training_info()) {
+    externalize(ti.mutable_algorithm(), location, data, opts.external_min_bytes);
+    externalize(ti.mutable_initialization(), location, data, opts.external_min_bytes);
+  }
+  if (p.ByteSizeLong() > static_cast<size_t>(INT_MAX))
+    fail(path.string(), "is larger than 2 GB even with its tensors stored as external data");
+  fs::path dir = path.parent_path();
+  if (dir.empty()) dir = ".";
+  write_file_atomically(data, dir / location);
+  std::string bytes;
+  if (!p.SerializeToString(&bytes)) fail(path.string(), "serializing the model to protobuf failed");
+  write_file_atomically(bytes, path);
+  remove_stale_data_files(path, location);
+}
+
+TrainingSession TrainingSession::from_checkpoint(const std::filesystem::path& path) {
+  // load_model names the file in its errors (unreadable, truncated, not a model); ours do too.
+  Model m = load_model(path);
+  return from_checkpoint(m, path.string());
+}
+
+TrainingSession TrainingSession::from_checkpoint(const Model& ckpt, const std::string& source) {
+  std::map<std::string, std::string> meta;
+  for (const auto& [k, v] : ckpt.metadata) meta[k] = v;
+  const std::string fmt_key = std::string(kCheckpointKeyPrefix) + "format";
+  if (!meta.count(fmt_key))
+    fail(source, "is an ONNX model but not an onnxtrain checkpoint (no '" + fmt_key + "' metadata)");
+  if (meta[fmt_key] != kCheckpointFormat)
+    fail(source, "checkpoint format '" + meta[fmt_key] + "' is not supported (this build reads format " +
+                     kCheckpointFormat + ")");
+  if (ckpt.training_info.size() != 1 || ckpt.training_info[0].algorithm.name != kAlgorithmName)
+    fail(source, "checkpoint has no onnxtrain training step (training_info[0].algorithm '" + kAlgorithmName + "')");
+  TrainingConfig config = config_from_metadata(ckpt.metadata, source);
+
+  // The inference model as the session first saw it: our metadata, functions and training info removed.
+  Model model = ckpt;
+  model.training_info.clear();
+  std::erase_if(model.metadata, [](const auto& kv) { return is_ours(kv.first); });
+  std::erase_if(model.functions, [](const Function& f) { return f.domain == kFusedGradDomain; });
+  if (std::none_of(model.graph.nodes.begin(), model.graph.nodes.end(),
+                   [](const Node& n) { return n.domain == kFusedGradDomain; }))
+    model.opset_imports.erase(kFusedGradDomain);
+
+  TrainingSession s = [&] {
+    try {
+      return TrainingSession(std::move(model), std::move(config));
+    } catch (const Error& e) {
+      fail(source, std::string("rebuilding the training session failed: ") + e.what());
+    }
+  }();
+  // The training graph is rebuilt from the model, so the stored state only has to be copied in.
+  const Graph& alg = ckpt.training_info[0].algorithm;
+  for (const std::string& name : s.state_names_) {
+    auto it = alg.initializers.find(name);
+    if (it == alg.initializers.end())
+      fail(source, "optimizer state '" + name + "' is missing from the checkpoint's training step");
+    Tensor& dst = s.store_->at(name);
+    const TensorData& src = it->second;
+    if (src.dtype != dst.dtype || src.dims != dst.shape)
+      fail(source, "optimizer state '" + name + "' is " + dtype_name(src.dtype) + " " + to_string(shape_of(src.dims)) +
+                       ", expected " + dst.describe());
+    std::memcpy(dst.data, src.bytes.data(), dst.nbytes());
+  }
+  const std::string micro_key = std::string(kCheckpointKeyPrefix) + "micro_batches";
+  if (meta.count(micro_key)) {
+    Reader r{meta, source};
+    const int64_t micro = r.to_int("micro_batches", meta[micro_key]);
+    if (micro < 0 || micro >= std::max(1, s.config_.optimizer.gradient_accumulation))
+      r.bad("micro_batches", "expected 0 <= value < gradient_accumulation, got " + meta[micro_key]);
+    s.micro_ = static_cast<int>(micro);
+  }
+  return s;
+}
+
+}  // namespace onnxtrain
+
+// ---- TrainingInfoRunner ----
+
+namespace onnxtrain {
+
+namespace {
+
+constexpr const char* kPreviewTraining = "ai.onnx.preview.training";
+
+std::vector<std::string> strings_attr(const Node& n, const std::string& a) {
+  auto it = n.attributes.find(a);
+  if (it == n.attributes.end()) return {};
+  if (auto* v = std::get_if<std::vector<std::string>>(&it->second)) return *v;
+  if (auto* s = std::get_if<std::string>(&it->second)) return {*s};
+  fail(n.describe(), "attribute '" + a + "' must be a list of strings");
+}
+
+// Replaces every ai.onnx.preview.training Gradient node by the backward graph our engine builds for it. The
+// nodes before the Gradient compute its y; the backward nodes go right after them, then the nodes after.
+void expand_gradient_ops(Model& m) {
+  Graph& g = m.graph;
+  for (size_t idx = 0; idx < g.nodes.size(); ++idx) {
+    if (g.nodes[idx].op_type != "Gradient" || g.nodes[idx].domain != kPreviewTraining) continue;
+    const Node grad_node = g.nodes[idx];
+    const std::vector<std::string> xs = strings_attr(grad_node, "xs");
+    const std::vector<std::string> y = strings_attr(grad_node, "y");
+    const std::vector<std::string> zs = strings_attr(grad_node, "zs");
+    if (xs.empty() || y.size() != 1)
+      fail(grad_node.describe(), "needs attributes xs (at least one name) and y (one name)");
+    if (grad_node.outputs.size() != xs.size())
+      fail(grad_node.describe(), "has " + std::to_string(grad_node.outputs.size()) + " outputs for " +
+                                     std::to_string(xs.size()) + " names in xs; expected one gradient per x");
+    std::vector<Node> suffix(g.nodes.begin() + static_cast<std::ptrdiff_t>(idx) + 1, g.nodes.end());
+    g.nodes.resize(idx);
+    // Types for the gradient rules: inferred on the nodes that lead up to the Gradient.
+    Model prefix = m;
+    prefix.graph.outputs.clear();
+    try {
+      infer_shapes(prefix);
+    } catch (const Error& e) {
+      fail(grad_node.describe(), std::string("inferring types before expanding it: ") + e.what());
+    }
+    g.value_info = prefix.graph.value_info;
+    GraphBuilder b(g, grad_node.name.empty() ? "gradient" + std::to_string(idx) + "/" : grad_node.name + "/");
+    Expr yv = value(b, y[0]);
+    Expr seed = scalar(b, yv.dtype(), 1.0);
+    GradientRequest req;
+    req.wrt = xs;
+    req.outputs = {y[0]};
+    req.output_grads = {seed.name};
+    req.stop_gradients.insert(zs.begin(), zs.end());  // zs are inputs held constant (onnx Gradient spec)
+    GradientResult gr;
+    try {
+      gr = build_gradients(g, m.opset_imports, req);
+    } catch (const Error& e) {
+      fail(grad_node.describe(), e.what());
+    }
+    for (size_t k = 0; k < xs.size(); ++k) {
+      if (grad_node.outputs[k].empty()) continue;
+      Node id;
+      id.name = grad_node.name + "/out" + std::to_string(k);
+      id.op_type = "Identity";
+      id.inputs = {gr.grads.at(xs[k])};
+      id.outputs = {grad_node.outputs[k]};
+      g.nodes.push_back(std::move(id));
+    }
+    const size_t next = g.nodes.size();
+    g.nodes.insert(g.nodes.end(), suffix.begin(), suffix.end());
+    idx = next - 1;
+  }
+}
+
+}  // namespace
+
+TrainingInfoRunner::TrainingInfoRunner(const Model& model, size_t index)
+    : model_(model), index_(index), store_(std::make_shared<TensorStore>()) {
+  if (index_ >= model_.training_info.size())
+    fail("model", "has " + std::to_string(model_.training_info.size()) + " training_info entries; index " +
+                      std::to_string(index_) + " does not exist");
+  const TrainingInfo& ti = model_.training_info[index_];
+  // The training step is the main graph followed by the algorithm, lists concatenated in that order.
+  Model step = model_;
+  step.training_info.clear();
+  Graph& g = step.graph;
+  const Graph& alg = ti.algorithm;
+  g.name = alg.name.empty() ? g.name + "_training" : alg.name;
+  g.nodes.insert(g.nodes.end(), alg.nodes.begin(), alg.nodes.end());
+  g.inputs.insert(g.inputs.end(), alg.inputs.begin(), alg.inputs.end());
+  for (const auto& [k, v] : alg.initializers)
+    if (!g.initializers.emplace(k, v).second)
+      fail("training_info[" + std::to_string(index_) + "].algorithm",
+           "initializer '" + k + "' is also an initializer of the main graph");
+  for (const auto& [k, v] : alg.value_info) g.value_info.emplace(k, v);
+  g.outputs = alg.outputs;
+  ExecutorOptions eo;
+  for (const auto& [key, val] : ti.update_binding) {
+    if (!g.is_initializer(key))
+      fail("update_binding '" + key + "'", "is not an initializer of the main graph or of the algorithm");
+    if (std::none_of(g.outputs.begin(), g.outputs.end(), [&](const ValueInfo& o) { return o.name == val; }) &&
+        std::none_of(model_.graph.outputs.begin(), model_.graph.outputs.end(),
+                     [&](const ValueInfo& o) { return o.name == val; }))
+      fail("update_binding '" + key + "'", "value '" + val + "' is not an output of the algorithm or the model");
+    eo.updates.emplace_back(val, key);
+    eo.variables.insert(key);
+  }
+  for (const auto& [key, val] : ti.initialization_binding) {
+    if (!g.is_initializer(key))
+      fail("initialization_binding '" + key + "'", "is not an initializer of the main graph or of the algorithm");
+    eo.variables.insert(key);
+  }
+  expand_gradient_ops(step);
+  sort_topologically(g);
+  eo.functions = step.functions;
+  algorithm_ = std::make_unique<Executor>(std::move(g), step.opset_imports, store_, eo);
+}
+
+void TrainingInfoRunner::initialize() {
+  const TrainingInfo& ti = model_.training_info[index_];
+  if (ti.initialization_binding.empty()) return;
+  ExecutorOptions eo;
+  eo.functions = model_.functions;
+  // Its own store: the initialization graph has no inputs and must not read the training state.
+  Executor init(ti.initialization, model_.opset_imports, std::make_shared<TensorStore>(), eo);
+  if (!init.feed_names().empty())
+    fail("training_info initialization", "has input '" + init.feed_names()[0] + "'; it must have none");
+  std::vector<Tensor> out = init.run(std::map<std::string, Tensor>{});
+  for (const auto& [key, val] : ti.initialization_binding) {
+    const auto& names = init.output_names();
+    auto it = std::find(names.begin(), names.end(), val);
+    if (it == names.end())
+      fail("initialization_binding '" + key + "'", "value '" + val + "' is not an output of the initialization graph");
+    const Tensor& src = out[static_cast<size_t>(it - names.begin())];
+    Tensor& dst = store_->at(key);
+    if (src.dtype != dst.dtype || src.shape != dst.shape)
+      fail("initialization_binding '" + key + "'", "initialization produced " + src.describe() + ", expected " +
+                                                      dst.describe());
+    std::memcpy(dst.data, src.data, dst.nbytes());
+  }
+}
+
+std::vector<Tensor> TrainingInfoRunner::step(const std::map<std::string, Tensor>& feeds) {
+  return algorithm_->run(feeds);
+}
+
+Tensor TrainingInfoRunner::value(const std::string& name) const {
+  auto it = store_->find(name);
+  if (it == store_->end()) fail("initializer '" + name + "'", "is not part of this training step");
+  return it->second.clone();
+}
+
+Model TrainingInfoRunner::model() const {
+  Model m = model_;
+  for (auto& [name, t] : m.graph.initializers)
+    if (store_->count(name)) t = store_->at(name).to_data();
+  for (auto& [name, t] : m.training_info[index_].algorithm.initializers)
+    if (store_->count(name)) t = store_->at(name).to_data();
+  return m;
+}
+
+const Graph& TrainingInfoRunner::training_graph() const { return algorithm_->graph(); }
+
+}  // namespace onnxtrain

@@ -1,0 +1,70 @@
+#pragma once
+// Trainable checkpoints: one standard ONNX ModelProto holding the inference model with its current weights, a
+// TrainingInfoProto with one full training step and the optimizer state, and the session's configuration in
+// metadata_props. The format and every metadata key: docs/checkpoint.md. TrainingSession::save_checkpoint,
+// TrainingSession::from_checkpoint and TrainingSession::checkpoint are the entry points; this header exposes
+// the configuration <-> metadata mapping they use.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "training/session.h"
+
+namespace onnxtrain {
+
+// How large tensors are stored. Protobuf cannot hold more than 2 GB, so bigger models put their large tensors
+// in a side file "<model file name>.<nonce>.data" beside the model (ONNX external data, offsets 64-byte
+// aligned). The nonce is fresh per save, so the model and the data it refers to are replaced together: the
+// data file is written and renamed first, then the model atomically, then older data files are removed.
+struct SaveOptions {
+  bool force_external_data = false;  // also for models under the limit (tests, or to mmap weights)
+  size_t external_min_bytes = 1024;  // smaller tensors stay inline
+};
+// Atomic like save_model; switches to external data by itself when the tensors exceed ~2 GB.
+void save_model_large(const Model& m, const std::filesystem::path& path, const SaveOptions& opts = {});
+
+// Bumped when a checkpoint written by this version cannot be read by an older one.
+inline constexpr const char* kCheckpointFormat = "1";
+// Every metadata key we write starts with this; keys with this prefix are ours and are stripped on load.
+inline constexpr const char* kCheckpointKeyPrefix = "onnxtrain.";
+
+using Metadata = std::vector<std::pair<std::string, std::string>>;
+
+// The configuration as "onnxtrain.<section>.<field>" entries (numbers round-trip exactly).
+Metadata config_to_metadata(const TrainingConfig& config);
+// The inverse. Keys that are absent keep their defaults (so older checkpoints load); a malformed value is an
+// Error naming `source` and the key.
+TrainingConfig config_from_metadata(const Metadata& metadata, const std::string& source);
+
+}  // namespace onnxtrain
+
+namespace onnxtrain {
+
+// Executes any conforming TrainingInfoProto as the ONNX IR describes it (onnx/docs/IR.md, onnx.proto): the
+// initialization graph once with its initialization_binding, then steps of "main graph followed by the
+// algorithm graph" with update_binding applied after each. Gradient ops of ai.onnx.preview.training are
+// expanded with our gradient builder; Momentum, Adam and Adagrad of that domain run as CPU kernels; model-local
+// functions are inlined where no kernel exists.
+class TrainingInfoRunner {
+ public:
+  explicit TrainingInfoRunner(const Model& model, size_t index = 0);
+  // Runs the initialization graph and writes its outputs into the bound initializers.
+  void initialize();
+  // One algorithm step on these feeds (main-graph inputs plus algorithm inputs). Returns the algorithm's
+  // outputs in order, as computed before the update_binding was applied.
+  std::vector<Tensor> step(const std::map<std::string, Tensor>& feeds);
+  // The current value of an initializer (main graph or algorithm).
+  Tensor value(const std::string& name) const;
+  // The model with every initializer replaced by its current value.
+  Model model() const;
+  // The expanded training graph (main + algorithm, Gradient ops replaced by backward nodes), for inspection.
+  const Graph& training_graph() const;
+
+ private:
+  Model model_;
+  size_t index_;
+  std::shared_ptr<TensorStore> store_;
+  std::unique_ptr<Executor> algorithm_;
+};
+
+}  // namespace onnxtrain
