@@ -1,8 +1,357 @@
-// Placeholder: filled in by the op-coverage work; registers nothing yet.
+// Gradients of Conv, ConvTranspose and pooling, in standard ONNX ops only (so any runtime runs them):
+//   Conv:          dX = ConvTranspose(dY, W) with the forward geometry and the output_padding that restores X's
+//                  size; dW = the classic trick, a Conv of X (channels and batch swapped) by dY (likewise)
+//                  with stride and dilation exchanged; dB = ReduceSum(dY) over batch and space.
+//   ConvTranspose: the adjoint the other way round: dX = Conv(dY, W); dW by the same trick with X and dY
+//                  exchanged.
+//   MaxPool:       dY scattered (ScatterElements, reduction=add) to the argmax positions from MaxPool's
+//                  Indices output (recomputed when the forward node did not ask for it).
+//   AveragePool:   dY divided by each window's divisor, spread back by a ConvTranspose with a kernel of ones
+//                  over (batch*channel) planes.
+//   GlobalAveragePool / GlobalMaxPool: dY spread evenly / to the maxima.
+// The geometry (explicit pads for auto_pad, output_padding, divisors) is resolved here, so the spatial dims
+// of the input must be known statically; batch and channel dims may be symbolic.
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "gradients/rule.h"
+#include "gradients/rules/util.h"
+#include "graph/error.h"
 
 namespace onnxtrain {
 
-void register_conv_rules(GradientRegistry& r) {}
+namespace {
+
+struct Win {
+  size_t r = 0;
+  std::vector<int64_t> in, out, k, s, d, pb, pe;
+  std::vector<int64_t> pads() const {
+    std::vector<int64_t> p = pb;
+    p.insert(p.end(), pe.begin(), pe.end());
+    return p;
+  }
+};
+
+std::vector<int64_t> spatial_attr(RuleContext& c, const std::string& name, size_t n, int64_t fallback) {
+  std::vector<int64_t> v = c.node().attr_ints(name, std::vector<int64_t>(n, fallback));
+  if (v.size() != n)
+    c.fail("attribute '" + name + "' has " + std::to_string(v.size()) + " entries, expected " + std::to_string(n));
+  return v;
+}
+
+// The input's type with every spatial dim known; fails naming what is missing.
+TypeInfo spatial_known(RuleContext& c, size_t i) {
+  TypeInfo t = rules::input_type(c, i);
+  if (!t.shape || t.shape->size() < 3)
+    c.fail("needs input " + std::to_string(i) + " with a known rank >= 3 (its gradient geometry depends on it)");
+  for (size_t j = 2; j < t.shape->size(); ++j)
+    if (!(*t.shape)[j].known())
+      c.fail("needs the spatial dims of input " + std::to_string(i) + " to be known statically, got " +
+             to_string(*t.shape));
+  return t;
+}
+
+// The forward window geometry of Conv or a pooling op, as the kernels compute it (executor/cpu/conv.cpp).
+Win window(RuleContext& c, const Shape& xs, const std::vector<int64_t>& kernel, bool ceil_mode) {
+  Win w;
+  w.r = xs.size() - 2;
+  if (kernel.size() != w.r) c.fail("kernel has " + std::to_string(kernel.size()) + " dims for input " + to_string(xs));
+  w.k = kernel;
+  w.s = spatial_attr(c, "strides", w.r, 1);
+  w.d = spatial_attr(c, "dilations", w.r, 1);
+  std::vector<int64_t> pads = c.node().attr_ints("pads", std::vector<int64_t>(2 * w.r, 0));
+  if (pads.size() != 2 * w.r) c.fail("attribute 'pads' must have " + std::to_string(2 * w.r) + " entries");
+  const std::string auto_pad = c.node().attr_string("auto_pad", "NOTSET");
+  for (size_t i = 0; i < w.r; ++i) {
+    const int64_t in = xs[2 + i].value, s = w.s[i], ext = (w.k[i] - 1) * w.d[i] + 1;
+    int64_t pb = pads[i], pe = pads[i + w.r], out = 0;
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      out = (in + s - 1) / s;
+      const int64_t total = std::max<int64_t>(0, (out - 1) * s + ext - in);
+      pb = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pe = total - pb;
+    } else if (auto_pad == "VALID") {
+      pb = pe = 0;
+      out = (in - ext) / s + 1;
+    } else {
+      const int64_t span = in + pb + pe - ext;
+      out = ceil_mode ? (span + s - 1) / s + 1 : span / s + 1;
+      if (ceil_mode && (out - 1) * s >= in + pb) --out;
+    }
+    if (out <= 0) c.fail("the window does not fit the input " + to_string(xs));
+    w.in.push_back(in);
+    w.out.push_back(out);
+    w.pb.push_back(pb);
+    w.pe.push_back(pe);
+  }
+  return w;
+}
+
+std::vector<int64_t> iota_from(int64_t first, size_t n) {
+  std::vector<int64_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = first + static_cast<int64_t>(i);
+  return v;
+}
+
+Shape dims_shape(std::vector<Dim> lead, const std::vector<int64_t>& rest) {
+  for (int64_t v : rest) lead.push_back(Dim::of(v));
+  return lead;
+}
+
+// ConvTranspose of `dy` by `w` whose output spatial size is exactly `target`: output_padding covers a short
+// result, and a long one (pooling's ceil_mode windows past the end pad) is cropped by growing the end pad.
+Expr conv_transpose_to(RuleContext& c, const Expr& dy, const Expr& w, const Win& g, const std::vector<int64_t>& target,
+                       int64_t group, TypeInfo out) {
+  std::vector<int64_t> pe = g.pe, opad(g.r, 0);
+  for (size_t i = 0; i < g.r; ++i) {
+    const int64_t full = g.s[i] * (g.out[i] - 1) + (g.k[i] - 1) * g.d[i] + 1 - g.pb[i] - g.pe[i];
+    if (full <= target[i]) opad[i] = target[i] - full;
+    else pe[i] += full - target[i];
+  }
+  std::vector<int64_t> pads = g.pb;
+  pads.insert(pads.end(), pe.begin(), pe.end());
+  return apply(c.builder(), "ConvTranspose", {dy, w}, std::move(out),
+               {{"strides", g.s}, {"dilations", g.d}, {"pads", pads}, {"output_padding", opad},
+                {"kernel_shape", g.k}, {"group", group}});
+}
+
+// Weight gradient by the classic trick. `a` is [N, Ca, sa...] and `b` is [N, Cb, sb...] with
+// b[n, cb, i] paired with a[n, ca, i*s - pb + kk*d] for kernel offset kk; returns [Cb, Ca/group, k...]:
+//   Conv(a' = a as [Ca/group, group*N, sa], b' = b as [Cb, N, sb], group) strides d, dilations s
+// gives [Ca/group, Cb, k' >= k], cropped to k and transposed.
+Expr weight_grad(RuleContext& c, const Expr& a, const Expr& b, int64_t group, const std::vector<int64_t>& sa,
+                 const std::vector<int64_t>& sb, const std::vector<int64_t>& k, const std::vector<int64_t>& s,
+                 const std::vector<int64_t>& d, const std::vector<int64_t>& pb, const std::vector<int64_t>& pe,
+                 const Dim& ca, const Dim& cb) {
+  GraphBuilder& bl = c.builder();
+  const size_t r = k.size();
+  const DType t = a.dtype();
+  if (!ca.known()) c.fail("needs the channel count known statically for the weight gradient");
+  const int64_t cag = ca.value / group;
+  std::vector<int64_t> swap01 = {1, 0};
+  for (size_t i = 0; i < r; ++i) swap01.push_back(static_cast<int64_t>(i) + 2);
+  Expr a2;
+  if (group == 1) {
+    a2 = transpose(a, swap01);
+  } else {
+    std::vector<int64_t> split{0, group, cag};
+    split.insert(split.end(), sa.begin(), sa.end());
+    Expr a5 = reshape(a, int64s(bl, split));
+    std::vector<int64_t> perm{2, 1, 0};
+    for (size_t i = 0; i < r; ++i) perm.push_back(static_cast<int64_t>(i) + 3);
+    std::vector<int64_t> merge{cag, -1};
+    merge.insert(merge.end(), sa.begin(), sa.end());
+    a2 = reshape(transpose(a5, perm), int64s(bl, merge));
+  }
+  Expr b2 = transpose(b, swap01);
+  std::vector<int64_t> kk(r);
+  for (size_t i = 0; i < r; ++i) {
+    kk[i] = (sa[i] + pb[i] + pe[i] - ((sb[i] - 1) * s[i] + 1)) / d[i] + 1;
+    if (kk[i] < k[i]) c.fail("internal: weight-gradient geometry is shorter than the kernel");
+  }
+  std::vector<int64_t> pads = pb;
+  pads.insert(pads.end(), pe.begin(), pe.end());
+  Expr g = apply(bl, "Conv", {a2, b2}, TypeInfo{t, dims_shape({Dim::of(cag), cb}, kk)},
+                 {{"strides", d}, {"dilations", s}, {"pads", pads}, {"kernel_shape", sb}, {"group", group}});
+  if (kk != k) {
+    std::vector<int64_t> zeros(r, 0);
+    g = apply(bl, "Slice", {g, int64s(bl, zeros), int64s(bl, k), int64s(bl, iota_from(2, r))},
+              TypeInfo{t, dims_shape({Dim::of(cag), cb}, k)});
+  }
+  return transpose(g, swap01);
+}
+
+std::vector<int64_t> kernel_of(RuleContext& c, const TypeInfo& wt) {
+  if (c.node().has_attr("kernel_shape")) return c.node().attr_ints("kernel_shape");
+  auto dims = rules::static_dims(wt);
+  if (!dims || dims->size() < 3) c.fail("needs kernel_shape or weights with known dims");
+  return std::vector<int64_t>(dims->begin() + 2, dims->end());
+}
+
+Expr bias_grad(RuleContext& c, const Expr& dy, size_t rank) {
+  std::vector<int64_t> axes{0};
+  for (size_t i = 2; i < rank; ++i) axes.push_back(static_cast<int64_t>(i));
+  return rules::reduce_sum(dy, axes, false, c.opset());
+}
+
+void conv_rule(RuleContext& c) {
+  const TypeInfo xt = spatial_known(c, 0), wt = rules::input_type(c, 1);
+  const int64_t group = c.node().attr_int("group", 1);
+  const Win g = window(c, *xt.shape, kernel_of(c, wt), false);
+  Expr dy = c.dY(0);
+  if (c.needs_dX(0)) c.set_dX(0, conv_transpose_to(c, dy, c.X(1), g, g.in, group, xt));
+  if (c.needs_dX(1)) {
+    if (!wt.shape) c.fail("needs the rank of W");
+    c.set_dX(1, weight_grad(c, c.X(0), dy, group, g.in, g.out, g.k, g.s, g.d, g.pb, g.pe, (*xt.shape)[1],
+                            (*wt.shape)[0]));
+  }
+  if (c.has_input(2) && c.needs_dX(2)) c.set_dX(2, bias_grad(c, dy, xt.shape->size()));
+}
+
+void conv_transpose_rule(RuleContext& c) {
+  const TypeInfo xt = spatial_known(c, 0), wt = rules::input_type(c, 1);
+  const int64_t group = c.node().attr_int("group", 1);
+  if (!wt.shape) c.fail("needs the rank of W");
+  Win g;
+  g.r = xt.shape->size() - 2;
+  g.k = kernel_of(c, wt);
+  g.s = spatial_attr(c, "strides", g.r, 1);
+  g.d = spatial_attr(c, "dilations", g.r, 1);
+  const std::vector<int64_t> opad = spatial_attr(c, "output_padding", g.r, 0);
+  std::vector<int64_t> pads = c.node().attr_ints("pads", std::vector<int64_t>(2 * g.r, 0));
+  if (pads.size() != 2 * g.r) c.fail("attribute 'pads' must have " + std::to_string(2 * g.r) + " entries");
+  const std::string auto_pad = c.node().attr_string("auto_pad", "NOTSET");
+  std::vector<int64_t> oshape = c.node().attr_ints("output_shape");
+  if (oshape.size() == g.r + 2) oshape.erase(oshape.begin(), oshape.begin() + 2);
+  for (size_t i = 0; i < g.r; ++i) {
+    const int64_t in = (*xt.shape)[2 + i].value, ext = (g.k[i] - 1) * g.d[i] + 1;
+    int64_t pb = pads[i], pe = pads[i + g.r], out;
+    if (!oshape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      out = oshape.empty() ? in * g.s[i] : oshape[i];
+      const int64_t total = g.s[i] * (in - 1) + opad[i] + ext - out;
+      if (total < 0) c.fail("output_shape is larger than the full transposed convolution");
+      pb = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pe = total - pb;
+    } else {
+      if (auto_pad == "VALID") pb = pe = 0;
+      out = g.s[i] * (in - 1) + opad[i] + ext - pb - pe;
+    }
+    g.in.push_back(in);
+    g.out.push_back(out);
+    g.pb.push_back(pb);
+    g.pe.push_back(pe);
+  }
+  Expr dy = c.dY(0);
+  if (c.needs_dX(0)) {
+    // Conv(dY, W) reads dY at i*s - pb + j*d: exactly the positions X[i] was spread to.
+    c.set_dX(0, apply(c.builder(), "Conv", {dy, c.X(1)}, xt,
+                      {{"strides", g.s}, {"dilations", g.d}, {"pads", g.pads()}, {"kernel_shape", g.k},
+                       {"group", group}}));
+  }
+  if (c.needs_dX(1)) {
+    const Dim m = (*wt.shape)[1].known() ? Dim::of((*wt.shape)[1].value * group) : Dim{};
+    std::vector<int64_t> pe(g.r);
+    for (size_t i = 0; i < g.r; ++i) {
+      // Just enough end padding for the full kernel: out + pb + pe' - (in-1)*s - 1 = (k-1)*d.
+      pe[i] = (g.k[i] - 1) * g.d[i] + (g.in[i] - 1) * g.s[i] + 1 - g.out[i] - g.pb[i];
+      if (pe[i] < 0) pe[i] = 0;
+    }
+    c.set_dX(1, weight_grad(c, dy, c.X(0), group, g.out, g.in, g.k, g.s, g.d, g.pb, pe, m, (*xt.shape)[1]));
+  }
+  if (c.has_input(2) && c.needs_dX(2)) c.set_dX(2, bias_grad(c, dy, xt.shape->size()));
+}
+
+void max_pool_rule(RuleContext& c) {
+  // Windows that cannot overlap (stride >= dilated kernel extent, the usual MaxPool 2) hit each input at
+  // most once, so a plain scatter (opset 11) is exact; overlapping ones must add up (reduction, opset 16).
+  if (!c.node().has_attr("kernel_shape")) c.fail("attribute 'kernel_shape' is required");
+  const std::vector<int64_t> k = c.node().attr_ints("kernel_shape");
+  const std::vector<int64_t> s = spatial_attr(c, "strides", k.size(), 1), d = spatial_attr(c, "dilations", k.size(), 1);
+  bool overlap = false;
+  for (size_t i = 0; i < k.size(); ++i) overlap = overlap || s[i] < (k[i] - 1) * d[i] + 1;
+  const int64_t needed = overlap ? 16 : 11;
+  if (c.opset() < needed)
+    c.fail(std::string("the MaxPool gradient scatters dY with ScatterElements") +
+           (overlap ? " (reduction='add' for overlapping windows)" : "") + ", which needs opset >= " +
+           std::to_string(needed) + "; the model imports opset " + std::to_string(c.opset()));
+  GraphBuilder& b = c.builder();
+  Expr x = c.X(0), dy = c.dY(0);
+  Expr idx;
+  if (c.num_outputs() > 1 && !c.node().outputs[1].empty() && c.node().attr_int("storage_order", 0) == 0) {
+    idx = c.Y(1);
+  } else {
+    // Recompute the argmax: row-major indices into the whole flattened input.
+    std::map<std::string, Attribute> attrs = c.node().attributes;
+    attrs.erase("storage_order");
+    TypeInfo yt = c.Y(0).type;
+    idx = apply_n(b, "MaxPool", {x}, {yt, TypeInfo{DType::Int64, yt.shape}}, attrs)[1];
+  }
+  const Expr flat = int64s(b, {-1});
+  Expr zeros = reshape(zeros_like(x), flat);
+  std::map<std::string, Attribute> attrs{{"axis", int64_t{0}}};
+  if (overlap) attrs["reduction"] = std::string("add");
+  Expr scattered = apply(b, "ScatterElements", {zeros, reshape(idx, flat), reshape(dy, flat)},
+                         TypeInfo{dy.dtype(), zeros.shape()}, attrs);
+  c.set_dX(0, rules::reshape_to_input(c, scattered, 0));
+}
+
+TensorData filled(DType t, const std::vector<int64_t>& dims, const std::vector<double>& v) {
+  if (t == DType::Float64) return TensorData::from<double>(dims, std::span<const double>(v));
+  if (t != DType::Float32) fail("AveragePool gradient", "only float32 and float64 are supported, got " + dtype_name(t));
+  std::vector<float> f(v.begin(), v.end());
+  return TensorData::from<float>(dims, std::span<const float>(f));
+}
+
+void average_pool_rule(RuleContext& c) {
+  const TypeInfo xt = spatial_known(c, 0);
+  if (!c.node().has_attr("kernel_shape")) c.fail("attribute 'kernel_shape' is required");
+  const Win g = window(c, *xt.shape, c.node().attr_ints("kernel_shape"), c.node().attr_int("ceil_mode", 0) != 0);
+  const bool include_pad = c.node().attr_int("count_include_pad", 0) != 0;
+  GraphBuilder& b = c.builder();
+  Expr dy = c.dY(0);
+  const DType t = dy.dtype();
+  // Per-output divisors, as the kernel counts them: taps inside the input (or the padded input).
+  int64_t n_out = 1;
+  for (int64_t o : g.out) n_out *= o;
+  std::vector<double> inv(static_cast<size_t>(n_out), 1.0);
+  for (int64_t f = 0; f < n_out; ++f) {
+    int64_t rem = f, cnt = 1;
+    for (size_t i = g.r; i-- > 0;) {
+      const int64_t o = rem % g.out[i];
+      rem /= g.out[i];
+      // ceil_mode windows past the end pad count as padding (the ONNX reference; the kernel does the same).
+      const int64_t padded_end =
+          std::max(g.in[i] + g.pe[i], (g.out[i] - 1) * g.s[i] - g.pb[i] + (g.k[i] - 1) * g.d[i] + 1);
+      const int64_t lo = include_pad ? -g.pb[i] : 0, hi = include_pad ? padded_end : g.in[i];
+      int64_t n = 0;
+      for (int64_t j = 0; j < g.k[i]; ++j) {
+        const int64_t at = o * g.s[i] - g.pb[i] + j * g.d[i];
+        n += at >= lo && at < hi;
+      }
+      cnt *= n;
+    }
+    inv[static_cast<size_t>(f)] = 1.0 / static_cast<double>(std::max<int64_t>(cnt, 1));
+  }
+  const bool uniform = std::all_of(inv.begin(), inv.end(), [&](double v) { return v == inv[0]; });
+  Expr scaled = uniform ? dy * inv[0] : dy * constant(b, filled(t, g.out, inv));
+  // Planes of [N*C, 1, out...] so one single-channel kernel of ones serves every channel.
+  std::vector<int64_t> planes{-1, 1};
+  planes.insert(planes.end(), g.out.begin(), g.out.end());
+  Expr p = reshape(scaled, int64s(b, planes), dims_shape({Dim{}, Dim::of(1)}, g.out));
+  std::vector<int64_t> kdims{1, 1};
+  kdims.insert(kdims.end(), g.k.begin(), g.k.end());
+  int64_t ksz = 1;
+  for (int64_t k : g.k) ksz *= k;
+  Expr ones = constant(b, filled(t, kdims, std::vector<double>(static_cast<size_t>(ksz), 1.0)));
+  Expr dx = conv_transpose_to(c, p, ones, g, g.in, 1, TypeInfo{t, dims_shape({Dim{}, Dim::of(1)}, g.in)});
+  c.set_dX(0, rules::reshape_to_input(c, dx, 0));
+}
+
+void global_average_pool_rule(RuleContext& c) {
+  const TypeInfo xt = spatial_known(c, 0);
+  int64_t size = 1;
+  for (size_t i = 2; i < xt.shape->size(); ++i) size *= (*xt.shape)[i].value;
+  Expr dy = c.dY(0);
+  c.set_dX(0, expand(dy * (1.0 / static_cast<double>(size)), shape_of(c.X(0)), xt.shape));
+}
+
+void global_max_pool_rule(RuleContext& c) {
+  // Every position equal to its plane's maximum receives the gradient (ties share it in full, as a subgradient
+  // would pick one; random inputs have none).
+  Expr x = c.X(0), y = c.Y(0), dy = c.dY(0);
+  c.set_dX(0, where(equal(x, y), dy, scalar(c.builder(), dy.dtype(), 0.0)));
+}
+
+}  // namespace
+
+void register_conv_rules(GradientRegistry& r) {
+  r.add("Conv", conv_rule);
+  r.add("ConvTranspose", conv_transpose_rule);
+  r.add("MaxPool", max_pool_rule);
+  r.add("AveragePool", average_pool_rule);
+  r.add("GlobalAveragePool", global_average_pool_rule);
+  r.add("GlobalMaxPool", global_max_pool_rule);
+}
 
 }  // namespace onnxtrain
