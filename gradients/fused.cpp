@@ -86,6 +86,42 @@ std::vector<Function> fused_grad_functions() {
   log_softmax.nodes.push_back(op("dX", "Sub", {"dY", "scaled"}, "dX"));
   out.push_back(std::move(log_softmax));
 
+  // LayerNormalizationGrad(dY, X, Scale, Mean, InvStdDev) -> (dX, dScale, dBias), last axis only (as above, a
+  // body cannot read the axis attribute). Mean and InvStdDev come in, so epsilon is not needed either.
+  Function ln;
+  ln.name = "LayerNormalizationGrad";
+  ln.domain = kFusedGradDomain;
+  ln.inputs = {"dY", "X", "Scale", "Mean", "InvStdDev"};
+  ln.outputs = {"dX", "dScale", "dBias"};
+  ln.opset_imports = {{"", 17}};
+  ln.doc = "Gradient of LayerNormalization (axis=-1) given its Mean and InvStdDev: with xhat = (X - Mean) * "
+           "InvStdDev and g = dY * Scale, dX = InvStdDev * (g - mean(g) - xhat * mean(g * xhat)), "
+           "dScale = sum over rows of dY * xhat, dBias = sum over rows of dY.";
+  {
+    const std::map<std::string, Attribute> last{{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}};
+    const int64_t zero = 0;
+    auto& nodes = ln.nodes;
+    nodes.push_back(op("centered", "Sub", {"X", "Mean"}, "centered"));
+    nodes.push_back(op("xhat", "Mul", {"centered", "InvStdDev"}, "xhat"));
+    nodes.push_back(op("g", "Mul", {"dY", "Scale"}, "g"));
+    nodes.push_back(op("mean_g", "ReduceMean", {"g"}, "mean_g", last));  // axes is an attribute until opset 18
+    nodes.push_back(op("g_xhat", "Mul", {"g", "xhat"}, "g_xhat"));
+    nodes.push_back(op("mean_g_xhat", "ReduceMean", {"g_xhat"}, "mean_g_xhat", last));
+    nodes.push_back(op("proj", "Mul", {"xhat", "mean_g_xhat"}, "proj"));
+    nodes.push_back(op("g_centered", "Sub", {"g", "mean_g"}, "g_centered"));
+    nodes.push_back(op("g_orth", "Sub", {"g_centered", "proj"}, "g_orth"));
+    nodes.push_back(op("dX", "Mul", {"InvStdDev", "g_orth"}, "dX"));
+    // Rows are every axis but the last, whatever X's rank: flatten to (rows, D) and sum axis 0.
+    nodes.push_back(op("rows_axis", "Constant", {}, "rows_axis",
+                       {{"value", TensorData::from<int64_t>({1}, std::span<const int64_t>(&zero, 1))}}));
+    nodes.push_back(op("dy_xhat", "Mul", {"dY", "xhat"}, "dy_xhat"));
+    nodes.push_back(op("dy_xhat_2d", "Flatten", {"dy_xhat"}, "dy_xhat_2d", {{"axis", int64_t{-1}}}));
+    nodes.push_back(op("dScale", "ReduceSum", {"dy_xhat_2d", "rows_axis"}, "dScale", {{"keepdims", int64_t{0}}}));
+    nodes.push_back(op("dy_2d", "Flatten", {"dY"}, "dy_2d", {{"axis", int64_t{-1}}}));
+    nodes.push_back(op("dBias", "ReduceSum", {"dy_2d", "rows_axis"}, "dBias", {{"keepdims", int64_t{0}}}));
+  }
+  out.push_back(std::move(ln));
+
   return out;
 }
 

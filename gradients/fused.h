@@ -9,6 +9,9 @@
 //   LogSoftmaxGrad(dY, Y) = dY - exp(Y) * sum(dY, axis)       no attribute references, so rules emit these
 //                                                              fused ops only for the last axis)
 // Inputs are (dY, Y) of the same floating type and shape; the single output dX has that type and shape.
+//   LayerNormalizationGrad(dY, X, Scale, Mean, InvStdDev) -> (dX, dScale, dBias): the exception to the
+//   (dY, Y) -> dX form. Mean and InvStdDev are LayerNormalization's optional outputs (one per row); the
+//   body covers axis = -1 only, and gradients/rules/norm.cpp emits the op only then.
 #include <vector>
 
 #include "graph/ir.h"

@@ -72,6 +72,16 @@ void read_back(const onnx::GraphProto& gp, Graph& g) {
   }
 }
 
+// Ops ONNX 1.16 leaves untyped: GroupNormalization has a function body but no inference function, so its
+// output (X's type and shape) and everything downstream would stay unknown.
+void infer_missing(Graph& g) {
+  for (const Node& n : g.nodes) {
+    if (!(n.domain.empty() || n.domain == "ai.onnx") || n.op_type != "GroupNormalization") continue;
+    if (n.outputs.empty() || n.outputs[0].empty() || g.value_info.count(n.outputs[0]) || !n.has_input(0)) continue;
+    if (const TypeInfo* t = g.type_of(n.inputs[0])) g.value_info[n.outputs[0]] = *t;
+  }
+}
+
 }  // namespace
 
 void infer_shapes(Model& m) {
@@ -88,6 +98,7 @@ void infer_shapes(Model& m) {
       continue;
     }
     read_back(p.graph(), m.graph);
+    infer_missing(m.graph);
     return;
   }
   fail("ONNX shape inference", first_error);

@@ -144,6 +144,16 @@ class Adaptive final : public LrSchedule {
     }
   }
   bool stop_requested() const override { return stop_; }
+  std::vector<double> state() const override {
+    return {lr_, best_, static_cast<double>(bad_epochs_), stop_ ? 1.0 : 0.0};
+  }
+  void set_state(const std::vector<double>& s) override {
+    if (s.size() != 4) fail("schedule state", "adaptive expects 4 values, got " + std::to_string(s.size()));
+    lr_ = s[0];
+    best_ = s[1];
+    bad_epochs_ = static_cast<int64_t>(s[2]);
+    stop_ = s[3] != 0;
+  }
 
  private:
   double lr_, tol_;

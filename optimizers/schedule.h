@@ -34,6 +34,11 @@ class LrSchedule {
   // True when scikit-learn would stop training (adaptive, once the rate is at or below 1e-6 and the loss still
   // stalls); the rate is then left unchanged.
   virtual bool stop_requested() const { return false; }
+  // What end_epoch() has learned (adaptive: rate, best loss, epochs without improvement, stopped), so a
+  // checkpoint can carry it; empty for the schedules that are a pure function of the step.
+  virtual std::vector<double> state() const { return {}; }
+  // Restores state(); throws Error on a vector of the wrong size.
+  virtual void set_state(const std::vector<double>& s) {}
 };
 
 // Throws Error naming the key ("schedule.gamma: expected ...", "schedule.kind: ... valid kinds: ...").

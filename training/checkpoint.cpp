@@ -321,6 +321,14 @@ Model TrainingSession::checkpoint() const {
   for (auto& kv : config_to_metadata(config_)) meta.push_back(std::move(kv));
   meta.emplace_back(std::string(kCheckpointKeyPrefix) + "step", std::to_string(step()));
   meta.emplace_back(std::string(kCheckpointKeyPrefix) + "micro_batches", std::to_string(micro_));
+  if (schedule_) {
+    std::vector<double> st = schedule_->state();
+    if (!st.empty()) {
+      Writer w;
+      w("schedule_state", st);
+      for (auto& kv : w.out) meta.push_back(std::move(kv));
+    }
+  }
   m.metadata = std::move(meta);
   return m;
 }
@@ -455,6 +463,12 @@ TrainingSession TrainingSession::from_checkpoint(const Model& ckpt, const std::s
     if (micro < 0 || micro >= std::max(1, s.config_.optimizer.gradient_accumulation))
       r.bad("micro_batches", "expected 0 <= value < gradient_accumulation, got " + meta[micro_key]);
     s.micro_ = static_cast<int>(micro);
+  }
+  if (s.schedule_) {
+    Reader r{meta, source};
+    std::vector<double> st;
+    r("schedule_state", st);
+    if (!st.empty()) s.schedule_->set_state(st);
   }
   return s;
 }

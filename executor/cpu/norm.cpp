@@ -1,8 +1,468 @@
-// Placeholder: filled in by the op-coverage work; registers nothing yet.
+// LayerNormalization, InstanceNormalization, GroupNormalization and BatchNormalization on the CPU.
+// All four normalise contiguous runs ("rows") of the input: LayerNormalization rows are everything from
+// `axis` on; InstanceNormalization rows are one (n, c) plane; GroupNormalization rows are one (n, group)
+// block of C/G planes. Rows are independent, so those three run one row per task (OpenMP over rows).
+// BatchNormalization reduces over (N, spatial) per channel, which is N strided planes per channel: the
+// statistics run one channel per task and the affine pass one (n, c) plane per task.
+// Statistics are accumulated in double and the variance is taken about the mean (two passes), which is
+// what the ONNX reference computes and avoids the cancellation of E[x^2] - E[x]^2.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
+#include "graph/error.h"
 
 namespace onnxtrain {
+namespace {
 
-void register_cpu_norm(KernelRegistry& r) {}
+constexpr int64_t kParallelWork = 1 << 14;  // elements below which threads cost more than they save
+
+int64_t prod(const std::vector<int64_t>& s, size_t from, size_t to) {
+  int64_t p = 1;
+  for (size_t i = from; i < to; ++i) p *= s[i];
+  return p;
+}
+
+// Mean and 1/sqrt(var + eps) of n contiguous values.
+template <class T> void row_stats(const T* x, int64_t n, double eps, double& mean, double& inv_std) {
+  double s = 0;
+  for (int64_t j = 0; j < n; ++j) s += x[j];
+  mean = n ? s / static_cast<double>(n) : 0.0;
+  double v = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const double d = x[j] - mean;
+    v += d * d;
+  }
+  v = n ? v / static_cast<double>(n) : 0.0;
+  inv_std = 1.0 / std::sqrt(v + eps);
+}
+
+void expect_float(const PrepareContext& ctx, size_t i, DType t, const char* name) {
+  const KernelInput& in = cpu::required_input(ctx, i, name);
+  if (in.dtype != t)
+    ctx.fail(std::string("input ") + std::to_string(i) + " (" + name + ") must have the input's dtype " +
+             dtype_name(t) + ", got " + dtype_name(in.dtype));
+}
+
+// Input i must have exactly `want` elements in a 1-D (or, for `any_shape`, any) shape.
+void expect_vector(const PrepareContext& ctx, size_t i, const char* name, int64_t want) {
+  const KernelInput& in = ctx.inputs[i];
+  int64_t n = 1;
+  for (int64_t d : in.shape) n *= d;
+  if (in.shape.size() != 1 || n != want)
+    ctx.fail(std::string("input ") + std::to_string(i) + " (" + name + ") must have shape [" + std::to_string(want) +
+             "], got " + shape_string(in.shape));
+}
+
+template <class F> std::unique_ptr<Kernel> float_kernel(PrepareContext& ctx, DType t, F&& make) {
+  if (t == DType::Float32) return make(cpu::Tag<float>{});
+  if (t == DType::Float64) return make(cpu::Tag<double>{});
+  cpu::fail_dtype(ctx);
+}
+
+// ---- LayerNormalization ------------------------------------------------------------------------------------
+
+// For each element j of a normalised row, the index into scale (or bias) broadcast to the row's shape;
+// empty when the tensor already has the row's shape (the common case, indexed directly).
+std::vector<int64_t> broadcast_index(const PrepareContext& ctx, const std::vector<int64_t>& row_shape,
+                                     const std::vector<int64_t>& s, const char* name) {
+  if (s == row_shape) return {};
+  if (s.size() > row_shape.size())
+    ctx.fail(std::string(name) + " of shape " + shape_string(s) + " does not broadcast to the normalised shape " +
+             shape_string(row_shape));
+  const size_t off = row_shape.size() - s.size();
+  for (size_t i = 0; i < s.size(); ++i)
+    if (s[i] != 1 && s[i] != row_shape[off + i])
+      ctx.fail(std::string(name) + " of shape " + shape_string(s) + " does not broadcast to the normalised shape " +
+               shape_string(row_shape));
+  const int64_t n = prod(row_shape, 0, row_shape.size());
+  std::vector<int64_t> idx(n);
+  const std::vector<int64_t> ss = cpu::contiguous_strides(s);
+  for (int64_t j = 0; j < n; ++j) {
+    int64_t rem = j, k = 0;
+    for (size_t d = row_shape.size(); d-- > 0;) {
+      const int64_t c = rem % row_shape[d];
+      rem /= row_shape[d];
+      if (d >= off && s[d - off] != 1) k += c * ss[d - off];
+    }
+    idx[j] = k;
+  }
+  return idx;
+}
+
+// T: X's type; U: the statistics outputs' type (stash_type).
+template <class T, class U> class LayerNormKernel final : public Kernel {
+ public:
+  LayerNormKernel(int64_t rows, int64_t len, double eps, std::vector<int64_t> si, std::vector<int64_t> bi)
+      : rows_(rows), len_(len), eps_(eps), si_(std::move(si)), bi_(std::move(bi)) {}
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* x = in[0]->ptr<T>();
+    const T* s = in[1]->ptr<T>();
+    const T* b = in.size() > 2 && in[2] ? in[2]->ptr<T>() : nullptr;
+    T* y = out[0]->ptr<T>();
+    U* mean_out = out.size() > 1 && out[1] ? out[1]->ptr<U>() : nullptr;
+    U* inv_out = out.size() > 2 && out[2] ? out[2]->ptr<U>() : nullptr;
+    const int64_t n = len_;
+    const int64_t* si = si_.empty() ? nullptr : si_.data();
+    const int64_t* bi = bi_.empty() ? nullptr : bi_.data();
+#pragma omp parallel for schedule(static) if (rows_ > 1 && rows_ * n > kParallelWork)
+    for (int64_t r = 0; r < rows_; ++r) {
+      const T* xr = x + r * n;
+      T* yr = y + r * n;
+      double m, is;
+      row_stats(xr, n, eps_, m, is);
+      const T tm = static_cast<T>(m), ti = static_cast<T>(is);
+      if (mean_out) mean_out[r] = static_cast<U>(m);
+      if (inv_out) inv_out[r] = static_cast<U>(is);
+      if (!si && !bi) {
+        if (b)
+          for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - tm) * ti * s[j] + b[j];
+        else
+          for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - tm) * ti * s[j];
+      } else {
+        for (int64_t j = 0; j < n; ++j) {
+          T v = (xr[j] - tm) * ti * s[si ? si[j] : j];
+          if (b) v += b[bi ? bi[j] : j];
+          yr[j] = v;
+        }
+      }
+    }
+  }
+
+ private:
+  int64_t rows_, len_;
+  double eps_;
+  std::vector<int64_t> si_, bi_;
+};
+
+std::unique_ptr<Kernel> make_layer_norm(PrepareContext& ctx) {
+  const KernelInput& x = cpu::required_input(ctx, 0, "X");
+  const KernelInput& s = cpu::required_input(ctx, 1, "Scale");
+  expect_float(ctx, 1, x.dtype, "Scale");
+  const bool has_b = cpu::has_input(ctx, 2);
+  if (has_b) expect_float(ctx, 2, x.dtype, "B");
+  const auto rank = static_cast<int64_t>(x.shape.size());
+  if (rank == 0) ctx.fail("input X must have rank >= 1, got a scalar");
+  const int64_t axis = cpu::normalize_axis(ctx, ctx.node.attr_int("axis", -1), rank);
+  const std::vector<int64_t> row_shape(x.shape.begin() + axis, x.shape.end());
+  std::vector<int64_t> si = broadcast_index(ctx, row_shape, s.shape, "Scale");
+  std::vector<int64_t> bi = has_b ? broadcast_index(ctx, row_shape, ctx.inputs[2].shape, "B") : std::vector<int64_t>{};
+  // stash_type is the type of Mean and InvStdDev (the schema allows float; double is accepted too). The
+  // statistics are always accumulated in double, at least as precise as either choice.
+  const int64_t stash = ctx.node.attr_int("stash_type", 1);
+  if (stash != 1 && stash != 11)
+    ctx.fail("stash_type " + std::to_string(stash) + " is not supported (1 = float, 11 = double)");
+  const DType u = stash == 1 ? DType::Float32 : DType::Float64;
+  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+  if (ctx.outputs.empty() || ctx.outputs.size() > 3)
+    ctx.fail("expected 1 to 3 outputs (Y, Mean, InvStdDev), got " + std::to_string(ctx.outputs.size()));
+  cpu::set_output(ctx, 0, x.dtype, x.shape);
+  std::vector<int64_t> stat_shape(x.shape.begin(), x.shape.begin() + axis);
+  stat_shape.resize(rank, 1);
+  for (size_t i = 1; i < ctx.outputs.size(); ++i) cpu::set_output(ctx, i, u, stat_shape);
+  const int64_t rows = prod(x.shape, 0, axis), len = prod(x.shape, axis, rank);
+  return float_kernel(ctx, x.dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
+    using T = typename decltype(tag)::type;
+    if (u == DType::Float32) return std::make_unique<LayerNormKernel<T, float>>(rows, len, eps, si, bi);
+    return std::make_unique<LayerNormKernel<T, double>>(rows, len, eps, si, bi);
+  });
+}
+
+// ---- InstanceNormalization and GroupNormalization -----------------------------------------------------------
+// Rows of `len` elements; the affine parameters change every `plane` elements, and row r's first element
+// uses parameter (r * len / plane) % channels.
+
+template <class T> class RowNormKernel final : public Kernel {
+ public:
+  RowNormKernel(int64_t rows, int64_t len, int64_t plane, int64_t channels, double eps)
+      : rows_(rows), len_(len), plane_(plane), channels_(channels), eps_(eps) {}
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* x = in[0]->ptr<T>();
+    const T* s = in[1]->ptr<T>();
+    const T* b = in[2]->ptr<T>();
+    T* y = out[0]->ptr<T>();
+    const int64_t n = len_, plane = plane_, per_row = plane ? len_ / plane : 0;
+#pragma omp parallel for schedule(static) if (rows_ > 1 && rows_ * n > kParallelWork)
+    for (int64_t r = 0; r < rows_; ++r) {
+      const T* xr = x + r * n;
+      T* yr = y + r * n;
+      double m, is;
+      row_stats(xr, n, eps_, m, is);
+      for (int64_t p = 0; p < per_row; ++p) {
+        const int64_t c = (r * per_row + p) % channels_;
+        // y = x * a + k with a = scale * inv_std, k = bias - mean * a: one multiply-add per element.
+        const T a = static_cast<T>(s[c] * is);
+        const T k = static_cast<T>(b[c] - m * s[c] * is);
+        const T* xp = xr + p * plane;
+        T* yp = yr + p * plane;
+        for (int64_t j = 0; j < plane; ++j) yp[j] = xp[j] * a + k;
+      }
+    }
+  }
+
+ private:
+  int64_t rows_, len_, plane_, channels_;
+  double eps_;
+};
+
+std::unique_ptr<Kernel> make_instance_norm(PrepareContext& ctx) {
+  const KernelInput& x = cpu::required_input(ctx, 0, "input");
+  cpu::required_input(ctx, 1, "scale");
+  cpu::required_input(ctx, 2, "B");
+  expect_float(ctx, 1, x.dtype, "scale");
+  expect_float(ctx, 2, x.dtype, "B");
+  if (x.shape.size() < 2) ctx.fail("input must have rank >= 2 (N, C, ...), got " + shape_string(x.shape));
+  const int64_t c = x.shape[1];
+  expect_vector(ctx, 1, "scale", c);
+  expect_vector(ctx, 2, "B", c);
+  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+  cpu::set_output(ctx, 0, x.dtype, x.shape);
+  const int64_t plane = prod(x.shape, 2, x.shape.size());
+  const int64_t rows = x.shape[0] * c;
+  return float_kernel(ctx, x.dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
+    return std::make_unique<RowNormKernel<typename decltype(tag)::type>>(rows, plane, plane, c, eps);
+  });
+}
+
+// Opset 18 has one scale/bias per group (deprecated); opset 21 one per channel.
+std::unique_ptr<Kernel> make_group_norm(PrepareContext& ctx) {
+  const KernelInput& x = cpu::required_input(ctx, 0, "X");
+  cpu::required_input(ctx, 1, "scale");
+  cpu::required_input(ctx, 2, "bias");
+  expect_float(ctx, 1, x.dtype, "scale");
+  expect_float(ctx, 2, x.dtype, "bias");
+  if (x.shape.size() < 2) ctx.fail("input X must have rank >= 2 (N, C, ...), got " + shape_string(x.shape));
+  if (!ctx.node.has_attr("num_groups")) ctx.fail("attribute 'num_groups' is required");
+  const int64_t g = ctx.node.attr_int("num_groups", 1), c = x.shape[1];
+  if (g <= 0 || c % g != 0)
+    ctx.fail("num_groups " + std::to_string(g) + " must be positive and divide the channel count " + std::to_string(c));
+  const bool per_channel = ctx.opset >= 21;
+  expect_vector(ctx, 1, "scale", per_channel ? c : g);
+  expect_vector(ctx, 2, "bias", per_channel ? c : g);
+  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+  cpu::set_output(ctx, 0, x.dtype, x.shape);
+  const int64_t spatial = prod(x.shape, 2, x.shape.size());
+  const int64_t rows = x.shape[0] * g, len = (c / g) * spatial;
+  // Per group, the parameter is constant over the whole row.
+  const int64_t plane = per_channel ? spatial : len, channels = per_channel ? c : g;
+  return float_kernel(ctx, x.dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
+    return std::make_unique<RowNormKernel<typename decltype(tag)::type>>(rows, len, plane, channels, eps);
+  });
+}
+
+// ---- BatchNormalization -----------------------------------------------------------------------------------
+
+template <class T> class BatchNormKernel final : public Kernel {
+ public:
+  BatchNormKernel(int64_t n, int64_t c, int64_t plane, double eps, double momentum, bool training)
+      : n_(n), c_(c), plane_(plane), eps_(eps), momentum_(momentum), training_(training), a_(c), k_(c) {}
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* x = in[0]->ptr<T>();
+    const T* s = in[1]->ptr<T>();
+    const T* b = in[2]->ptr<T>();
+    const T* mean = in[3]->ptr<T>();
+    const T* var = in[4]->ptr<T>();
+    T* y = out[0]->ptr<T>();
+    T* run_mean = training_ && out.size() > 1 && out[1] ? out[1]->ptr<T>() : nullptr;
+    T* run_var = training_ && out.size() > 2 && out[2] ? out[2]->ptr<T>() : nullptr;
+    const int64_t n = n_, c = c_, plane = plane_;
+    const bool par_stats = c > 1 && n * c * plane > kParallelWork;
+#pragma omp parallel for schedule(static) if (par_stats)
+    for (int64_t ch = 0; ch < c; ++ch) {
+      double m = mean[ch], v = var[ch];
+      if (training_) {
+        const double count = static_cast<double>(n * plane);
+        double sum = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const T* p = x + (i * c + ch) * plane;
+          for (int64_t j = 0; j < plane; ++j) sum += p[j];
+        }
+        const double bm = count ? sum / count : 0.0;
+        double sq = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const T* p = x + (i * c + ch) * plane;
+          for (int64_t j = 0; j < plane; ++j) {
+            const double d = p[j] - bm;
+            sq += d * d;
+          }
+        }
+        const double bv = count ? sq / count : 0.0;  // population variance, as the ONNX reference
+        if (run_mean) run_mean[ch] = static_cast<T>(m * momentum_ + bm * (1 - momentum_));
+        if (run_var) run_var[ch] = static_cast<T>(v * momentum_ + bv * (1 - momentum_));
+        m = bm;
+        v = bv;
+      }
+      const double a = s[ch] / std::sqrt(v + eps_);
+      a_[ch] = static_cast<T>(a);
+      k_[ch] = static_cast<T>(b[ch] - m * a);
+    }
+    const int64_t planes = n * c;
+#pragma omp parallel for schedule(static) if (planes > 1 && planes * plane > kParallelWork)
+    for (int64_t r = 0; r < planes; ++r) {
+      const int64_t ch = r % c;
+      const T a = a_[ch], k = k_[ch];
+      const T* xp = x + r * plane;
+      T* yp = y + r * plane;
+      for (int64_t j = 0; j < plane; ++j) yp[j] = xp[j] * a + k;
+    }
+  }
+
+ private:
+  int64_t n_, c_, plane_;
+  double eps_, momentum_;
+  bool training_;
+  std::vector<T> a_, k_;  // per-channel y = x * a + k, scratch reused across runs
+};
+
+std::unique_ptr<Kernel> make_batch_norm(PrepareContext& ctx) {
+  const KernelInput& x = cpu::required_input(ctx, 0, "X");
+  const char* names[] = {"X", "scale", "B", "input_mean", "input_var"};
+  for (size_t i = 1; i < 5; ++i) {
+    cpu::required_input(ctx, i, names[i]);
+    expect_float(ctx, i, x.dtype, names[i]);
+  }
+  if (x.shape.size() < 2) ctx.fail("input X must have rank >= 2 (N, C, ...), got " + shape_string(x.shape));
+  const int64_t c = x.shape[1];
+  for (size_t i = 1; i < 5; ++i) expect_vector(ctx, i, names[i], c);
+  const bool training = ctx.opset >= 14 && ctx.node.attr_int("training_mode", 0) != 0;
+  if (ctx.opset < 14 && ctx.outputs.size() > 1)
+    ctx.fail("training-mode outputs (mean, var, saved_mean, saved_var) of opset " + std::to_string(ctx.opset) +
+             " BatchNormalization are not supported; use opset 14+ training_mode");
+  if (!training && ctx.outputs.size() > 1)
+    ctx.fail("outputs running_mean and running_var exist only with training_mode=1, got " +
+             std::to_string(ctx.outputs.size()) + " outputs");
+  if (ctx.outputs.size() > 3) ctx.fail("expected at most 3 outputs, got " + std::to_string(ctx.outputs.size()));
+  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+  const double momentum = ctx.node.attr_float("momentum", 0.9f);
+  cpu::set_output(ctx, 0, x.dtype, x.shape);
+  for (size_t i = 1; i < ctx.outputs.size(); ++i) cpu::set_output(ctx, i, x.dtype, {c});
+  const int64_t plane = prod(x.shape, 2, x.shape.size());
+  return float_kernel(ctx, x.dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
+    return std::make_unique<BatchNormKernel<typename decltype(tag)::type>>(x.shape[0], c, plane, eps, momentum,
+                                                                            training);
+  });
+}
+
+// ---- onnxtrain.LayerNormalizationGrad ----------------------------------------------------------------------
+// (dY, X, Scale, Mean, InvStdDev) -> (dX, dScale, dBias) over rows of X from `axis` on; Mean and InvStdDev
+// have one value per row. Per row, with xhat = (x - mean) * inv and g = dY * scale:
+//   dX = inv * (g - mean(g) - xhat * mean(g * xhat)),  dScale = sum_rows dY * xhat,  dBias = sum_rows dY.
+// The row loop is parallel; dScale and dBias are column sums, accumulated per thread and combined after.
+
+template <class T> class LayerNormGradKernel final : public Kernel {
+ public:
+  LayerNormGradKernel(int64_t rows, int64_t len)
+      : rows_(rows), len_(len), threads_(std::max(1, omp_get_max_threads())),
+        partial_(static_cast<size_t>(threads_) * 2 * len) {}
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* dy = in[0]->ptr<T>();
+    const T* x = in[1]->ptr<T>();
+    const T* s = in[2]->ptr<T>();
+    const T* mean = in[3]->ptr<T>();
+    const T* inv = in[4]->ptr<T>();
+    T* dx = out[0]->ptr<T>();
+    const int64_t n = len_, rows = rows_;
+    std::fill(partial_.begin(), partial_.end(), 0.0);
+    const bool parallel = rows > 1 && rows * n > kParallelWork;
+    int used = 1;
+#pragma omp parallel if (parallel) num_threads(threads_)  // partial_ has room for threads_ threads
+    {
+      const int t = omp_get_thread_num();
+#pragma omp single
+      used = omp_get_num_threads();
+      double* ds = partial_.data() + static_cast<size_t>(t) * 2 * n;
+      double* db = ds + n;
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* dyr = dy + r * n;
+        const T* xr = x + r * n;
+        T* dxr = dx + r * n;
+        const double m = mean[r], is = inv[r];
+        double sg = 0, sgx = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          const double xh = (xr[j] - m) * is;
+          const double g = static_cast<double>(dyr[j]) * s[j];
+          sg += g;
+          sgx += g * xh;
+          ds[j] += dyr[j] * xh;
+          db[j] += dyr[j];
+        }
+        const double a = sg / static_cast<double>(n), b = sgx / static_cast<double>(n);
+        for (int64_t j = 0; j < n; ++j) {
+          const double xh = (xr[j] - m) * is;
+          dxr[j] = static_cast<T>(is * (static_cast<double>(dyr[j]) * s[j] - a - xh * b));
+        }
+      }
+    }
+    T* dscale = out.size() > 1 && out[1] ? out[1]->ptr<T>() : nullptr;
+    T* dbias = out.size() > 2 && out[2] ? out[2]->ptr<T>() : nullptr;
+    for (int64_t j = 0; j < n; ++j) {
+      double a = 0, b = 0;
+      for (int t = 0; t < used; ++t) {
+        a += partial_[static_cast<size_t>(t) * 2 * n + j];
+        b += partial_[static_cast<size_t>(t) * 2 * n + n + j];
+      }
+      if (dscale) dscale[j] = static_cast<T>(a);
+      if (dbias) dbias[j] = static_cast<T>(b);
+    }
+  }
+
+ private:
+  int64_t rows_, len_;
+  int threads_;
+  std::vector<double> partial_;  // per thread: dScale then dBias partial sums
+};
+
+std::unique_ptr<Kernel> make_layer_norm_grad(PrepareContext& ctx) {
+  const char* names[] = {"dY", "X", "Scale", "Mean", "InvStdDev"};
+  const KernelInput& dy = cpu::required_input(ctx, 0, names[0]);
+  for (size_t i = 1; i < 5; ++i) {
+    cpu::required_input(ctx, i, names[i]);
+    expect_float(ctx, i, dy.dtype, names[i]);
+  }
+  const KernelInput& x = ctx.inputs[1];
+  if (x.shape != dy.shape)
+    ctx.fail("dY " + shape_string(dy.shape) + " and X " + shape_string(x.shape) + " must have the same shape");
+  const auto rank = static_cast<int64_t>(x.shape.size());
+  if (rank == 0) ctx.fail("input X must have rank >= 1, got a scalar");
+  const int64_t axis = cpu::normalize_axis(ctx, ctx.node.attr_int("axis", -1), rank);
+  const std::vector<int64_t> row_shape(x.shape.begin() + axis, x.shape.end());
+  if (ctx.inputs[2].shape != row_shape)
+    ctx.fail("Scale must have the normalised shape " + shape_string(row_shape) + ", got " +
+             shape_string(ctx.inputs[2].shape));
+  const int64_t rows = prod(x.shape, 0, axis), len = prod(x.shape, axis, rank);
+  for (size_t i = 3; i < 5; ++i)
+    if (prod(ctx.inputs[i].shape, 0, ctx.inputs[i].shape.size()) != rows)
+      ctx.fail(std::string(names[i]) + " must have one value per normalised row (" + std::to_string(rows) + "), got " +
+               shape_string(ctx.inputs[i].shape));
+  if (ctx.outputs.empty() || ctx.outputs.size() > 3)
+    ctx.fail("expected 1 to 3 outputs (dX, dScale, dBias), got " + std::to_string(ctx.outputs.size()));
+  cpu::set_output(ctx, 0, x.dtype, x.shape);
+  for (size_t i = 1; i < ctx.outputs.size(); ++i) cpu::set_output(ctx, i, x.dtype, row_shape);
+  return float_kernel(ctx, x.dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
+    return std::make_unique<LayerNormGradKernel<typename decltype(tag)::type>>(rows, len);
+  });
+}
+
+}  // namespace
+
+void register_cpu_norm(KernelRegistry& r) {
+  const std::vector<DType> flt = {DType::Float32, DType::Float64};
+  cpu::add(r, "LayerNormalization", 17, flt, make_layer_norm);
+  cpu::add(r, "InstanceNormalization", 6, flt, make_instance_norm);
+  cpu::add(r, "GroupNormalization", 18, flt, make_group_norm);
+  cpu::add(r, "BatchNormalization", 9, flt, make_batch_norm);
+  cpu::add(r, "onnxtrain", "LayerNormalizationGrad", 1, flt, make_layer_norm_grad);
+}
 
 }  // namespace onnxtrain

@@ -306,6 +306,93 @@ std::vector<RuleCase> build() {
     v.push_back(with_const(make("GatherElements_axis0_negative", "GatherElements", {{3, 3}, {}}), 1,
                            TensorData::from<int64_t>({2, 3}, std::span<const int64_t>(idx0))));
   }
+  // ---- normalization (variance inputs sampled positive)
+  {
+    v.push_back(make("LayerNormalization_last_axis", "LayerNormalization", {{2, 3, 4}, {4}, {4}}));
+    v.push_back(make("LayerNormalization_axis1_no_bias", "LayerNormalization", {{2, 3, 4}, {3, 4}},
+                     {{"axis", int64_t{1}}, {"epsilon", 0.1f}}));
+    v.push_back(make("LayerNormalization_broadcast_scale", "LayerNormalization", {{2, 3, 4}, {1, 4}, {3, 1}},
+                     {{"axis", int64_t{-2}}}));
+    // stash_type 11 makes Mean and InvStdDev double, so the checker differentiates them too.
+    RuleCase c = make("LayerNormalization_mean_invstd_outputs", "LayerNormalization", {{3, 5}, {5}, {5}},
+                      {{"stash_type", int64_t{11}}});
+    c.num_outputs = 3;
+    v.push_back(c);
+    c = make("LayerNormalization_float_stats_axis0", "LayerNormalization", {{3, 5}, {3, 5}, {5}}, {{"axis", int64_t{0}}});
+    c.num_outputs = 3;
+    v.push_back(c);
+    v.push_back(make("InstanceNormalization", "InstanceNormalization", {{2, 3, 4}, {3}, {3}}));
+    v.push_back(make("InstanceNormalization_2d_opset11", "InstanceNormalization", {{2, 2, 2, 3}, {2}, {2}},
+                     {{"epsilon", 0.01f}}, {}, 11));
+    v.push_back(make("GroupNormalization_opset21", "GroupNormalization", {{2, 4, 3}, {4}, {4}},
+                     {{"num_groups", int64_t{2}}}, {}, 21));
+    v.push_back(make("GroupNormalization_opset18_per_group", "GroupNormalization", {{2, 6, 2, 2}, {3}, {3}},
+                     {{"num_groups", int64_t{3}}}, {}, 18));
+    const Ranges bn{any, any, any, any, pos};
+    v.push_back(make("BatchNormalization_inference", "BatchNormalization", {{2, 3, 4}, {3}, {3}, {3}, {3}}, {}, bn, 15));
+    v.push_back(make("BatchNormalization_inference_2d_opset9", "BatchNormalization", {{4, 3}, {3}, {3}, {3}, {3}},
+                     {{"epsilon", 0.01f}}, bn, 9));
+    // Training mode needs all three outputs (the ONNX schema says so).
+    c = make("BatchNormalization_training_2d", "BatchNormalization", {{5, 3}, {3}, {3}, {3}, {3}},
+             {{"training_mode", int64_t{1}}}, bn, 15);
+    c.num_outputs = 3;
+    v.push_back(c);
+    c = make("BatchNormalization_training_running_stats", "BatchNormalization", {{3, 2, 4}, {2}, {2}, {2}, {2}},
+             {{"training_mode", int64_t{1}}, {"momentum", 0.8f}}, bn, 15);
+    c.num_outputs = 3;
+    v.push_back(c);
+  }
+  // ---- convolution and pooling (gradients/rules/conv.cpp)
+  {
+    using I = std::vector<int64_t>;
+    const std::string S = "auto_pad";
+    v.push_back(make("Conv_3x3_pad1_bias", "Conv", {{2, 3, 5, 5}, {4, 3, 3, 3}, {4}}, {{"pads", I{1, 1, 1, 1}}}));
+    v.push_back(make("Conv_group2_stride_dilation_asym_pads", "Conv", {{1, 4, 7, 6}, {6, 2, 3, 2}},
+                     {{"group", int64_t{2}}, {"strides", I{2, 1}}, {"dilations", I{1, 2}}, {"pads", I{1, 0, 0, 1}}}));
+    v.push_back(make("Conv_1d_same_upper_stride2", "Conv", {{2, 2, 7}, {3, 2, 3}, {3}},
+                     {{"strides", I{2}}, {S, std::string("SAME_UPPER")}}));
+    v.push_back(make("Conv_3d_pads", "Conv", {{1, 2, 4, 3, 3}, {2, 2, 2, 2, 2}}, {{"pads", I{1, 0, 1, 0, 1, 0}}}));
+    v.push_back(make("Conv_depthwise_stride2_pad1", "Conv", {{2, 3, 6, 6}, {3, 1, 3, 3}, {3}},
+                     {{"group", int64_t{3}}, {"strides", I{2, 2}}, {"pads", I{1, 1, 1, 1}}}));
+    v.push_back(make("ConvTranspose_stride2_outpad_bias", "ConvTranspose", {{1, 2, 3, 3}, {2, 3, 3, 3}, {3}},
+                     {{"strides", I{2, 2}}, {"pads", I{1, 1, 0, 0}}, {"output_padding", I{1, 0}}}));
+    v.push_back(make("ConvTranspose_group2_dilation", "ConvTranspose", {{1, 4, 3, 4}, {4, 1, 2, 3}},
+                     {{"group", int64_t{2}}, {"dilations", I{2, 1}}, {"strides", I{1, 2}}}));
+    v.push_back(make("ConvTranspose_1d_same_lower", "ConvTranspose", {{2, 2, 4}, {2, 3, 3}},
+                     {{"strides", I{2}}, {S, std::string("SAME_LOWER")}}));
+    v.push_back(make("ConvTranspose_output_shape", "ConvTranspose", {{1, 1, 3, 3}, {1, 2, 3, 3}},
+                     {{"strides", I{2, 2}}, {"output_shape", I{6, 7}}}));
+    v.push_back(make("MaxPool_2x2_stride2", "MaxPool", {{2, 3, 6, 6}}, {{"kernel_shape", I{2, 2}}, {"strides", I{2, 2}}}));
+    // Non-overlapping windows need no scatter reduction, so this works before opset 16.
+    v.push_back(make("MaxPool_2x2_opset13_pad", "MaxPool", {{1, 2, 5, 5}},
+                     {{"kernel_shape", I{2, 2}}, {"strides", I{2, 2}}, {"pads", I{1, 1, 0, 0}}}, {}, 13));
+    v.push_back(make("MaxPool_3x3_stride2_pad1_overlapping", "MaxPool", {{1, 2, 7, 7}},
+                     {{"kernel_shape", I{3, 3}}, {"strides", I{2, 2}}, {"pads", I{1, 1, 1, 1}}}));
+    v.push_back(make("MaxPool_1d_ceil_dilation", "MaxPool", {{2, 2, 9}},
+                     {{"kernel_shape", I{3}}, {"strides", I{2}}, {"dilations", I{2}}, {"ceil_mode", int64_t{1}}}));
+    {
+      RuleCase c = make("MaxPool_with_indices", "MaxPool", {{1, 2, 4, 5}}, {{"kernel_shape", I{2, 2}}});
+      c.num_outputs = 2;
+      v.push_back(c);
+    }
+    v.push_back(make("MaxPool_3d", "MaxPool", {{1, 1, 4, 4, 3}}, {{"kernel_shape", I{2, 2, 2}}, {"strides", I{2, 1, 1}}}));
+    v.push_back(make("AveragePool_2x2_stride2", "AveragePool", {{2, 3, 6, 6}},
+                     {{"kernel_shape", I{2, 2}}, {"strides", I{2, 2}}}));
+    v.push_back(make("AveragePool_pads_exclude", "AveragePool", {{1, 2, 5, 5}},
+                     {{"kernel_shape", I{3, 3}}, {"strides", I{2, 2}}, {"pads", I{1, 1, 1, 1}}}));
+    v.push_back(make("AveragePool_pads_include", "AveragePool", {{1, 2, 5, 5}},
+                     {{"kernel_shape", I{3, 3}}, {"strides", I{2, 2}}, {"pads", I{1, 0, 0, 1}},
+                      {"count_include_pad", int64_t{1}}}));
+    v.push_back(make("AveragePool_1d_ceil", "AveragePool", {{2, 2, 8}},
+                     {{"kernel_shape", I{3}}, {"strides", I{2}}, {"ceil_mode", int64_t{1}}}));
+    v.push_back(make("AveragePool_ceil_include_pad", "AveragePool", {{1, 2, 8, 7}},
+                     {{"kernel_shape", I{3, 2}}, {"strides", I{2, 2}}, {"pads", I{1, 0, 0, 0}}, {"ceil_mode", int64_t{1}},
+                      {"count_include_pad", int64_t{1}}}));
+    v.push_back(make("AveragePool_same_upper_3d", "AveragePool", {{1, 2, 3, 4, 3}},
+                     {{"kernel_shape", I{2, 3, 2}}, {S, std::string("SAME_UPPER")}}));
+    v.push_back(make("GlobalAveragePool", "GlobalAveragePool", {{2, 3, 4, 5}}));
+    v.push_back(make("GlobalMaxPool", "GlobalMaxPool", {{2, 3, 4, 5}}));
+  }
   return v;
 }
 

@@ -28,16 +28,32 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
     n.name = "fused";
     n.op_type = f.name;
     n.domain = f.domain;
-    n.inputs = {"dY", "Y"};
-    n.outputs = {"dX"};
+    n.inputs = f.inputs;
+    n.outputs = f.outputs;
     g.nodes.push_back(n);
-    const Shape s{Dim::of(3), Dim::of(5)};
-    g.inputs = {{"dY", {DType::Float64, s}}, {"Y", {DType::Float64, s}}};
-    g.outputs = {{"dX", {DType::Float64, s}}};
-    // Y in (0, 1) suits every op: a sigmoid or softmax output, a positive relu output; log-softmax wants Y < 0.
+    // Inputs by name: (dY, Y) for the elementwise-style ops. Y in (0, 1) suits every op: a sigmoid or softmax
+    // output, a positive relu output; log-softmax wants Y < 0. LayerNormalizationGrad takes (dY, X, Scale,
+    // Mean, InvStdDev) with one statistic per row (InvStdDev positive).
     const bool log_domain = f.name.find("LogSoftmax") != std::string::npos;
-    Tensor dy = random_tensor({3, 5}, rng, -1, 1);
-    Tensor y = log_domain ? random_tensor({3, 5}, rng, -3, -0.1) : random_tensor({3, 5}, rng, -0.5, 1);
+    std::map<std::string, Tensor> feeds;
+    for (const std::string& in : f.inputs) {
+      Tensor t;
+      if (in == "Y")
+        t = log_domain ? random_tensor({3, 5}, rng, -3, -0.1) : random_tensor({3, 5}, rng, -0.5, 1);
+      else if (in == "Scale")
+        t = random_tensor({5}, rng, 0.5, 1.5);
+      else if (in == "Mean")
+        t = random_tensor({3, 1}, rng, -0.5, 0.5);
+      else if (in == "InvStdDev")
+        t = random_tensor({3, 1}, rng, 0.5, 2);
+      else
+        t = random_tensor({3, 5}, rng, -1, 1);
+      Shape s;
+      for (int64_t d : t.shape) s.push_back(Dim::of(d));
+      g.inputs.push_back({in, {DType::Float64, s}});
+      feeds[in] = std::move(t);
+    }
+    for (const std::string& out : f.outputs) g.outputs.push_back({out, {DType::Float64, std::nullopt}});
     const std::map<std::string, int64_t> opsets{{"", 17}, {f.domain, 1}};
     ExecutorOptions native, body;
     native.functions = body.functions = fns;
@@ -46,9 +62,15 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
     Executor b(g, opsets, std::make_shared<TensorStore>(), body);
     ASSERT_EQ(a.graph().nodes.size(), 1u) << "the native run must not inline";
     ASSERT_GT(b.graph().nodes.size(), 1u) << "the body run must inline";
-    Tensor ra = a.run({{"dY", dy}, {"Y", y}}).at(0);
-    Tensor rb = b.run({{"dY", dy}, {"Y", y}}).at(0);
-    for (int64_t i = 0; i < ra.numel(); ++i) EXPECT_NEAR(ra.ptr<double>()[i], rb.ptr<double>()[i], 1e-12) << i;
+    std::vector<Tensor> ra = a.run(feeds), rb = b.run(feeds);
+    ASSERT_EQ(ra.size(), f.outputs.size());
+    ASSERT_EQ(rb.size(), f.outputs.size());
+    for (size_t o = 0; o < ra.size(); ++o) {
+      SCOPED_TRACE(f.outputs[o]);
+      ASSERT_EQ(ra[o].shape, rb[o].shape);
+      for (int64_t i = 0; i < ra[o].numel(); ++i)
+        EXPECT_NEAR(ra[o].ptr<double>()[i], rb[o].ptr<double>()[i], 1e-12) << i;
+    }
   }
 }
 

@@ -125,6 +125,29 @@ TEST(Checkpoint, ResumeIsBitForBitMidAccumulation) {
   check_resume(cfg, "accum", 4, 5);
 }
 
+// The adaptive schedule learns from epoch losses; what it learned (rate, best loss, patience count) resumes.
+TEST(Checkpoint, AdaptiveScheduleStateResumes) {
+  TrainingConfig cfg;
+  cfg.optimizer.learning_rate = 0.05;
+  cfg.schedule.kind = "adaptive";
+  cfg.schedule.n_iter_no_change = 1;
+  auto dir = test::temp_dir("ckpt_adaptive");
+  TrainingSession straight = TrainingSession::from_file(make_mlp(dir, "8 16 1"), cfg);
+  // Losses that stop improving: after two bad epochs the rate drops by 5, and one bad epoch is pending.
+  for (double loss : {1.0, 0.5, 0.6, 0.7, 0.8}) straight.end_epoch(loss);
+  run_steps(straight, 0, 1);
+  const fs::path ck = dir / "ck.onnx";
+  straight.save_checkpoint(ck);
+  TrainingSession resumed = TrainingSession::from_checkpoint(ck);
+  for (TrainingSession* s : {&straight, &resumed}) {
+    s->end_epoch(0.9);  // the second bad epoch in a row since the drop: a resumed count makes it drop again
+    run_steps(*s, 1, 1);
+  }
+  EXPECT_EQ(resumed.learning_rate(), straight.learning_rate());
+  EXPECT_DOUBLE_EQ(straight.learning_rate(), 0.05 / 25);
+  expect_identical(straight, resumed);
+}
+
 TEST(Checkpoint, FormatHoldsTrainingStepStateAndConfig) {
   auto dir = test::temp_dir("ckpt_format");
   TrainingConfig cfg;
