@@ -55,6 +55,7 @@ const KernelRegistry& default_kernels() {
     register_cpu_activation(r);
     register_cpu_norm(r);
     register_cpu_conv(r);
+    register_cpu_misc(r);
     return r;
   }();
   return reg;

@@ -78,6 +78,7 @@ const GradientRegistry& default_rules() {
     register_shape_rules(r);
     register_norm_rules(r);
     register_conv_rules(r);
+    register_misc_rules(r);
     return r;
   }();
   return registry;
