@@ -3,6 +3,7 @@
 #include <onnx/defs/schema.h>
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -72,7 +73,9 @@ Expr sum_to_shape(Expr g, const Expr& x, const Node& n, int64_t opset) {
 
 GradientResult build_gradients(Graph& g, const std::map<std::string, int64_t>& opsets, const GradientRequest& req,
                                const GradientRegistry& rules) {
-  if (req.outputs.size() != req.output_grads.size())
+  if (req.emit_yield && !req.output_grads.empty())
+    fail("gradient request", "with emit_yield the seeds are the Yield's outputs; output_grads must be empty");
+  if (!req.emit_yield && req.outputs.size() != req.output_grads.size())
     fail("gradient request", "needs one seed gradient per output");
   std::vector<std::string> defined;
   for (const ValueInfo& v : g.inputs) defined.push_back(v.name);
@@ -119,10 +122,26 @@ GradientResult build_gradients(Graph& g, const std::map<std::string, int64_t>& o
         if (!in.empty()) to_output.insert(in);
   }
 
+  GradientResult result;
+  std::vector<std::string> seeds = req.output_grads;
+  if (req.emit_yield) {
+    // Appended after every forward node and before any backward node, so split_at_yield can cut there.
+    GraphBuilder named(g);
+    for (const std::string& o : req.outputs) {
+      const TypeInfo* t = g.type_of(o);
+      if (!t) fail("output '" + o + "'", "has no type; run shape inference before building gradients");
+      if (!is_floating(t->dtype)) fail("output '" + o + "'", "is " + dtype_name(t->dtype) + "; only floating-point outputs take a gradient");
+      seeds.push_back(named.unique_name(o + "_grad_in"));
+      named.set_type(seeds.back(), *t);
+    }
+    named.add_node("Yield", req.outputs, seeds.size(), {}, "onnxtrain", seeds);
+    result.yield_outputs = seeds;
+  }
+
   GraphBuilder b(g, "grad/");
   std::unordered_map<std::string, std::vector<Expr>> pending;  // value -> gradient contributions
   for (size_t i = 0; i < req.outputs.size(); ++i)
-    pending[req.outputs[i]].push_back(value(b, req.output_grads[i]));
+    pending[req.outputs[i]].push_back(value(b, seeds[i]));
   auto total = [&](const std::string& v) -> std::optional<Expr> {
     auto it = pending.find(v);
     if (it == pending.end() || it->second.empty()) return std::nullopt;
@@ -130,7 +149,6 @@ GradientResult build_gradients(Graph& g, const std::map<std::string, int64_t>& o
     return sum(it->second);
   };
 
-  GradientResult result;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const size_t idx = *it;
     if (!active[idx]) continue;
@@ -185,6 +203,80 @@ GradientResult build_gradients(Graph& g, const std::map<std::string, int64_t>& o
     result.grads[w] = name;
   }
   return result;
+}
+
+YieldSplit split_at_yield(const Graph& g) {
+  std::optional<size_t> at;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].op_type == "Yield" && g.nodes[i].domain == "onnxtrain") {
+      if (at) fail(g.nodes[i].describe(), "is a second onnxtrain.Yield; a graph splits at exactly one");
+      at = i;
+    }
+  if (!at) fail("graph '" + g.name + "'", "has no onnxtrain.Yield node to split at");
+  const Node& yield = g.nodes[*at];
+
+  YieldSplit r;
+  r.yield_inputs = yield.inputs;
+  r.yield_outputs = yield.outputs;
+  std::unordered_set<std::string> fwd_values, bwd_values(yield.outputs.begin(), yield.outputs.end());
+  for (const ValueInfo& v : g.inputs) fwd_values.insert(v.name);
+  for (size_t i = 0; i < *at; ++i)
+    for (const std::string& o : g.nodes[i].outputs)
+      if (!o.empty()) fwd_values.insert(o);
+  for (size_t i = *at + 1; i < g.nodes.size(); ++i)
+    for (const std::string& o : g.nodes[i].outputs)
+      if (!o.empty()) bwd_values.insert(o);
+  for (size_t i = 0; i < *at; ++i)
+    for (const std::string& in : g.nodes[i].inputs)
+      if (bwd_values.count(in))
+        fail(g.nodes[i].describe(), "comes before the Yield but reads '" + in + "', which the backward part computes");
+
+  auto type_of = [&](const std::string& v) {
+    const TypeInfo* t = g.type_of(v);
+    if (!t) fail("value '" + v + "'", "crosses the Yield boundary but has no type; run shape inference first");
+    return *t;
+  };
+  // Initializers stay initializers on both sides: the Executor puts them in the shared store once.
+  auto used_initializers = [&](const std::vector<Node>& nodes, Graph& out) {
+    for (const Node& n : nodes)
+      for (const std::string& in : n.inputs)
+        if (auto it = g.initializers.find(in); it != g.initializers.end()) out.initializers.emplace(*it);
+  };
+
+  // Saved values: whatever a backward node reads that the forward part defines (initializers excepted).
+  std::set<std::string> seen;
+  for (size_t i = *at + 1; i < g.nodes.size(); ++i)
+    for (const std::string& in : g.nodes[i].inputs) {
+      if (in.empty() || g.initializers.count(in) || bwd_values.count(in) || !fwd_values.count(in)) continue;
+      if (seen.insert(in).second) r.saved.push_back(in);
+    }
+
+  Graph& f = r.forward;
+  f.name = g.name + "_forward";
+  f.inputs = g.inputs;
+  f.nodes.assign(g.nodes.begin(), g.nodes.begin() + static_cast<std::ptrdiff_t>(*at));
+  std::set<std::string> fwd_outputs;
+  auto is_graph_input = [&](const std::string& v) { return g.find_input(v) != nullptr; };
+  for (const std::string& v : r.yield_inputs)
+    if (fwd_outputs.insert(v).second) f.outputs.push_back({v, type_of(v)});
+  for (const ValueInfo& o : g.outputs)
+    if (fwd_values.count(o.name) && !is_graph_input(o.name) && fwd_outputs.insert(o.name).second) f.outputs.push_back(o);
+  // Saved graph inputs are not routed through the forward graph: the caller already holds them.
+  for (const std::string& v : r.saved)
+    if (!is_graph_input(v) && fwd_outputs.insert(v).second) f.outputs.push_back({v, type_of(v)});
+  used_initializers(f.nodes, f);
+  for (const auto& [name, t] : g.value_info) f.value_info.emplace(name, t);
+
+  Graph& b = r.backward;
+  b.name = g.name + "_backward";
+  for (const std::string& v : r.saved) b.inputs.push_back({v, type_of(v)});
+  for (const std::string& v : r.yield_outputs) b.inputs.push_back({v, type_of(v)});
+  b.nodes.assign(g.nodes.begin() + static_cast<std::ptrdiff_t>(*at) + 1, g.nodes.end());
+  for (const ValueInfo& o : g.outputs)
+    if (bwd_values.count(o.name)) b.outputs.push_back(o);
+  used_initializers(b.nodes, b);
+  for (const auto& [name, t] : g.value_info) b.value_info.emplace(name, t);
+  return r;
 }
 
 }  // namespace onnxtrain
