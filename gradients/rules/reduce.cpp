@@ -94,6 +94,21 @@ void register_reduce_rules(GradientRegistry& reg) {
     if (r.identity) return c.dY(0);
     return keep_dims(c, r, c.dY(0)) * exp(c.X(0) - keep_dims(c, r, c.Y(0)));
   });
+  add_reduce(reg, "ReduceProd", 18, [](RuleContext& c, const Reduction& r) {
+    // dx = dy * y / x: the product of the other elements. Not defined where x is exactly 0.
+    if (r.identity) return c.dY(0);
+    return keep_dims(c, r, c.dY(0) * c.Y(0)) / c.X(0);
+  });
+  add_reduce(reg, "ReduceL1", 18, [](RuleContext& c, const Reduction& r) {
+    // y = sum(|x|):  dx = dy * sign(x), 0 at the kink
+    if (r.identity) return c.dY(0);  // the reference returns x unchanged
+    return keep_dims(c, r, c.dY(0)) * sign(c.X(0));
+  });
+  add_reduce(reg, "ReduceLogSum", 18, [](RuleContext& c, const Reduction& r) {
+    // y = log(sum(x)):  dx = dy / sum(x) = dy / exp(y)
+    if (r.identity) return c.dY(0);
+    return expand_to_input(c, keep_dims(c, r, c.dY(0) / exp(c.Y(0))));
+  });
   // Max and Min send the gradient to every element equal to the result (each tie gets it in full).
   for (const char* op : {"ReduceMax", "ReduceMin"}) {
     add_reduce(reg, op, 18, [](RuleContext& c, const Reduction& r) {

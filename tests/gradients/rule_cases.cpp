@@ -393,6 +393,126 @@ std::vector<RuleCase> build() {
     v.push_back(make("GlobalAveragePool", "GlobalAveragePool", {{2, 3, 4, 5}}));
     v.push_back(make("GlobalMaxPool", "GlobalMaxPool", {{2, 3, 4, 5}}));
   }
+  {
+    // Tile, Pad, Clip, the remaining reductions, CumSum, Dropout, DepthToSpace/SpaceToDepth, Einsum.
+    using I = std::vector<int64_t>;
+    using S = std::string;
+    v.push_back(with_const(make("Tile_2x3_reps21", "Tile", {{2, 3}, {2}}), 1, ints({2, 1})));
+    v.push_back(with_const(make("Tile_3d_reps123", "Tile", {{2, 1, 3}, {3}}), 1, ints({1, 2, 3})));
+    // Negative pads crop: axis 0 gains a row in front and loses one at the end.
+    {
+      RuleCase c = with_const(make("Pad_const_value_negative_pads", "Pad", {{3, 3}, {4}, {}}), 1, ints({1, 0, -1, 2}));
+      v.push_back(with_const(c, 2, f64_scalar(0.7)));
+    }
+    {
+      RuleCase c = make("Pad_opset18_axes", "Pad", {{2, 3, 4}, {2}, {-1}, {1}}, {}, {}, 18);
+      c = with_const(c, 1, ints({1, 2}));
+      v.push_back(with_const(c, 3, ints({-1})));
+    }
+    v.push_back(make("Pad_opset10_attr", "Pad", {{2, 3}}, {{"pads", I{0, 1, 1, 0}}}, {}, 10));
+    {
+      RuleCase c = with_const(make("Clip_min_max_inputs", "Clip", {{4, 5}, {}, {}}, {}, {}, 13), 1, f64_scalar(-0.5));
+      v.push_back(with_const(c, 2, f64_scalar(0.4)));
+    }
+    v.push_back(with_const(make("Clip_max_only", "Clip", {{3, 4}, {-1}, {}}, {}, {}, 13), 2, f64_scalar(0.3)));
+    v.push_back(make("Clip_opset10_attrs", "Clip", {{3, 4}}, {{"min", -0.3f}, {"max", 0.5f}}, {}, 10));
+    v.push_back(signed_(with_const(make("ReduceProd_axis1", "ReduceProd", {{2, 3, 4}, {1}}, {{"keepdims", int64_t{0}}},
+                                        {{0.5, 1.5}}, 18),
+                                   1, ints({1}))));
+    v.push_back(signed_(make("ReduceProd_opset13_axes_attr", "ReduceProd", {{2, 3, 2}}, {{"axes", I{0, 2}}},
+                             {{0.5, 1.5}}, 13)));
+    v.push_back(kinked(with_const(make("ReduceL1_last_axis", "ReduceL1", {{3, 4}, {1}}, {{"keepdims", int64_t{0}}}, {}, 18),
+                                  1, ints({-1}))));
+    v.push_back(kinked(make("ReduceL1_all_opset13", "ReduceL1", {{2, 3}}, {}, {}, 13)));
+    v.push_back(with_const(make("ReduceLogSum_axis0", "ReduceLogSum", {{3, 4}, {1}}, {}, {{0.5, 2.0}}, 18), 1, ints({0})));
+    v.push_back(make("ReduceLogSum_opset13_keepdims0", "ReduceLogSum", {{2, 3, 2}},
+                     {{"axes", I{1}}, {"keepdims", int64_t{0}}}, {{0.5, 2.0}}, 13));
+    v.push_back(with_const(make("CumSum_axis1", "CumSum", {{3, 4}, {}}), 1, TensorData::scalar<int64_t>(1)));
+    v.push_back(with_const(make("CumSum_exclusive_reverse_axis0", "CumSum", {{4, 3}, {}},
+                                {{"exclusive", int64_t{1}}, {"reverse", int64_t{1}}}),
+                           1, TensorData::scalar<int64_t>(0)));
+    v.push_back(with_const(make("CumSum_exclusive_neg_axis", "CumSum", {{2, 5}, {}}, {{"exclusive", int64_t{1}}}), 1,
+                           TensorData::scalar<int64_t>(-1)));
+    {
+      RuleCase c = make("Dropout_training_seeded", "Dropout", {{4, 5}, {}, {}}, {{"seed", int64_t{5}}}, {}, 13);
+      c = with_const(c, 1, f64_scalar(0.3));
+      c = with_const(c, 2, bools({}, {true}));
+      c.num_outputs = 2;
+      v.push_back(c);
+    }
+    {
+      RuleCase c = make("Dropout_training_mode_false", "Dropout", {{3, 4}, {}, {}}, {}, {}, 13);
+      c = with_const(c, 1, f64_scalar(0.5));
+      c = with_const(c, 2, bools({}, {false}));
+      c.num_outputs = 2;
+      v.push_back(c);
+    }
+    v.push_back(make("Dropout_inference", "Dropout", {{3, 4}}, {}, {}, 13));
+    v.push_back(make("DepthToSpace_DCR", "DepthToSpace", {{2, 8, 2, 3}}, {{"blocksize", int64_t{2}}}, {}, 13));
+    v.push_back(make("DepthToSpace_CRD", "DepthToSpace", {{1, 8, 3, 2}},
+                     {{"blocksize", int64_t{2}}, {"mode", S("CRD")}}, {}, 13));
+    v.push_back(make("SpaceToDepth_b2", "SpaceToDepth", {{2, 2, 4, 6}}, {{"blocksize", int64_t{2}}}, {}, 13));
+    v.push_back(make("Einsum_matmul", "Einsum", {{2, 3}, {3, 4}}, {{"equation", S("ij,jk->ik")}}));
+    v.push_back(make("Einsum_batched_transposed", "Einsum", {{2, 3, 4}, {2, 5, 4}}, {{"equation", S("bij,bkj->bik")}}));
+    v.push_back(make("Einsum_implicit", "Einsum", {{2, 3}, {3, 4}}, {{"equation", S("ij,jk")}}));
+    v.push_back(make("Einsum_inner_product_scalar", "Einsum", {{5}, {5}}, {{"equation", S("i,i")}}));
+    v.push_back(make("Einsum_sum_lonely_indices", "Einsum", {{2, 3, 4}, {4}}, {{"equation", S("ijk,k->i")}}));
+    v.push_back(make("Einsum_transpose_unary", "Einsum", {{2, 3}}, {{"equation", S(" ij -> ji")}}));
+    v.push_back(make("Einsum_outer_three", "Einsum", {{2}, {3}, {2, 3, 4}}, {{"equation", S("i,j,ijk->k")}}));
+    v.push_back(make("Einsum_ellipsis_broadcast_batch", "Einsum", {{2, 1, 3, 4}, {1, 5, 4, 2}},
+                     {{"equation", S("...ij,...jk->...ik")}}));
+    v.push_back(make("Einsum_ellipsis_implicit", "Einsum", {{2, 3, 4}, {4}}, {{"equation", S("...j,j")}}));
+    v.push_back(with_const(make("Trilu_upper_k1", "Trilu", {{3, 4}, {}}), 1, TensorData::scalar<int64_t>(1)));
+    v.push_back(make("Trilu_lower_batched", "Trilu", {{2, 3, 4}}, {{"upper", int64_t{0}}}));
+    {
+      RuleCase c = with_const(make("TopK_axis1_largest", "TopK", {{3, 5}, {1}}), 1, ints({2}));
+      c.num_outputs = 2;
+      v.push_back(c);
+    }
+    {
+      RuleCase c = with_const(make("TopK_axis0_smallest", "TopK", {{4, 3}, {1}}, {{"axis", int64_t{0}}, {"largest", int64_t{0}}}),
+                              1, ints({3}));
+      c.num_outputs = 2;
+      v.push_back(c);
+    }
+    auto i64 = [](std::vector<int64_t> dims, const std::vector<int64_t>& v) {
+      return TensorData::from<int64_t>(std::move(dims), std::span<const int64_t>(v));
+    };
+    const std::vector<double> w3{0.5, 2.0, 1.5};
+    const TensorData weight3 = TensorData::from<double>({3}, std::span<const double>(w3));
+    v.push_back(with_const(make("NLL_mean", "NegativeLogLikelihoodLoss", {{3, 4}, {3}}, {}, {{-2, -0.1}}, 13), 1,
+                           ints({1, 0, 3})));
+    {
+      RuleCase c = make("NLL_NCd_weight_ii_mean", "NegativeLogLikelihoodLoss", {{2, 3, 2}, {2, 2}, {3}},
+                        {{"ignore_index", int64_t{1}}}, {{-2, -0.1}}, 13);
+      c = with_const(c, 1, i64({2, 2}, {0, 1, 2, 2}));
+      v.push_back(with_const(c, 2, weight3));
+    }
+    v.push_back(with_const(make("NLL_none_negative_ii", "NegativeLogLikelihoodLoss", {{2, 3, 2}, {2, 2}},
+                                {{"reduction", S("none")}, {"ignore_index", int64_t{-1}}}, {}, 13),
+                           1, i64({2, 2}, {0, -1, 2, 1})));
+    v.push_back(with_const(make("SCE_mean", "SoftmaxCrossEntropyLoss", {{3, 4}, {3}}, {}, {{-2, 2}}, 13), 1,
+                           ints({1, 0, 3})));
+    {
+      RuleCase c = make("SCE_none_log_prob", "SoftmaxCrossEntropyLoss", {{2, 3, 2}, {2, 2}}, {{"reduction", S("none")}},
+                        {{-2, 2}}, 13);
+      c = with_const(c, 1, i64({2, 2}, {0, 1, 2, 2}));
+      c.num_outputs = 2;
+      v.push_back(c);
+    }
+    {
+      RuleCase c = make("SCE_sum_weight_ii_opset12", "SoftmaxCrossEntropyLoss", {{2, 3, 2}, {2, 2}, {3}},
+                        {{"reduction", S("sum")}, {"ignore_index", int64_t{0}}}, {{-2, 2}}, 12);
+      c = with_const(c, 1, i64({2, 2}, {0, 1, 2, 1}));
+      v.push_back(with_const(c, 2, weight3));
+    }
+    {
+      RuleCase c = make("SCE_mean_weight_ii", "SoftmaxCrossEntropyLoss", {{4, 3}, {4}, {3}},
+                        {{"ignore_index", int64_t{2}}}, {{-2, 2}}, 13);
+      c = with_const(c, 1, ints({0, 2, 1, 1}));
+      v.push_back(with_const(c, 2, weight3));
+    }
+  }
   return v;
 }
 

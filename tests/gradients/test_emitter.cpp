@@ -338,7 +338,14 @@ TEST(Rules, PropagatedTypesAgreeWithOnnxShapeInference) {
     for (size_t i = 0; i < c.input_shapes.size(); ++i) {
       std::string name = "x" + std::to_string(i);
       if (i < c.const_inputs.size() && c.const_inputs[i]) {
-        g.initializers[name] = *c.const_inputs[i];
+        TensorData v = *c.const_inputs[i];
+        // Float constants (Clip bounds, class weights) must match the float32 data here.
+        if (v.dtype == DType::Float64) {
+          std::vector<float> f;
+          for (double x : v.as<double>()) f.push_back(static_cast<float>(x));
+          v = TensorData::from<float>(v.dims, std::span<const float>(f));
+        }
+        g.initializers[name] = v;
       } else {
         Shape sh;
         for (int64_t v : c.input_shapes[i]) sh.push_back(d(v));
