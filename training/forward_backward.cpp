@@ -1,4 +1,5 @@
 #include "training/forward_backward.h"
+#include "training/weights.h"
 
 #include <algorithm>
 #include <cstring>
@@ -143,27 +144,12 @@ std::map<std::string, Tensor> ForwardBackwardSession::run_backward(const std::ve
   return result;
 }
 
-Tensor ForwardBackwardSession::get_weight(const std::string& name) const {
-  auto it = store_->find(name);
-  if (it == store_->end() || std::find(trainable_.begin(), trainable_.end(), name) == trainable_.end())
-    fail("weight '" + name + "'", "is not a trainable weight of this session");
-  return it->second.clone();
-}
+Tensor ForwardBackwardSession::get_weight(const std::string& name) const { return get_trainable(*store_, trainable_, name); }
 
-std::map<std::string, Tensor> ForwardBackwardSession::weights() const {
-  std::map<std::string, Tensor> r;
-  for (const std::string& w : trainable_) r[w] = store_->at(w).clone();
-  return r;
-}
+std::map<std::string, Tensor> ForwardBackwardSession::weights() const { return copy_trainable(*store_, trainable_); }
 
 void ForwardBackwardSession::set_weight(const std::string& name, const Tensor& value) {
-  auto it = store_->find(name);
-  if (it == store_->end() || std::find(trainable_.begin(), trainable_.end(), name) == trainable_.end())
-    fail("weight '" + name + "'", "is not a trainable weight of this session");
-  Tensor& dst = it->second;
-  if (value.dtype != dst.dtype || value.shape != dst.shape)
-    fail("weight '" + name + "'", "expected " + dst.describe() + ", got " + value.describe());
-  std::memcpy(dst.data, value.data, dst.nbytes());
+  set_trainable(*store_, trainable_, name, value);
 }
 
 }  // namespace onnxtrain

@@ -1,4 +1,5 @@
 #include "training/session.h"
+#include "training/weights.h"
 
 #include <algorithm>
 #include <cmath>
@@ -144,27 +145,12 @@ TrainingSession::Gradients TrainingSession::gradients(const Feeds& feeds) {
   return r;
 }
 
-Tensor TrainingSession::get_weight(const std::string& name) const {
-  auto it = store_->find(name);
-  if (it == store_->end() || std::find(trainable_.begin(), trainable_.end(), name) == trainable_.end())
-    fail("weight '" + name + "'", "is not a trainable weight of this session");
-  return it->second.clone();
-}
+Tensor TrainingSession::get_weight(const std::string& name) const { return get_trainable(*store_, trainable_, name); }
 
-std::map<std::string, Tensor> TrainingSession::weights() const {
-  std::map<std::string, Tensor> r;
-  for (const std::string& w : trainable_) r[w] = store_->at(w).clone();
-  return r;
-}
+std::map<std::string, Tensor> TrainingSession::weights() const { return copy_trainable(*store_, trainable_); }
 
 void TrainingSession::set_weight(const std::string& name, const Tensor& value) {
-  auto it = store_->find(name);
-  if (it == store_->end() || std::find(trainable_.begin(), trainable_.end(), name) == trainable_.end())
-    fail("weight '" + name + "'", "is not a trainable weight of this session");
-  Tensor& dst = it->second;
-  if (value.dtype != dst.dtype || value.shape != dst.shape)
-    fail("weight '" + name + "'", "expected " + dst.describe() + ", got " + value.describe());
-  std::memcpy(dst.data, value.data, dst.nbytes());
+  set_trainable(*store_, trainable_, name, value);
 }
 
 double TrainingSession::learning_rate() const { return *store_->at(lr_name_).ptr<double>(); }
