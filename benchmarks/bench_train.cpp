@@ -4,22 +4,31 @@
 //   each from the initial weights, timing only the training loop -> median; final loss over the whole data
 //   set after the last timed run.
 //
-//   bench_train --workload w4|w1sgd --models DIR --data DIR [--threads N] [--repeats 3] [--losses PATH]
+//   bench_train --workload w1|w2|w3|w4|w1sgd --models DIR --data DIR [--threads N] [--repeats 3] [--losses PATH]
 //
-// w4    = W4 "overhead": MLP 16->32->1, batch 1 x 5000 steps, MSE, SGD lr 0.01; metric us_per_step.
-// w1sgd = the W1 model and data (MLP 64->256->256->1, batch 128 x 512 steps) with plain SGD lr 0.01 instead
-//         of W1's Adam, which onnxtrain does not have yet; metric train_samples_per_s.
+// w1    = W1 "tabular-mlp": MLP 64->256->256->1, batch 128 x 512 steps, MSE, Adam lr 1e-3; train_samples_per_s.
+// w2    = W2 "cnn": 2x(Conv-ReLU-MaxPool) + 2 Gemm, batch 64 x 200 steps, softmax cross-entropy on int64
+//         labels, SGD lr 0.01 momentum 0.9 nesterov; train_samples_per_s.
+// w3    = W3 "transformer": 2-layer post-LN encoder, batch 16 x 100 steps of 64 tokens, token cross-entropy,
+//         AdamW lr 1e-3 wd 0.01 on every parameter; train_tokens_per_s.
+// w4    = W4 "overhead": MLP 16->32->1, batch 1 x 5000 steps, MSE, SGD lr 0.01; us_per_step.
+// w1sgd = the W1 model and data with plain SGD lr 0.01 instead of Adam (kept for comparison with older
+//         entries of results.md); train_samples_per_s.
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "graph/builder.h"
 #include "graph/error.h"
 #include "graph/model_io.h"
 #include "training/session.h"
@@ -31,13 +40,29 @@ namespace {
 struct Workload {
   std::string id, model, x, y;  // model file stem and the data arrays (see bench_data.py DATASETS)
   int64_t batch, steps, warmup;
+  std::string loss;  // "mse" or "cross_entropy" (int64 class indices)
+  std::string optimizer;
   double lr;
+  double momentum = 0;
+  bool nesterov = false;
+  std::string metric = "train_samples_per_s", unit = "samples/s";
+  int64_t units_per_sample = 1;  // tokens per sequence for W3's tokens/s
+  int64_t eval_chunk = 0;        // rows per inference call for the final loss (0 = all at once)
+  double weight_decay = 0;
 };
 
-// The values of SPEC in peers/bench_data.py; w1sgd swaps W1's Adam for SGD with W4's learning rate.
+// The values of SPEC in peers/bench_data.py (warm-up steps from the peer scripts); w1sgd swaps W1's Adam for
+// SGD with W4's learning rate. Adam/AdamW betas and eps are the optimizer's defaults, which are torch's.
 const Workload kWorkloads[] = {
-    {"w4", "w4", "w4_X", "w4_y", 1, 5000, 500, 0.01},
-    {"w1sgd", "w1", "w1_X", "w1_y", 128, 512, 512, 0.01},
+    {"w1", "w1", "w1_X", "w1_y", 128, 512, 512, "mse", "adam", 1e-3},
+    // Inference in chunks: the whole of W2 (12800 images) or W3 (1600 x 64 x 1000 logits) at once would
+    // need several hundred MB of activations; torch's eval_ce of W3 also goes 200 sequences at a time.
+    {"w2", "w2", "w2_X", "w2_labels", 64, 200, 20, "cross_entropy", "sgd", 0.01, 0.9, true, "train_samples_per_s",
+     "samples/s", 1, 1600},
+    {"w3", "w3", "w3_tokens", "w3_targets", 16, 100, 10, "cross_entropy", "adamw", 1e-3, 0, false,
+     "train_tokens_per_s", "tokens/s", 64, 200, 0.01},
+    {"w4", "w4", "w4_X", "w4_y", 1, 5000, 500, "mse", "sgd", 0.01, 0, false, "us_per_step", "us/step"},
+    {"w1sgd", "w1", "w1_X", "w1_y", 128, 512, 512, "mse", "sgd", 0.01},
 };
 
 struct Args {
@@ -47,7 +72,7 @@ struct Args {
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
-               "bench_train: %s\nusage: bench_train --workload w4|w1sgd --models DIR --data DIR [--threads N] "
+               "bench_train: %s\nusage: bench_train --workload w1|w2|w3|w4|w1sgd --models DIR --data DIR [--threads N] "
                "[--repeats R] [--losses PATH]\n",
                why.c_str());
   std::exit(2);
@@ -118,12 +143,15 @@ ArrayInfo array_info(const std::string& manifest, const std::string& name, const
   return info;
 }
 
-// Raw little-endian C-order float32 (the only dtype w1/w4 use; this runs on little-endian x86 only).
+// Raw little-endian C-order float32 or int64 (labels, tokens); this runs on little-endian x86 only.
 Tensor load_array(const std::string& dir, const std::string& name) {
   const std::string mpath = dir + "/manifest.json";
   const ArrayInfo info = array_info(read_text(mpath), name, mpath);
-  if (info.dtype != "float32") fail(mpath + " entry '" + name + "'", "dtype " + info.dtype + ", expected float32");
-  Tensor t = Tensor::empty(DType::Float32, info.shape);
+  DType dt;
+  if (info.dtype == "float32") dt = DType::Float32;
+  else if (info.dtype == "int64") dt = DType::Int64;
+  else fail(mpath + " entry '" + name + "'", "dtype " + info.dtype + ", expected float32 or int64");
+  Tensor t = Tensor::empty(dt, info.shape);
   const std::string bytes = read_text(dir + "/" + info.file);
   if (bytes.size() != t.nbytes())
     fail(dir + "/" + info.file, std::to_string(bytes.size()) + " bytes, expected " + std::to_string(t.nbytes()) +
@@ -148,6 +176,31 @@ std::string json_list(const std::vector<double>& v) {
   return s + "]";
 }
 
+// The model's output must be [N, C] (or the class axis 1) for cross_entropy, which follows torch's layout. W3's
+// logits are [batch, 64, 1000] with the classes last, and LossSpec has no class-axis option; so, like the torch
+// peer (logits.reshape(-1, V)), the output is flattened to [batch*64, 1000] and the targets fed as [batch*64].
+// This also avoids a Transpose to [batch, 1000, 64] that the loss would undo to put the classes last again.
+void flatten_tokens(Model& m, const std::string& where) {
+  Graph& g = m.graph;
+  const ValueInfo out = g.outputs.at(0);
+  if (!out.type.shape || out.type.shape->size() != 3 || !out.type.shape->back().known())
+    fail(where, "output '" + out.name + "' should be [batch, seq, classes] with a known class count");
+  const int64_t classes = out.type.shape->back().value;
+  GraphBuilder b(g, "bench/");
+  const std::vector<int64_t> dims = {-1, classes};
+  const std::string shape = b.constant(TensorData::from<int64_t>({2}, std::span<const int64_t>(dims)), "flat_shape");
+  const std::string flat = b.add("Reshape", {out.name, shape});
+  g.outputs = {ValueInfo{flat, TypeInfo{out.type.dtype, Shape{Dim{}, Dim::of(classes)}}}};
+}
+
+// Rows [row, row + rows) of a [N, ...] array, as a view.
+Tensor rows_view(const Tensor& t, int64_t row, int64_t rows) {
+  std::vector<int64_t> shape = t.shape;
+  shape.at(0) = rows;
+  const size_t row_bytes = t.nbytes() / static_cast<size_t>(t.shape.at(0));
+  return Tensor::view(t.dtype, shape, static_cast<char*>(t.data) + row * row_bytes);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -155,35 +208,41 @@ int main(int argc, char** argv) {
   const Workload* w = nullptr;
   for (const Workload& c : kWorkloads)
     if (c.id == a.workload) w = &c;
-  if (!w) usage("unknown workload '" + a.workload + "' (w4 or w1sgd)");
+  if (!w) usage("unknown workload '" + a.workload + "' (w1, w2, w3, w4 or w1sgd)");
   // OMP_NUM_THREADS is set by run.sh as well; this makes a bare invocation honour --threads too.
   omp_set_num_threads(a.threads);
 
   try {
     const std::string model_path = a.models + "/" + w->model + ".onnx";
-    const Model model = load_model(model_path);
+    const Model loaded = load_model(model_path);
+    Model model = loaded;
+    const bool ce = w->loss == "cross_entropy";
+    if (w->id == "w3") flatten_tokens(model, model_path);
     TrainingConfig cfg;
-    cfg.loss.kind = "mse";
+    cfg.loss.kind = w->loss;
     cfg.loss.reduction = "mean";
-    cfg.optimizer.kind = "sgd";
+    cfg.optimizer.kind = w->optimizer;
     cfg.optimizer.learning_rate = w->lr;
-    TrainingSession s(model, cfg);
+    cfg.optimizer.momentum = w->momentum;
+    cfg.optimizer.nesterov = w->nesterov;
+    if (w->optimizer != "sgd") cfg.optimizer.weight_decay = w->weight_decay;
+    // Every run starts from a new session: the initial weights (the file's initializers) and a fresh optimizer
+    // state. Resetting only the weights would carry Adam's moments and step count, or SGD's momentum buffers,
+    // from one run into the next; torch's harness likewise builds a new model and optimizer per run. Building
+    // the session (planning included) stays outside the timer, as torch's build(w) does.
+    std::unique_ptr<TrainingSession> s = std::make_unique<TrainingSession>(model, cfg);
 
     Tensor X = load_array(a.data, w->x), Y = load_array(a.data, w->y);
-    const int64_t n = X.shape.at(0), features = X.shape.at(1), outs = Y.shape.at(1);
+    const int64_t n = X.shape.at(0);
     if (Y.shape.at(0) != n) fail(a.data, w->x + " and " + w->y + " have different row counts");
     if (n < w->batch * w->steps) fail(a.data, w->x + " has fewer rows than batch x steps");
+    if (ce && Y.dtype != DType::Int64) fail(a.data, w->y + " should hold int64 class indices");
     const std::string input = model.graph.inputs.at(0).name;
-
-    // Every trainable weight must be an initializer of the file: those are the shared initial weights.
-    std::vector<std::pair<std::string, Tensor>> initial;
-    for (const std::string& name : s.trainable()) {
-      auto it = model.graph.initializers.find(name);
-      if (it == model.graph.initializers.end()) fail(model_path, "trainable '" + name + "' is not an initializer");
-      initial.emplace_back(name, Tensor::from_data(it->second));
-    }
-    auto reset = [&] {
-      for (const auto& [name, t] : initial) s.set_weight(name, t);
+    // Class indices have no class axis; W3's [batch, 64] targets are fed flat, matching the flattened logits.
+    const int64_t y_per_row = Y.numel() / n;
+    auto target_view = [&](int64_t row, int64_t rows) {
+      if (!ce) return rows_view(Y, row, rows);
+      return Tensor::view(DType::Int64, {rows * y_per_row}, Y.ptr<int64_t>() + row * y_per_row);
     };
 
     // Batches are views into the loaded data, built before any timer starts (as the peers pre-slice theirs).
@@ -192,31 +251,57 @@ int main(int argc, char** argv) {
     batches.reserve(max_steps);
     for (int64_t i = 0; i < max_steps; ++i) {
       const int64_t row = (i * w->batch) % n;
-      batches.push_back({{input, Tensor::view(DType::Float32, {w->batch, features}, X.ptr<float>() + row * features)},
-                         {s.target_name(), Tensor::view(DType::Float32, {w->batch, outs}, Y.ptr<float>() + row * outs)}});
+      batches.push_back({{input, rows_view(X, row, w->batch)}, {s->target_name(), target_view(row, w->batch)}});
     }
 
     auto run = [&](int64_t steps, std::vector<float>* losses) {
-      reset();
+      s.reset();  // the previous session's memory goes before the next one is planned
+      s = std::make_unique<TrainingSession>(model, cfg);
       float sink = 0;  // keeps the loop from being optimised away; no per-step readback is recorded
       const auto t0 = std::chrono::steady_clock::now();
       if (losses)
-        for (int64_t i = 0; i < steps; ++i) losses->push_back(s.train_step(batches[i]));
+        for (int64_t i = 0; i < steps; ++i) losses->push_back(s->train_step(batches[i]));
       else
-        for (int64_t i = 0; i < steps; ++i) sink += s.train_step(batches[i]);
+        for (int64_t i = 0; i < steps; ++i) sink += s->train_step(batches[i]);
       const auto t1 = std::chrono::steady_clock::now();
       if (sink == 12345.678f) std::fprintf(stderr, " ");
       return std::chrono::duration<double>(t1 - t0).count();
     };
+    // The loss over the whole data set, in float64 from the model's float32 outputs: MSE, or the mean over
+    // all samples (tokens) of logsumexp(logits) - logits[label].
     auto full_loss = [&] {
-      const Tensor p = s.infer({{input, X}}).at(0);
-      if (p.numel() != Y.numel()) fail(model_path, "prediction " + p.describe() + " does not match " + Y.describe());
+      const int64_t chunk = w->eval_chunk > 0 ? w->eval_chunk : n;
       double sum = 0;
-      for (int64_t i = 0; i < p.numel(); ++i) {
-        const double d = double(p.ptr<float>()[i]) - double(Y.ptr<float>()[i]);
-        sum += d * d;
+      int64_t count = 0;
+      for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+        const int64_t rows = std::min(chunk, n - r0);
+        const Tensor p = s->infer({{input, rows_view(X, r0, rows)}}).at(0);
+        const Tensor y = target_view(r0, rows);
+        const float* pv = p.ptr<float>();
+        if (!ce) {
+          if (p.numel() != y.numel()) fail(model_path, "prediction " + p.describe() + " does not match " + y.describe());
+          for (int64_t i = 0; i < p.numel(); ++i) {
+            const double d = double(pv[i]) - double(y.ptr<float>()[i]);
+            sum += d * d;
+          }
+          count += p.numel();
+          continue;
+        }
+        const int64_t samples = y.numel(), classes = p.shape.back();
+        if (p.shape.size() != 2 || p.shape[0] != samples)
+          fail(model_path, "logits " + p.describe() + " do not match targets " + y.describe());
+        for (int64_t i = 0; i < samples; ++i) {
+          const float* l = pv + i * classes;
+          const int64_t label = y.ptr<int64_t>()[i];
+          if (label < 0 || label >= classes) fail(a.data, "label out of range: " + std::to_string(label));
+          const double mx = *std::max_element(l, l + classes);
+          double e = 0;
+          for (int64_t c = 0; c < classes; ++c) e += std::exp(double(l[c]) - mx);
+          sum += mx + std::log(e) - double(l[label]);
+        }
+        count += samples;
       }
-      return sum / double(p.numel());
+      return sum / double(count);
     };
 
     run(w->warmup, nullptr);
@@ -234,18 +319,16 @@ int main(int argc, char** argv) {
     const double final_loss = full_loss();
 
     std::vector<double> metric;
-    std::string name, unit;
+    const bool per_step = w->metric == "us_per_step";
     for (double t : times) {
-      if (w->id == "w4") metric.push_back(t / double(w->steps) * 1e6);
-      else metric.push_back(double(w->steps * w->batch) / t);
+      if (per_step) metric.push_back(t / double(w->steps) * 1e6);
+      else metric.push_back(double(w->steps * w->batch * w->units_per_sample) / t);
     }
-    if (w->id == "w4") name = "us_per_step", unit = "us/step";
-    else name = "train_samples_per_s", unit = "samples/s";
     const auto [lo, hi] = std::minmax_element(metric.begin(), metric.end());
     std::printf(
         "{\"workload\": \"%s\", \"peer\": \"onnxtrain\", \"threads\": %d, \"omp_max_threads\": %d, \"metric\": \"%s\", "
         "\"value\": %.6g, \"unit\": \"%s\", \"runs\": %s, \"times_s\": %s, \"notes\": \"runs %.4g-%.4g\"}\n",
-        w->id.c_str(), a.threads, omp_get_max_threads(), name.c_str(), median(metric), unit.c_str(),
+        w->id.c_str(), a.threads, omp_get_max_threads(), w->metric.c_str(), median(metric), w->unit.c_str(),
         json_list(metric).c_str(), json_list(times).c_str(), *lo, *hi);
     std::printf(
         "{\"workload\": \"%s\", \"peer\": \"onnxtrain\", \"threads\": %d, \"metric\": \"final_train_loss\", "

@@ -17,7 +17,9 @@ import sys
 
 import numpy as np
 
-RATE = {"w4": ("us_per_step", "µs/step", False), "w1sgd": ("train_samples_per_s", "samples/s", True)}
+RATE = {"w1": ("train_samples_per_s", "samples/s", True), "w2": ("train_samples_per_s", "samples/s", True),
+        "w3": ("train_tokens_per_s", "tokens/s", True), "w4": ("us_per_step", "µs/step", False),
+        "w1sgd": ("train_samples_per_s", "samples/s", True)}
 
 
 def records(path):
@@ -46,7 +48,7 @@ def main(out):
     if not runs:
         raise SystemExit(f"no results in {out}")
     rows, probes, blas, torch_v = [], [], set(), set()
-    for (w, t) in sorted(runs, key=lambda k: (k[1], k[0] != "w4", k[0])):
+    for (w, t) in sorted(runs, key=lambda k: (k[1], k[0])):
         name, unit, higher = RATE[w]
         ot_v, to_v, ratios, rel, absn, fin_ot, fin_to = [], [], [], [], [], [], []
         for r, d in sorted(runs[(w, t)].items()):

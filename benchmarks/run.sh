@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/run.sh
 #
-# Knobs (environment): THREADS="1 2"  WORKLOADS="w4 w1sgd"  ROUNDS=5 (torch/onnxtrain process pairs per
+# Knobs (environment): THREADS="1 2"  WORKLOADS="w1 w2 w3 w4" (also w1sgd)  ROUNDS=5 (torch/onnxtrain process pairs per
 # configuration)  BUILD_DIR=build/bench  PY=/usr/bin/python3  APPEND=1 (append the table to results.md)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -12,14 +12,15 @@ repo="$(cd "$here/.." && pwd)"
 shared="$(cd "$repo/.." && pwd)/shared/bench"
 PY="${PY:-/usr/bin/python3}"
 THREADS="${THREADS:-1 2}"
-WORKLOADS="${WORKLOADS:-w4 w1sgd}"
+WORKLOADS="${WORKLOADS:-w1 w2 w3 w4}"
 ROUNDS="${ROUNDS:-5}"
 APPEND="${APPEND:-1}"
 build="${BUILD_DIR:-$repo/build/bench}"
 OPENBLAS=/usr/lib/x86_64-linux-gnu/openblas-openmp
 log() { printf '[bench] %s\n' "$*" >&2; }
 
-for f in models/w1.onnx models/w4.onnx peers/bench_data.py peers/torch_harness.py peers/w4_overhead_torch.py; do
+for f in models/w1.onnx models/w2.onnx models/w3.onnx models/w4.onnx peers/bench_data.py peers/torch_harness.py \
+         peers/w1_mlp_torch.py peers/w2_cnn_torch.py peers/w3_transformer_torch.py peers/w4_overhead_torch.py; do
   [ -f "$shared/$f" ] || { echo "run.sh: the shared benchmark folder is missing $shared/$f" \
                                 "(expected ../shared/bench next to the repository)" >&2; exit 1; }
 done
@@ -55,9 +56,12 @@ for t in $THREADS; do
   export OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t MKL_NUM_THREADS=$t
   for w in $WORKLOADS; do
     case $w in
+      w1) peer=("$here/torch_peer.py" "$shared/peers/w1_mlp_torch.py") ;;
+      w2) peer=("$here/torch_peer.py" "$shared/peers/w2_cnn_torch.py") ;;
+      w3) peer=("$here/torch_peer.py" "$shared/peers/w3_transformer_torch.py") ;;
       w4) peer=("$here/torch_peer.py" "$shared/peers/w4_overhead_torch.py") ;;
       w1sgd) peer=("$here/w1_sgd_torch.py") ;;
-      *) echo "run.sh: unknown workload $w (w4, w1sgd)" >&2; exit 1 ;;
+      *) echo "run.sh: unknown workload $w (w1, w2, w3, w4, w1sgd)" >&2; exit 1 ;;
     esac
     for r in $(seq 1 "$ROUNDS"); do
       log "$w threads=$t round $r/$ROUNDS"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """W1 model and data with plain SGD (lr 0.01) on PyTorch eager: MLP 64->256->256->1, MSE, batch 128, 512
-steps. The peer of onnxtrain's "w1sgd" (W1 proper uses Adam, which onnxtrain does not have yet); otherwise
+steps. The peer of onnxtrain's "w1sgd" (W1 proper uses Adam; w1sgd is kept for older results); otherwise
 identical to ../shared/bench/peers/w1_mlp_torch.py and timed by the same shared harness."""
 import os
 import sys
