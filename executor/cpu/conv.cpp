@@ -13,6 +13,7 @@
 #include <limits>
 #include <optional>
 
+#include "executor/cpu/dnnl_context.h"
 #include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
 #include "graph/error.h"
@@ -147,15 +148,8 @@ template <class T> void conv_direct(const Geo& g, const T* x, const T* w, const 
   }
 }
 
-dnnl::engine& dnnl_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-dnnl::stream& dnnl_stream() {
-  static thread_local dnnl::stream s(dnnl_engine());
-  return s;
-}
+using cpu::dnnl_engine;
+using cpu::dnnl_stream;
 
 struct DnnlConv {
   dnnl::primitive prim;
@@ -163,6 +157,22 @@ struct DnnlConv {
   std::array<dnnl_exec_arg_t, 4> args;
   int nargs = 3;
 };
+
+// Unbound memories for each argument (run() sets the handles) and the argument array, built once.
+DnnlConv bind_conv(dnnl::primitive prim, const dnnl::memory::desc& x_md, const dnnl::memory::desc& w_md,
+                   const dnnl::memory::desc& b_md, const dnnl::memory::desc& y_md, bool has_bias) {
+  DnnlConv c{std::move(prim), dnnl::memory(x_md, dnnl_engine(), DNNL_MEMORY_NONE),
+             dnnl::memory(w_md, dnnl_engine(), DNNL_MEMORY_NONE), dnnl::memory(b_md, dnnl_engine(), DNNL_MEMORY_NONE),
+             dnnl::memory(y_md, dnnl_engine(), DNNL_MEMORY_NONE), {}, 3};
+  c.args[0] = {DNNL_ARG_SRC, c.x.get()};
+  c.args[1] = {DNNL_ARG_WEIGHTS, c.w.get()};
+  c.args[2] = {DNNL_ARG_DST, c.y.get()};
+  if (has_bias) {
+    c.args[3] = {DNNL_ARG_BIAS, c.b.get()};
+    c.nargs = 4;
+  }
+  return c;
+}
 
 std::optional<DnnlConv> build_dnnl_conv(const Geo& g, bool has_bias) {
   using tag = dnnl::memory::format_tag;
@@ -194,18 +204,8 @@ std::optional<DnnlConv> build_dnnl_conv(const Geo& g, bool has_bias) {
                          : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                            dnnl::algorithm::convolution_direct, x_md, w_md, y_md,
                                                            strides, dil, pl, pr);
-    dnnl::convolution_forward::primitive_desc pd(desc, dnnl_engine());
-    DnnlConv c{dnnl::primitive(pd), dnnl::memory(x_md, dnnl_engine(), DNNL_MEMORY_NONE),
-               dnnl::memory(w_md, dnnl_engine(), DNNL_MEMORY_NONE), dnnl::memory(b_md, dnnl_engine(), DNNL_MEMORY_NONE),
-               dnnl::memory(y_md, dnnl_engine(), DNNL_MEMORY_NONE), {}, 3};
-    c.args[0] = {DNNL_ARG_SRC, c.x.get()};
-    c.args[1] = {DNNL_ARG_WEIGHTS, c.w.get()};
-    c.args[2] = {DNNL_ARG_DST, c.y.get()};
-    if (has_bias) {
-      c.args[3] = {DNNL_ARG_BIAS, c.b.get()};
-      c.nargs = 4;
-    }
-    return c;
+    return bind_conv(dnnl::primitive(dnnl::convolution_forward::primitive_desc(desc, dnnl_engine())), x_md, w_md, b_md,
+                     y_md, has_bias);
   } catch (const dnnl::error&) {
     return std::nullopt;  // a geometry oneDNN refuses: the direct loop computes the same thing
   }
@@ -255,18 +255,8 @@ std::optional<DnnlConv> build_dnnl_deconv(const Geo& g, const Dims3& right_pad, 
                          : dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                              dnnl::algorithm::deconvolution_direct, x_md, w_md, y_md,
                                                              strides, dil, pl, pr);
-    dnnl::deconvolution_forward::primitive_desc pd(desc, dnnl_engine());
-    DnnlConv c{dnnl::primitive(pd), dnnl::memory(x_md, dnnl_engine(), DNNL_MEMORY_NONE),
-               dnnl::memory(w_md, dnnl_engine(), DNNL_MEMORY_NONE), dnnl::memory(b_md, dnnl_engine(), DNNL_MEMORY_NONE),
-               dnnl::memory(y_md, dnnl_engine(), DNNL_MEMORY_NONE), {}, 3};
-    c.args[0] = {DNNL_ARG_SRC, c.x.get()};
-    c.args[1] = {DNNL_ARG_WEIGHTS, c.w.get()};
-    c.args[2] = {DNNL_ARG_DST, c.y.get()};
-    if (has_bias) {
-      c.args[3] = {DNNL_ARG_BIAS, c.b.get()};
-      c.nargs = 4;
-    }
-    return c;
+    return bind_conv(dnnl::primitive(dnnl::deconvolution_forward::primitive_desc(desc, dnnl_engine())), x_md, w_md,
+                     b_md, y_md, has_bias);
   } catch (const dnnl::error&) {
     return std::nullopt;
   }

@@ -14,6 +14,7 @@
 #include <optional>
 #include <array>
 
+#include "executor/cpu/dnnl_context.h"
 #include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
 #include "graph/error.h"
@@ -24,16 +25,8 @@ namespace {
 using cpu::required_input;
 using cpu::set_output;
 
-dnnl::engine& dnnl_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-// One stream per thread: oneDNN streams must not be shared by concurrent callers.
-dnnl::stream& dnnl_stream() {
-  static thread_local dnnl::stream s(dnnl_engine());
-  return s;
-}
+using cpu::dnnl_engine;
+using cpu::dnnl_stream;
 
 // One (batched) product Y[b] = alpha * op(A)[b] · op(B)[b] + beta * C, all sizes fixed at plan time.
 struct Geometry {
