@@ -476,6 +476,24 @@ std::unique_ptr<Kernel> make_conv_transpose(PrepareContext& ctx) {
 
 // ---- pooling ---------------------------------------------------------------------------------------------
 
+// Calls f(offset within the plane) for every input position of output (o0, o1, o2)'s pooling window that lies
+// inside the input (padding is skipped). A template so the pooling loops stay inlined.
+template <class F> inline void for_each_in_window(const Geo& g, int64_t o0, int64_t o1, int64_t o2, F&& f) {
+  for (int64_t j0 = 0; j0 < g.k[0]; ++j0) {
+    const int64_t i0 = o0 * g.s[0] - g.pb[0] + j0 * g.d[0];
+    if (i0 < 0 || i0 >= g.in[0]) continue;
+    for (int64_t j1 = 0; j1 < g.k[1]; ++j1) {
+      const int64_t i1 = o1 * g.s[1] - g.pb[1] + j1 * g.d[1];
+      if (i1 < 0 || i1 >= g.in[1]) continue;
+      for (int64_t j2 = 0; j2 < g.k[2]; ++j2) {
+        const int64_t i2 = o2 * g.s[2] - g.pb[2] + j2 * g.d[2];
+        if (i2 < 0 || i2 >= g.in[2]) continue;
+        f((i0 * g.in[1] + i1) * g.in[2] + i2);
+      }
+    }
+  }
+}
+
 template <class T> class MaxPoolKernel final : public Kernel {
  public:
   MaxPoolKernel(Geo g, bool indices, bool col_major) : g_(g), indices_(indices), col_major_(col_major) {}
@@ -494,24 +512,13 @@ template <class T> class MaxPoolKernel final : public Kernel {
           for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
             T best = -std::numeric_limits<T>::infinity();
             int64_t arg = -1;
-            for (int64_t j0 = 0; j0 < g.k[0]; ++j0) {
-              const int64_t i0 = o0 * g.s[0] - g.pb[0] + j0 * g.d[0];
-              if (i0 < 0 || i0 >= g.in[0]) continue;
-              for (int64_t j1 = 0; j1 < g.k[1]; ++j1) {
-                const int64_t i1 = o1 * g.s[1] - g.pb[1] + j1 * g.d[1];
-                if (i1 < 0 || i1 >= g.in[1]) continue;
-                for (int64_t j2 = 0; j2 < g.k[2]; ++j2) {
-                  const int64_t i2 = o2 * g.s[2] - g.pb[2] + j2 * g.d[2];
-                  if (i2 < 0 || i2 >= g.in[2]) continue;
-                  const int64_t at = (i0 * g.in[1] + i1) * g.in[2] + i2;
-                  // The first maximum wins ties; a NaN is the maximum, as in the reference.
-                  if (arg < 0 || xp[at] > best || (std::isnan(xp[at]) && !std::isnan(best))) {
-                    best = xp[at];
-                    arg = at;
-                  }
-                }
+            for_each_in_window(g, o0, o1, o2, [&](int64_t at) {
+              // The first maximum wins ties; a NaN is the maximum, as in the reference.
+              if (arg < 0 || xp[at] > best || (std::isnan(xp[at]) && !std::isnan(best))) {
+                best = xp[at];
+                arg = at;
               }
-            }
+            });
             const int64_t o = (o0 * g.out[1] + o1) * g.out[2] + o2;
             y[p * osz + o] = best;
             if (idx) idx[p * osz + o] = arg < 0 ? -1 : p * isz + (col_major_ ? col_major_index(g, arg) : arg);
@@ -554,19 +561,7 @@ template <class T> class AvgPoolKernel final : public Kernel {
           for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
             T acc = 0;
             const std::array<int64_t, 3> o{o0, o1, o2};
-            for (int64_t j0 = 0; j0 < g.k[0]; ++j0) {
-              const int64_t i0 = o0 * g.s[0] - g.pb[0] + j0 * g.d[0];
-              if (i0 < 0 || i0 >= g.in[0]) continue;
-              for (int64_t j1 = 0; j1 < g.k[1]; ++j1) {
-                const int64_t i1 = o1 * g.s[1] - g.pb[1] + j1 * g.d[1];
-                if (i1 < 0 || i1 >= g.in[1]) continue;
-                for (int64_t j2 = 0; j2 < g.k[2]; ++j2) {
-                  const int64_t i2 = o2 * g.s[2] - g.pb[2] + j2 * g.d[2];
-                  if (i2 < 0 || i2 >= g.in[2]) continue;
-                  acc += xp[(i0 * g.in[1] + i1) * g.in[2] + i2];
-                }
-              }
-            }
+            for_each_in_window(g, o0, o1, o2, [&](int64_t at) { acc += xp[at]; });
             y[p * osz + (o0 * g.out[1] + o1) * g.out[2] + o2] = acc / static_cast<T>(count(g, o));
           }
     }
