@@ -6,7 +6,7 @@
 //   fail MODEL HOW STEP              rank 1 fails at STEP: HOW = kill (SIGKILL itself), stop (SIGSTOP itself),
 //                                    raise (an Error its main catches and returns 1 on), raise_abort (the same,
 //                                    then Communicator::abort); rank 0 trains on and must end with an error
-// Exit status 0 on success; errors are printed as "dist_worker <communicator>: <message>".
+// Exit status 0 on success; errors are printed as "dist_worker: <message>".
 #include <signal.h>
 #include <unistd.h>
 
@@ -130,9 +130,8 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv, comm);
   } catch (const Error& e) {
-    const std::string who = comm ? comm->describe() : "dist_worker";
     if (comm && argc > 3 && std::string(argv[3]) == "raise_abort") comm->abort(1, e.what());
-    std::fprintf(stderr, "dist_worker %s: %s\n", who.c_str(), e.what());
+    std::fprintf(stderr, "dist_worker: %s\n", e.what());
     return 1;
   }
 }

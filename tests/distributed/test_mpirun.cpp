@@ -26,10 +26,10 @@ struct Launch {
 };
 
 // OpenMPI refuses root without these, and needs --oversubscribe for more ranks than the 2 cores.
-Launch mpirun(int np, const std::string& args, const std::string& options = "") {
+Launch mpirun(int np, const std::string& args, const std::string& options = "", const std::string& program = DIST_WORKER) {
   const std::string cmd = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -s KILL 240 ") +
                           ONNXTRAIN_MPIEXEC + " -np " + std::to_string(np) + " --oversubscribe -x OMP_NUM_THREADS=1 " +
-                          options + " " + DIST_WORKER + " " + args + " 2>&1";
+                          options + " " + program + " " + args + " 2>&1";
   const auto start = std::chrono::steady_clock::now();
   Launch l;
   FILE* p = popen(cmd.c_str(), "r");
@@ -137,6 +137,24 @@ TEST_P(Equivalence, TwoRanksEqualOneProcessWithTwiceTheBatch) {
   }
   for (const std::string& w : ref.trainable())
     EXPECT_LE(max_relative(resumed.get_weight(w).span<float>(), ref.get_weight(w).span<float>()), 1e-4) << w;
+}
+
+// The example of docs/distributed.md: trains under mpirun, and rank 0's checkpoint resumes in one process.
+TEST_F(Mpirun, ExampleTrainsAndItsCheckpointResumes) {
+  const auto path = model("dp_example");
+  const auto ckpt = dir_ / "ckpt.onnx";
+  Launch l = mpirun(2, path.string() + " --epochs 3 --samples 2048 --checkpoint " + ckpt.string(), "", TRAIN_MLP_MPI);
+  ASSERT_EQ(l.status, 0) << l.output;
+  EXPECT_TRUE(has(l.output, "2 rank(s) (mpi), 32 steps per epoch of 2 x 32 samples")) << l.output;
+  std::vector<double> losses;
+  for (size_t at = 0; (at = l.output.find("loss ", at)) != std::string::npos; at += 5)
+    losses.push_back(std::stod(l.output.substr(at + 5)));
+  ASSERT_EQ(losses.size(), 3u) << "only rank 0 prints\n" << l.output;
+  EXPECT_LT(losses.back(), 0.5 * losses.front()) << l.output;
+  TrainingSession resumed = TrainingSession::from_checkpoint(ckpt);
+  EXPECT_EQ(resumed.step(), 3 * 32);
+  const test::Dataset d = test::make_dataset(64, 16, 9);
+  EXPECT_TRUE(std::isfinite(resumed.train_step(test::gather_batch(d, {0, 1, 2, 3}, 0, 4, resumed))));
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, Equivalence, ::testing::Values("sgd_momentum", "adam", "adam_sum", "sgd_accumulate"),
