@@ -19,7 +19,8 @@ namespace {
 
 class Mirror final : public Communicator {
  public:
-  int rank() const override { return 0; }
+  explicit Mirror(int rank = 0) : rank_(rank) {}
+  int rank() const override { return rank_; }
   int size() const override { return 2; }
   Device device() const override { return Device::CPU; }
   std::string backend() const override { return "mirror"; }
@@ -42,6 +43,9 @@ class Mirror final : public Communicator {
     }
   }
   void do_barrier() override {}
+
+ private:
+  int rank_;
 };
 
 std::filesystem::path make_mlp(const std::string& name, const std::string& sizes) {
@@ -213,21 +217,8 @@ TEST(DataParallelSession, SummedLossWithPenaltyIsRefused) {
 
 TEST(DataParallelSession, OnlyRankZeroWritesFiles) {
   const auto path = make_mlp("dp_writes", "16 8 1");
-  class Rank1 final : public Communicator {
-   public:
-    int rank() const override { return 1; }
-    int size() const override { return 2; }
-    Device device() const override { return Device::CPU; }
-    std::string backend() const override { return "fake"; }
-   protected:
-    void do_broadcast(void*, size_t, int) override {}
-    void do_allreduce(const void* s, void* r, size_t n, DType t, ReduceOp) override {
-      if (s != r) std::memcpy(r, s, n * dtype_size(t));
-    }
-    void do_barrier() override {}
-  };
   TrainingConfig cfg = test::dp_config("adam");
-  cfg.parallel.communicator = std::make_shared<Rank1>();
+  cfg.parallel.communicator = std::make_shared<Mirror>(1);  // rank 1 of 2
   TrainingSession s = TrainingSession::from_file(path, cfg);
   const auto dir = path.parent_path();
   s.save_checkpoint(dir / "ckpt.onnx");

@@ -45,7 +45,7 @@ Launch mpirun(int np, const std::string& args, const std::string& options = "", 
 bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 
 class Mpirun : public ::testing::Test {
- protected:
+ public:
   void SetUp() override {
     if (!mpi_available()) GTEST_SKIP() << "built without MPI: the mpirun tests need libopenmpi-dev";
     if (std::string(ONNXTRAIN_MPIEXEC).empty()) GTEST_SKIP() << "no mpirun found at configure time";
@@ -163,48 +163,36 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, Equivalence, ::testing::Values("sgd_momentu
 // Failures: rank 1 fails at step 5; everything must end, with a clear error, well within a minute.
 constexpr const char* kShortTimeout = "-x ONNXTRAIN_COMM_TIMEOUT=3";
 
-TEST_F(Mpirun, KilledRankEndsTheJob) {
-  const auto path = model("dp_kill");
-  Launch l = mpirun(2, "fail " + path.string() + " kill 5", kShortTimeout);
-  EXPECT_NE(l.status, 0) << l.output;
-  EXPECT_LT(l.seconds, 60) << l.output;
-  EXPECT_TRUE(has(l.output, "exited on signal 9")) << l.output;
+// Launches the worker with rank 1 failing by `how` at step 5; checks the job ended within `limit` seconds,
+// with a non-zero status unless mpirun runs with --enable-recovery, and with `message` in the output.
+void expect_job_ends(Mpirun& t, const std::string& how, const std::string& options, double limit,
+                     const std::string& message) {
+  const auto path = t.model("dp_fail_" + how);
+  Launch l = mpirun(2, "fail " + path.string() + " " + how + " 5", options);
+  if (!has(options, "--enable-recovery")) EXPECT_NE(l.status, 0) << l.output;  // that mode reports 0 (OpenMPI 4.1)
+  EXPECT_LT(l.seconds, limit) << l.output;
+  EXPECT_TRUE(has(l.output, message)) << l.output;
   EXPECT_FALSE(has(l.output, "finished all steps")) << l.output;
 }
 
+const std::string kTimedOut = "mpi rank 0 of 2: allreduce of 818 float32 values timed out after 3 s waiting for the other ranks";
+
+TEST_F(Mpirun, KilledRankEndsTheJob) { expect_job_ends(*this, "kill", kShortTimeout, 60, "exited on signal 9"); }
+
+// --enable-recovery keeps mpirun from killing the job, so rank 0's own timeout has to end it.
 TEST_F(Mpirun, KilledRankWithoutLauncherHelpTimesOutOnTheSurvivor) {
-  // --enable-recovery keeps mpirun from killing the job, so rank 0's own timeout has to end it.
-  const auto path = model("dp_kill_recovery");
-  Launch l = mpirun(2, "fail " + path.string() + " kill 5", std::string(kShortTimeout) + " --enable-recovery");
-  EXPECT_LT(l.seconds, 60) << l.output;
-  EXPECT_TRUE(has(l.output, "mpi rank 0 of 2: allreduce of")) << l.output;
-  EXPECT_TRUE(has(l.output, "timed out after 3 s waiting for the other ranks")) << l.output;
-  EXPECT_FALSE(has(l.output, "finished all steps")) << l.output;
+  expect_job_ends(*this, "kill", std::string(kShortTimeout) + " --enable-recovery", 60, kTimedOut);
 }
 
-TEST_F(Mpirun, StoppedRankTimesOut) {
-  const auto path = model("dp_stop");
-  Launch l = mpirun(2, "fail " + path.string() + " stop 5", kShortTimeout);
-  EXPECT_NE(l.status, 0) << l.output;
-  EXPECT_LT(l.seconds, 60) << l.output;
-  EXPECT_TRUE(has(l.output, "timed out after 3 s waiting for the other ranks")) << l.output;
-}
+TEST_F(Mpirun, StoppedRankTimesOut) { expect_job_ends(*this, "stop", kShortTimeout, 60, kTimedOut); }
 
+// Communicator::abort must not wait for the 60 s timeout.
 TEST_F(Mpirun, RaisingRankThatAbortsEndsTheJobAtOnce) {
-  const auto path = model("dp_raise_abort");
-  Launch l = mpirun(2, "fail " + path.string() + " raise_abort 5", "-x ONNXTRAIN_COMM_TIMEOUT=60");
-  EXPECT_NE(l.status, 0) << l.output;
-  EXPECT_LT(l.seconds, 50) << "abort must not wait for the 60 s timeout\n" << l.output;
-  EXPECT_TRUE(has(l.output, "rank 1: a deliberate error at step 5")) << l.output;
+  expect_job_ends(*this, "raise_abort", "-x ONNXTRAIN_COMM_TIMEOUT=60", 50, "rank 1: a deliberate error at step 5");
 }
 
 TEST_F(Mpirun, RaisingRankThatReturnsEndsTheJob) {
-  const auto path = model("dp_raise");
-  Launch l = mpirun(2, "fail " + path.string() + " raise 5", kShortTimeout);
-  EXPECT_NE(l.status, 0) << l.output;
-  EXPECT_LT(l.seconds, 60) << l.output;
-  EXPECT_TRUE(has(l.output, "rank 1: a deliberate error at step 5")) << l.output;
-  EXPECT_FALSE(has(l.output, "finished all steps")) << l.output;
+  expect_job_ends(*this, "raise", kShortTimeout, 60, "rank 1: a deliberate error at step 5");
 }
 
 }  // namespace
