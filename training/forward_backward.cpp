@@ -17,11 +17,12 @@ ForwardBackwardSession ForwardBackwardSession::from_file(const std::filesystem::
 }
 
 ForwardBackwardSession::ForwardBackwardSession(Model model, std::vector<std::string> trainable,
-                                               std::vector<std::string> inputs_requiring_grad, Device device)
+                                               std::vector<std::string> inputs_requiring_grad, Device device,
+                                               std::shared_ptr<TensorStore> store)
     : model_(std::move(model)),
       trainable_(std::move(trainable)),
       inputs_requiring_grad_(std::move(inputs_requiring_grad)),
-      store_(std::make_shared<TensorStore>()) {
+      store_(store ? std::move(store) : std::make_shared<TensorStore>()) {
   // Models built in memory may arrive without types; the gradient engine needs them.
   if (model_.graph.value_info.empty() && !model_.graph.nodes.empty()) infer_shapes(model_);
   const Graph& g = model_.graph;

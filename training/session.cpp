@@ -215,4 +215,19 @@ Model TrainingSession::export_gradient_model() const {
   return m;
 }
 
+// The Yield graphs share the weight store, so they always run on the weights train_step updates. Built lazily:
+// most sessions never take this path, and building it costs a second gradient construction.
+ForwardBackwardSession& TrainingSession::forward_backward() {
+  if (!forward_backward_)
+    forward_backward_ = std::make_unique<ForwardBackwardSession>(model_, trainable_, config_.inputs_requiring_grad,
+                                                                 config_.device, store_);
+  return *forward_backward_;
+}
+
+std::vector<Tensor> TrainingSession::run_forward(const Feeds& inputs) { return forward_backward().run_forward(inputs); }
+
+std::map<std::string, Tensor> TrainingSession::run_backward(const std::vector<std::optional<Tensor>>& output_grads) {
+  return forward_backward().run_backward(output_grads);
+}
+
 }  // namespace onnxtrain
