@@ -1,4 +1,5 @@
 #include "training/forward_backward.h"
+#include "training/fold_shapes.h"
 #include "training/weights.h"
 
 #include <algorithm>
@@ -25,6 +26,7 @@ ForwardBackwardSession::ForwardBackwardSession(Model model, std::vector<std::str
       store_(store ? std::move(store) : std::make_shared<TensorStore>()) {
   // Models built in memory may arrive without types; the gradient engine needs them.
   if (model_.graph.value_info.empty() && !model_.graph.nodes.empty()) infer_shapes(model_);
+  fold_static_shapes(model_);  // exported slice bounds and pads become the constants rules need
   const Graph& g = model_.graph;
   if (g.outputs.empty()) fail("model", "has no outputs to differentiate");
   if (trainable_.empty())

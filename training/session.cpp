@@ -12,6 +12,7 @@
 #include "graph/expr.h"
 #include "graph/model_io.h"
 #include "training/checkpoint.h"
+#include "training/fold_shapes.h"
 
 namespace onnxtrain {
 
@@ -32,6 +33,7 @@ TrainingSession TrainingSession::from_file(const std::filesystem::path& model, T
 
 TrainingSession::TrainingSession(Model model, TrainingConfig config)
     : model_(std::move(model)), config_(std::move(config)), store_(std::make_shared<TensorStore>()) {
+  fold_static_shapes(model_);  // exported slice bounds and pads become the constants gradient rules need
   const Graph& g = model_.graph;
   if (g.outputs.empty()) fail("model", "has no outputs to train");
   trainable_ = config_.trainable;
