@@ -24,6 +24,7 @@ equal OURS_DIR/<weight>.npy (our executor's) and torch's mse_grad/<weight>. Exit
 import math
 import pathlib
 import sys
+import warnings
 
 import numpy as np
 import onnx
@@ -161,9 +162,11 @@ def generate(name, outdir):
         probe = model(*inputs.values())
     model.load_state_dict(state)
     out_names = [f"out{i}" for i in range(len(probe) if isinstance(probe, tuple) else 1)]
-    torch.onnx.export(model, tuple(inputs.values()), model_path, dynamo=False, opset_version=opset,
-                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                      keep_initializers_as_inputs=False, input_names=names, output_names=out_names)
+    with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice, BatchNorm's counter
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, tuple(inputs.values()), model_path, dynamo=False, opset_version=opset,
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                          keep_initializers_as_inputs=False, input_names=names, output_names=out_names)
     model.load_state_dict(state)
 
     exported = onnx.load(model_path)
