@@ -26,6 +26,9 @@ int64_t opset_for(const std::map<std::string, int64_t>& opsets, const std::strin
 // The ONNX schema's differentiability tag for input i; inputs tagged NonDifferentiable (shapes, axes,
 // indices) never receive a gradient. Ops without a schema (our own domain) count as differentiable.
 bool schema_says_differentiable(const Node& n, size_t i, int64_t opset) {
+  // Mod's divisor is tagged NonDifferentiable, yet fmod(A, B) is differentiable in B almost everywhere and
+  // torch.fmod defines that gradient; we follow torch.
+  if (n.domain.empty() && n.op_type == "Mod" && i == 1) return true;
   const onnx::OpSchema* s = onnx::OpSchemaRegistry::Schema(n.op_type, static_cast<int>(opset), n.domain);
   if (!s || s->inputs().empty()) return true;
   const auto& params = s->inputs();

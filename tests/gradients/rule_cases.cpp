@@ -306,6 +306,37 @@ std::vector<RuleCase> build() {
     v.push_back(with_const(make("GatherElements_axis0_negative", "GatherElements", {{3, 3}, {}}), 1,
                            TensorData::from<int64_t>({2, 3}, std::span<const int64_t>(idx0))));
   }
+  // ---- GatherND, ScatterND, ScatterElements, Mod
+  {
+    auto i64 = [](std::vector<int64_t> dims, const std::vector<int64_t>& v) {
+      return TensorData::from<int64_t>(std::move(dims), std::span<const int64_t>(v));
+    };
+    // Repeated index tuples must accumulate.
+    v.push_back(with_const(make("GatherND_repeated", "GatherND", {{3, 4, 2}, {}}, {}, {}, 16), 1,
+                           i64({3, 2}, {0, 1, 2, 3, 0, 1})));
+    v.push_back(with_const(make("GatherND_batch_dims1", "GatherND", {{2, 3, 4}, {}}, {{"batch_dims", int64_t{1}}}, {}, 16),
+                           1, i64({2, 2, 1}, {2, 0, 1, 1})));
+    v.push_back(with_const(make("GatherND_batch_dims2_scalar_slices", "GatherND", {{2, 2, 3}, {}},
+                                {{"batch_dims", int64_t{2}}}, {}, 16),
+                           1, i64({2, 2, 1}, {2, 0, 1, 1})));
+    v.push_back(with_const(make("ScatterND_none", "ScatterND", {{4, 3}, {}, {2, 3}}, {}, {}, 16), 1,
+                           i64({2, 1}, {1, 3})));
+    v.push_back(with_const(make("ScatterND_opset11_elements", "ScatterND", {{3, 3}, {}, {2}}, {}, {}, 11), 1,
+                           i64({2, 2}, {0, 2, 2, 1})));
+    v.push_back(with_const(make("ScatterND_add_repeated", "ScatterND", {{3, 3}, {}, {3}},
+                                {{"reduction", std::string("add")}}, {}, 16),
+                           1, i64({3, 2}, {1, 0, 1, 0, 2, 2})));
+    v.push_back(with_const(make("ScatterElements_none_axis1", "ScatterElements", {{3, 4}, {}, {3, 2}},
+                                {{"axis", int64_t{1}}}, {}, 13),
+                           1, i64({3, 2}, {1, 3, 0, 2, 3, -4})));
+    v.push_back(with_const(make("ScatterElements_add_repeated_axis0", "ScatterElements", {{3, 2}, {}, {3, 2}},
+                                {{"reduction", std::string("add")}}, {}, 16),
+                           1, i64({3, 2}, {0, 2, 0, 2, 1, 1})));
+    // A / B stays away from integers with these ranges and signs (trunc jumps there).
+    v.push_back(signed_(make("Mod_fmod_broadcast", "Mod", {{2, 3}, {3}}, {{"fmod", int64_t{1}}}, {{0.2, 0.9}, {1.1, 1.6}})));
+    v.push_back(signed_(make("Mod_fmod_quotient_above_one", "Mod", {{2, 3}, {2, 3}}, {{"fmod", int64_t{1}}},
+                             {{2.3, 2.8}, {1.05, 1.1}})));
+  }
   // ---- normalization (variance inputs sampled positive)
   {
     v.push_back(make("LayerNormalization_last_axis", "LayerNormalization", {{2, 3, 4}, {4}, {4}}));
