@@ -52,14 +52,6 @@ template <class Op, class T> class EigenGradKernel final : public Kernel {
   }
 };
 
-template <class Op> std::unique_ptr<Kernel> make_eigen_grad(PrepareContext& ctx) {
-  cpu::expect_grad_inputs(ctx);
-  const KernelInput& dy = ctx.inputs[0];
-  cpu::set_output(ctx, 0, dy.dtype, dy.shape);
-  if (dy.dtype == DType::Float32) return std::make_unique<EigenGradKernel<Op, float>>();
-  if (dy.dtype == DType::Float64) return std::make_unique<EigenGradKernel<Op, double>>();
-  ctx.fail("unsupported dtype " + dtype_name(dy.dtype) + " (float32, float64)");
-}
 
 template <class Op, class T> class GradKernel final : public Kernel {
  public:
@@ -74,12 +66,12 @@ template <class Op, class T> class GradKernel final : public Kernel {
   }
 };
 
-template <class Op> std::unique_ptr<Kernel> make_grad(PrepareContext& ctx) {
+template <class Op, template <class, class> class K = GradKernel> std::unique_ptr<Kernel> make_grad(PrepareContext& ctx) {
   cpu::expect_grad_inputs(ctx);
   const KernelInput& dy = ctx.inputs[0];
   cpu::set_output(ctx, 0, dy.dtype, dy.shape);
-  if (dy.dtype == DType::Float32) return std::make_unique<GradKernel<Op, float>>();
-  if (dy.dtype == DType::Float64) return std::make_unique<GradKernel<Op, double>>();
+  if (dy.dtype == DType::Float32) return std::make_unique<K<Op, float>>();
+  if (dy.dtype == DType::Float64) return std::make_unique<K<Op, double>>();
   ctx.fail("unsupported dtype " + dtype_name(dy.dtype) + " (float32, float64)");
 }
 
@@ -90,8 +82,8 @@ void register_cpu_fused_grad(KernelRegistry& r) {
   cpu::add(r, "onnxtrain", "ReluGrad", 1, flt, make_grad<ReluGradOp>);
   cpu::add(r, "onnxtrain", "SigmoidGrad", 1, flt, make_grad<SigmoidGradOp>);
   cpu::add(r, "onnxtrain", "TanhGrad", 1, flt, make_grad<TanhGradOp>);
-  cpu::add(r, "onnxtrain", "GeluGrad", 1, flt, make_eigen_grad<GeluGradOp>);
-  cpu::add(r, "onnxtrain", "GeluTanhGrad", 1, flt, make_eigen_grad<GeluTanhGradOp>);
+  cpu::add(r, "onnxtrain", "GeluGrad", 1, flt, make_grad<GeluGradOp, EigenGradKernel>);
+  cpu::add(r, "onnxtrain", "GeluTanhGrad", 1, flt, make_grad<GeluTanhGradOp, EigenGradKernel>);
 }
 
 }  // namespace onnxtrain

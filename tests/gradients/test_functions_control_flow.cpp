@@ -109,6 +109,14 @@ TEST(ModelLocalFunctions, WithoutTheFunctionsTheErrorNamesNodeAndOp) {
   EXPECT_NE(e.find("ScaledTanh"), std::string::npos) << e;
 }
 
+// L = ReduceSum(v) as the graph's output.
+void add_sum_loss(Graph& g, const std::string& v) {
+  g.nodes.push_back(node("total", "ReduceSum", {v}, {"L"}));
+  g.nodes.back().attributes["keepdims"] = int64_t{0};
+  g.value_info["L"] = f64({});
+  g.outputs.push_back({"L", f64({})});
+}
+
 std::shared_ptr<Graph> branch(const std::string& out, Node n) {
   auto g = std::make_shared<Graph>();
   g->nodes.push_back(std::move(n));
@@ -126,10 +134,7 @@ Graph if_graph() {
   n.attributes["else_branch"] = branch("else_out", node("else_y", "Identity", {"W"}, {"else_out"}));
   g.nodes.push_back(n);
   g.value_info["Y"] = f64({3});
-  g.nodes.push_back(node("total", "ReduceSum", {"Y"}, {"L"}));
-  g.nodes.back().attributes["keepdims"] = int64_t{0};
-  g.value_info["L"] = f64({});
-  g.outputs.push_back({"L", f64({})});
+  add_sum_loss(g, "Y");
   return g;
 }
 
@@ -156,10 +161,7 @@ TEST(ControlFlow, LoopWithATrainableCarriedValueFailsNamingTheNode) {
   loop.attributes["body"] = body;
   g.nodes.push_back(loop);
   g.value_info["Y"] = f64({3});
-  g.nodes.push_back(node("total", "ReduceSum", {"Y"}, {"L"}));
-  g.nodes.back().attributes["keepdims"] = int64_t{0};
-  g.value_info["L"] = f64({});
-  g.outputs.push_back({"L", f64({})});
+  add_sum_loss(g, "Y");
   expect_control_flow_error(gradient_error(g, {{"", 17}}, {"W"}, "L"), "repeat", "Loop");
 }
 
@@ -178,10 +180,7 @@ TEST(ControlFlow, ScanOverATrainableSequenceFailsNamingTheNode) {
   g.nodes.push_back(scan);
   g.value_info["S"] = f64({3});
   g.value_info["rows"] = f64({2, 3});
-  g.nodes.push_back(node("total", "ReduceSum", {"S"}, {"L"}));
-  g.nodes.back().attributes["keepdims"] = int64_t{0};
-  g.value_info["L"] = f64({});
-  g.outputs.push_back({"L", f64({})});
+  add_sum_loss(g, "S");
   expect_control_flow_error(gradient_error(g, {{"", 17}}, {"W"}, "L"), "accumulate", "Scan");
 }
 
