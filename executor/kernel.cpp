@@ -56,6 +56,7 @@ const KernelRegistry& default_kernels() {
     register_cpu_norm(r);
     register_cpu_conv(r);
     register_cpu_misc(r);
+    register_cpu_resize(r);
     return r;
   }();
   return reg;

@@ -93,6 +93,7 @@ void register_cpu_training_ops(KernelRegistry& r);  // ai.onnx.preview.training
 void register_cpu_activation(KernelRegistry& r);     // trigonometric and activation functions
 void register_cpu_norm(KernelRegistry& r);           // Batch/Instance/Layer/Group normalization
 void register_cpu_conv(KernelRegistry& r);           // Conv, ConvTranspose, pooling (oneDNN)
-void register_cpu_misc(KernelRegistry& r);           // Einsum, Dropout, CumSum, Resize, loss ops, ...
+void register_cpu_misc(KernelRegistry& r);           // Einsum, Dropout, CumSum, loss ops, ...
+void register_cpu_resize(KernelRegistry& r);         // Resize (nearest, linear, cubic)
 
 }  // namespace onnxtrain

@@ -9,6 +9,8 @@
 
 #include "gradients/rules/util.h"
 #include "graph/error.h"
+#include "graph/inline.h"
+#include "graph/shape_inference.h"
 #include "graph/validate.h"
 
 namespace onnxtrain {
@@ -26,6 +28,9 @@ int64_t opset_for(const std::map<std::string, int64_t>& opsets, const std::strin
 // The ONNX schema's differentiability tag for input i; inputs tagged NonDifferentiable (shapes, axes,
 // indices) never receive a gradient. Ops without a schema (our own domain) count as differentiable.
 bool schema_says_differentiable(const Node& n, size_t i, int64_t opset) {
+  // Mod's divisor is tagged NonDifferentiable, yet fmod(A, B) is differentiable in B almost everywhere and
+  // torch.fmod defines that gradient; we follow torch.
+  if (n.domain.empty() && n.op_type == "Mod" && i == 1) return true;
   const onnx::OpSchema* s = onnx::OpSchemaRegistry::Schema(n.op_type, static_cast<int>(opset), n.domain);
   if (!s || s->inputs().empty()) return true;
   const auto& params = s->inputs();
@@ -71,12 +76,68 @@ Expr sum_to_shape(Expr g, const Expr& x, const Node& n, int64_t opset) {
 
 }  // namespace
 
+namespace {
+
+// Model-local function call sites without a rule of their own are replaced by their bodies; ONNX shape
+// inference then types the body's values, which the rules need.
+void inline_calls_without_rules(Graph& g, const std::map<std::string, int64_t>& opsets,
+                                const std::vector<Function>& functions, const GradientRegistry& rules) {
+  auto want = [&](const Node& n) { return rules.find(n.domain == "ai.onnx" ? "" : n.domain, n.op_type) == nullptr; };
+  auto is_call = [&](const Node& n) {
+    const std::string d = n.domain == "ai.onnx" ? std::string() : n.domain;
+    return std::any_of(functions.begin(), functions.end(), [&](const Function& f) {
+      return f.name == n.op_type && (f.domain == "ai.onnx" ? std::string() : f.domain) == d;
+    });
+  };
+  if (std::none_of(g.nodes.begin(), g.nodes.end(), [&](const Node& n) { return is_call(n) && want(n); })) return;
+  inline_functions(g, functions, want);
+  Model m;
+  m.opset_imports = opsets;
+  m.graph = g;
+  m.functions = functions;
+  infer_shapes(m);
+  for (auto& [name, t] : m.graph.value_info) g.value_info.try_emplace(name, t);
+}
+
+// Values a node's subgraphs (If, Loop, Scan bodies) read from the enclosing scope: a trainable tensor can
+// reach a control-flow node that way without being one of its inputs.
+void collect_outer_references(const Graph& body, std::unordered_set<std::string>& out) {
+  std::unordered_set<std::string> local;
+  for (const ValueInfo& v : body.inputs) local.insert(v.name);
+  for (const auto& [name, t] : body.initializers) local.insert(name);
+  for (const Node& n : body.nodes)
+    for (const std::string& o : n.outputs) local.insert(o);
+  std::unordered_set<std::string> inner;
+  for (const Node& n : body.nodes) {
+    for (const std::string& in : n.inputs) inner.insert(in);
+    for (const auto& [key, a] : n.attributes)
+      if (const auto* sub = std::get_if<std::shared_ptr<Graph>>(&a); sub && *sub) collect_outer_references(**sub, inner);
+  }
+  for (const ValueInfo& v : body.outputs) inner.insert(v.name);
+  for (const std::string& v : inner)
+    if (!v.empty() && !local.count(v)) out.insert(v);
+}
+
+std::unordered_set<std::string> outer_references(const Node& n) {
+  std::unordered_set<std::string> out;
+  for (const auto& [key, a] : n.attributes)
+    if (const auto* sub = std::get_if<std::shared_ptr<Graph>>(&a); sub && *sub) collect_outer_references(**sub, out);
+  return out;
+}
+
+bool is_control_flow(const Node& n) {
+  return (n.domain.empty() || n.domain == "ai.onnx") && (n.op_type == "If" || n.op_type == "Loop" || n.op_type == "Scan");
+}
+
+}  // namespace
+
 GradientResult build_gradients(Graph& g, const std::map<std::string, int64_t>& opsets, const GradientRequest& req,
                                const GradientRegistry& rules) {
   if (req.emit_yield && !req.output_grads.empty())
     fail("gradient request", "with emit_yield the seeds are the Yield's outputs; output_grads must be empty");
   if (!req.emit_yield && req.outputs.size() != req.output_grads.size())
     fail("gradient request", "needs one seed gradient per output");
+  inline_calls_without_rules(g, opsets, req.functions, rules);
   std::vector<std::string> defined;
   for (const ValueInfo& v : g.inputs) defined.push_back(v.name);
   for (const auto& [name, t] : g.initializers) defined.push_back(name);
@@ -103,13 +164,19 @@ GradientResult build_gradients(Graph& g, const std::map<std::string, int64_t>& o
   for (size_t idx : order) {
     const Node& n = g.nodes[idx];
     if (is_non_differentiable_op(n.domain, n.op_type)) continue;
-    for (size_t i = 0; i < n.inputs.size(); ++i)
-      if (needs_input(n, i)) {
-        active[idx] = true;
-        for (const std::string& o : n.outputs)
-          if (!o.empty() && is_float(o)) from_wrt.emplace(o, from_wrt.at(n.inputs[i]));
-        break;
-      }
+    std::optional<std::string> source;
+    for (size_t i = 0; i < n.inputs.size() && !source; ++i)
+      if (needs_input(n, i)) source = from_wrt.at(n.inputs[i]);
+    if (!source)
+      for (const std::string& v : outer_references(n))
+        if (from_wrt.count(v) && !req.stop_gradients.count(v)) {
+          source = from_wrt.at(v);
+          break;
+        }
+    if (!source) continue;
+    active[idx] = true;
+    for (const std::string& o : n.outputs)
+      if (!o.empty() && is_float(o)) from_wrt.emplace(o, *source);
   }
 
   // Values from which a differentiated output is reachable.
@@ -166,6 +233,12 @@ GradientResult build_gradients(Graph& g, const std::map<std::string, int64_t>& o
       std::string w;
       for (const std::string& in : n.inputs)
         if (from_wrt.count(in)) { w = from_wrt.at(in); break; }
+      if (w.empty())
+        for (const std::string& in : outer_references(n))
+          if (from_wrt.count(in)) { w = from_wrt.at(in); break; }
+      if (is_control_flow(n))
+        fail(n.describe(), "control flow (" + n.op_type + ") cannot be differentiated yet, and trainable '" + w +
+                               "' reaches '" + req.outputs.front() + "' through it (as an input or read by its body)");
       fail(n.describe(), "no gradient rule for op '" + n.op_type + "', needed on the path from trainable '" + w +
                              "' to '" + req.outputs.front() + "'");
     }

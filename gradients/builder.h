@@ -18,6 +18,9 @@ struct GradientRequest {
   // Emit an `onnxtrain.Yield` node (docs/yield.md): its inputs are `outputs`, its outputs their incoming
   // gradients ("<output>_grad_in"), which seed the backward pass. output_grads must then be empty.
   bool emit_yield = false;
+  // The model's local functions. A call site of one that has no gradient rule is inlined (in g) before
+  // differentiating, so the gradient flows through the function's body.
+  std::vector<Function> functions;
 };
 
 struct GradientResult {

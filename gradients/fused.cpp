@@ -1,5 +1,8 @@
 #include "gradients/fused.h"
 
+#include <cmath>
+#include <numbers>
+
 namespace onnxtrain {
 
 namespace {
@@ -19,6 +22,13 @@ Node op(std::string name, std::string type, std::vector<std::string> in, std::st
 void constant_like_y(Function& f, const std::string& name, float v) {
   f.nodes.push_back(op(name + "_f", "Constant", {}, name + "_f", {{"value", TensorData::scalar<float>(v)}}));
   f.nodes.push_back(op(name, "CastLike", {name + "_f", "Y"}, name));
+}
+
+// A double constant cast to `like`'s element type: exact in float64, correctly rounded in float32, so the
+// body matches the native kernel in either precision.
+void constant_like(Function& f, const std::string& name, double v, const std::string& like) {
+  f.nodes.push_back(op(name + "_d", "Constant", {}, name + "_d", {{"value", TensorData::scalar<double>(v)}}));
+  f.nodes.push_back(op(name, "CastLike", {name + "_d", like}, name));
 }
 
 Function make(const std::string& name, const std::string& doc) {
@@ -58,6 +68,62 @@ std::vector<Function> fused_grad_functions() {
   tanh.nodes.push_back(op("slope", "Sub", {"one", "y_squared"}, "slope"));
   tanh.nodes.push_back(op("dX", "Mul", {"dY", "slope"}, "dX"));
   out.push_back(std::move(tanh));
+
+  // GELU's gradients read the forward input: (dY, X) -> dX.
+  {
+    Function f = make("GeluGrad", "Gradient of Gelu (approximate='none') from its input: "
+                                  "dX = dY * (Phi(X) + X * phi(X)), Phi and phi the standard normal CDF and PDF.");
+    f.inputs = {"dY", "X"};
+    constant_like(f, "half", 0.5, "X");
+    constant_like(f, "one", 1.0, "X");
+    constant_like(f, "rsqrt2", std::numbers::sqrt2 / 2, "X");
+    constant_like(f, "neg_half", -0.5, "X");
+    constant_like(f, "rsqrt2pi", 1 / std::sqrt(2 * std::numbers::pi), "X");
+    auto& n = f.nodes;
+    n.push_back(op("scaled", "Mul", {"X", "rsqrt2"}, "scaled"));
+    n.push_back(op("erf", "Erf", {"scaled"}, "erf"));
+    n.push_back(op("one_plus_erf", "Add", {"one", "erf"}, "one_plus_erf"));
+    n.push_back(op("cdf", "Mul", {"half", "one_plus_erf"}, "cdf"));
+    n.push_back(op("x2", "Mul", {"X", "X"}, "x2"));
+    n.push_back(op("exponent", "Mul", {"neg_half", "x2"}, "exponent"));
+    n.push_back(op("gauss", "Exp", {"exponent"}, "gauss"));
+    n.push_back(op("pdf", "Mul", {"gauss", "rsqrt2pi"}, "pdf"));
+    n.push_back(op("x_pdf", "Mul", {"X", "pdf"}, "x_pdf"));
+    n.push_back(op("slope", "Add", {"cdf", "x_pdf"}, "slope"));
+    n.push_back(op("dX", "Mul", {"dY", "slope"}, "dX"));
+    out.push_back(std::move(f));
+  }
+  {
+    Function f = make("GeluTanhGrad",
+                      "Gradient of Gelu (approximate='tanh') from its input: with k = sqrt(2/pi), c = 0.044715 and "
+                      "t = tanh(k (X + c X^3)), dX = dY * ((1 + t)/2 + X/2 (1 - t^2) k (1 + 3c X^2)).");
+    f.inputs = {"dY", "X"};
+    constant_like(f, "half", 0.5, "X");
+    constant_like(f, "one", 1.0, "X");
+    constant_like(f, "k", std::sqrt(2 / std::numbers::pi), "X");
+    constant_like(f, "c", 0.044715, "X");
+    constant_like(f, "c3", 3 * 0.044715, "X");
+    auto& n = f.nodes;
+    n.push_back(op("x2", "Mul", {"X", "X"}, "x2"));
+    n.push_back(op("cx2", "Mul", {"c", "x2"}, "cx2"));
+    n.push_back(op("cx3", "Mul", {"cx2", "X"}, "cx3"));
+    n.push_back(op("inner", "Add", {"X", "cx3"}, "inner"));
+    n.push_back(op("u", "Mul", {"k", "inner"}, "u"));
+    n.push_back(op("t", "Tanh", {"u"}, "t"));
+    n.push_back(op("one_plus_t", "Add", {"one", "t"}, "one_plus_t"));
+    n.push_back(op("left", "Mul", {"half", "one_plus_t"}, "left"));
+    n.push_back(op("t2", "Mul", {"t", "t"}, "t2"));
+    n.push_back(op("sech2", "Sub", {"one", "t2"}, "sech2"));
+    n.push_back(op("c3x2", "Mul", {"c3", "x2"}, "c3x2"));
+    n.push_back(op("du", "Add", {"one", "c3x2"}, "du"));
+    n.push_back(op("half_k", "Mul", {"half", "k"}, "half_k"));
+    n.push_back(op("hkx", "Mul", {"half_k", "X"}, "hkx"));
+    n.push_back(op("hkx_sech2", "Mul", {"hkx", "sech2"}, "hkx_sech2"));
+    n.push_back(op("right", "Mul", {"hkx_sech2", "du"}, "right"));
+    n.push_back(op("slope", "Add", {"left", "right"}, "slope"));
+    n.push_back(op("dX", "Mul", {"dY", "slope"}, "dX"));
+    out.push_back(std::move(f));
+  }
 
   // The axis is the last one: the kernels take an `axis` attribute, but a body cannot refer to attributes
   // (the IR has no attribute references), so the rules emit these ops only with the default axis=-1.
@@ -131,6 +197,17 @@ std::vector<Function> fused_grad_functions() {
   out.push_back(std::move(ln));
 
   return out;
+}
+
+std::vector<std::pair<std::string, std::string>> fused_grad_uses() {
+  return {{"Relu", "ReluGrad"},
+          {"Sigmoid", "SigmoidGrad"},
+          {"Tanh", "TanhGrad"},
+          {"Softmax", "SoftmaxGrad"},
+          {"LogSoftmax", "LogSoftmaxGrad"},
+          {"Gelu", "GeluGrad"},
+          {"Gelu", "GeluTanhGrad"},
+          {"LayerNormalization", "LayerNormalizationGrad"}};
 }
 
 }  // namespace onnxtrain

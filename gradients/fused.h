@@ -8,10 +8,15 @@
 //   SoftmaxGrad(dY, Y)    = Y * (dY - sum(dY * Y, axis))     (function body for axis = -1 only: the IR has
 //   LogSoftmaxGrad(dY, Y) = dY - exp(Y) * sum(dY, axis)       no attribute references, so rules emit these
 //                                                              fused ops only for the last axis)
-// Inputs are (dY, Y) of the same floating type and shape; the single output dX has that type and shape.
+//   GeluGrad(dY, X)     = dY * (Phi(X) + X * phi(X))                   (Gelu, approximate='none')
+//   GeluTanhGrad(dY, X) = dY * d/dx[X/2 (1 + tanh(k (X + 0.044715 X^3)))]  (Gelu, approximate='tanh')
+// Inputs are (dY, Y) (or (dY, X)) of the same floating type and shape; the single output dX has that type
+// and shape.
 //   LayerNormalizationGrad(dY, X, Scale, Mean, InvStdDev) -> (dX, dScale, dBias): the exception to the
 //   (dY, Y) -> dX form. Mean and InvStdDev are LayerNormalization's optional outputs (one per row); the
 //   body covers axis = -1 only, and gradients/rules/norm.cpp emits the op only then.
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/ir.h"
@@ -22,5 +27,9 @@ inline constexpr const char* kFusedGradDomain = "onnxtrain";
 
 // Function bodies for every fused gradient op, in domain kFusedGradDomain, importing ai.onnx opset 17.
 std::vector<Function> fused_grad_functions();
+
+// The forward ops whose gradient rules emit each fused op: (forward ai.onnx op, fused op). docs/ops.md lists
+// these; a test checks that every fused op named here has a body and a CPU kernel.
+std::vector<std::pair<std::string, std::string>> fused_grad_uses();
 
 }  // namespace onnxtrain

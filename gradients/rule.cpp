@@ -79,6 +79,7 @@ const GradientRegistry& default_rules() {
     register_norm_rules(r);
     register_conv_rules(r);
     register_misc_rules(r);
+    register_resize_rules(r);
     return r;
   }();
   return registry;

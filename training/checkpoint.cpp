@@ -531,6 +531,7 @@ void expand_gradient_ops(Model& m) {
     req.outputs = {y[0]};
     req.output_grads = {seed.name};
     req.stop_gradients.insert(zs.begin(), zs.end());  // zs are inputs held constant (onnx Gradient spec)
+    req.functions = m.functions;
     GradientResult gr;
     try {
       gr = build_gradients(g, m.opset_imports, req);

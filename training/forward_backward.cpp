@@ -58,6 +58,7 @@ ForwardBackwardSession::ForwardBackwardSession(Model model, std::vector<std::str
   }
   if (req.outputs.empty()) fail("model", "has no floating-point output to take a gradient");
 
+  req.functions = model_.functions;
   yield_graph_ = g;
   GradientResult gr = build_gradients(yield_graph_, model_.opset_imports, req);
   grad_names_ = gr.grads;

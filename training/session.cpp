@@ -70,6 +70,7 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   req.wrt = trainable_;
   req.outputs = {loss_};
   req.output_grads = {seed.name};
+  req.functions = model_.functions;
   GradientResult gr = build_gradients(gg, model_.opset_imports, req);
   grad_names_ = gr.grads;
   gg.outputs.clear();

@@ -84,6 +84,14 @@ void register_elementwise_rules(GradientRegistry& r) {
     if (c.needs_dX(1)) c.set_dX(1, where(c.X(0), c.dY(0), zero));
     if (c.needs_dX(2)) c.set_dX(2, where(c.X(0), zero, c.dY(0)));
   });
+  r.add("Mod", [](RuleContext& c) {
+    // fmod=1 (the only form ONNX allows for floats): Y = A - trunc(A / B) * B, so dA = dY and
+    // dB = -dY * trunc(A / B), as torch.fmod defines it. ONNX has no Trunc; trunc(A / B) = (A - Y) / B exactly
+    // up to rounding, which Round removes. fmod=0 is integer-only, and integers carry no gradient.
+    if (c.node().attr_int("fmod", 0) != 1) c.fail("fmod=0 is defined for integer inputs only, which have no gradient");
+    c.set_dX(0, c.dY(0));
+    if (c.needs_dX(1)) c.set_dX(1, -(c.dY(0) * unary("Round", (c.X(0) - c.Y(0)) / c.X(1))));
+  });
   // ---- trigonometric and hyperbolic
   r.add("Sin", [](RuleContext& c) { c.set_dX(0, c.dY(0) * unary("Cos", c.X(0))); });
   r.add("Cos", [](RuleContext& c) { c.set_dX(0, -(c.dY(0) * unary("Sin", c.X(0)))); });

@@ -6,12 +6,17 @@
 
 namespace onnxtrain::rules {
 
-std::optional<std::vector<int64_t>> constant_int64s(const Graph& g, const std::string& value) {
+const TensorData* constant_tensor(const Graph& g, const std::string& value) {
   const TensorData* t = nullptr;
   if (auto it = g.initializers.find(value); it != g.initializers.end()) t = &it->second;
   for (auto n = g.nodes.rbegin(); !t && n != g.nodes.rend(); ++n)
     if (n->op_type == "Constant" && n->domain.empty() && n->outputs.size() == 1 && n->outputs[0] == value)
       t = n->attr_tensor("value");
+  return t;
+}
+
+std::optional<std::vector<int64_t>> constant_int64s(const Graph& g, const std::string& value) {
+  const TensorData* t = constant_tensor(g, value);
   if (!t || t->dtype != DType::Int64) return std::nullopt;
   auto v = t->as<int64_t>();
   return std::vector<int64_t>(v.begin(), v.end());

@@ -7,6 +7,8 @@
 
 namespace onnxtrain::rules {
 
+// The value of a tensor the graph defines as a constant (an initializer or a Constant node), else nullptr.
+const TensorData* constant_tensor(const Graph& g, const std::string& value);
 // The values of an int64 tensor the graph defines as a constant (an initializer or a Constant node);
 // nullopt when the value is computed at run time.
 std::optional<std::vector<int64_t>> constant_int64s(const Graph& g, const std::string& value);

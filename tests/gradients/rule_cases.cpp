@@ -306,6 +306,88 @@ std::vector<RuleCase> build() {
     v.push_back(with_const(make("GatherElements_axis0_negative", "GatherElements", {{3, 3}, {}}), 1,
                            TensorData::from<int64_t>({2, 3}, std::span<const int64_t>(idx0))));
   }
+  // ---- GatherND, ScatterND, ScatterElements, Mod
+  {
+    auto i64 = [](std::vector<int64_t> dims, const std::vector<int64_t>& v) {
+      return TensorData::from<int64_t>(std::move(dims), std::span<const int64_t>(v));
+    };
+    // Repeated index tuples must accumulate.
+    v.push_back(with_const(make("GatherND_repeated", "GatherND", {{3, 4, 2}, {}}, {}, {}, 16), 1,
+                           i64({3, 2}, {0, 1, 2, 3, 0, 1})));
+    v.push_back(with_const(make("GatherND_batch_dims1", "GatherND", {{2, 3, 4}, {}}, {{"batch_dims", int64_t{1}}}, {}, 16),
+                           1, i64({2, 2, 1}, {2, 0, 1, 1})));
+    v.push_back(with_const(make("GatherND_batch_dims2_scalar_slices", "GatherND", {{2, 2, 3}, {}},
+                                {{"batch_dims", int64_t{2}}}, {}, 16),
+                           1, i64({2, 2, 1}, {2, 0, 1, 1})));
+    v.push_back(with_const(make("ScatterND_none", "ScatterND", {{4, 3}, {}, {2, 3}}, {}, {}, 16), 1,
+                           i64({2, 1}, {1, 3})));
+    v.push_back(with_const(make("ScatterND_opset11_elements", "ScatterND", {{3, 3}, {}, {2}}, {}, {}, 11), 1,
+                           i64({2, 2}, {0, 2, 2, 1})));
+    v.push_back(with_const(make("ScatterND_add_repeated", "ScatterND", {{3, 3}, {}, {3}},
+                                {{"reduction", std::string("add")}}, {}, 16),
+                           1, i64({3, 2}, {1, 0, 1, 0, 2, 2})));
+    v.push_back(with_const(make("ScatterElements_none_axis1", "ScatterElements", {{3, 4}, {}, {3, 2}},
+                                {{"axis", int64_t{1}}}, {}, 13),
+                           1, i64({3, 2}, {1, 3, 0, 2, 3, -4})));
+    v.push_back(with_const(make("ScatterElements_add_repeated_axis0", "ScatterElements", {{3, 2}, {}, {3, 2}},
+                                {{"reduction", std::string("add")}}, {}, 16),
+                           1, i64({3, 2}, {0, 2, 0, 2, 1, 1})));
+    // A / B stays away from integers with these ranges and signs (trunc jumps there).
+    v.push_back(signed_(make("Mod_fmod_broadcast", "Mod", {{2, 3}, {3}}, {{"fmod", int64_t{1}}}, {{0.2, 0.9}, {1.1, 1.6}})));
+    v.push_back(signed_(make("Mod_fmod_quotient_above_one", "Mod", {{2, 3}, {2, 3}}, {{"fmod", int64_t{1}}},
+                             {{2.3, 2.8}, {1.05, 1.1}})));
+  }
+  // ---- Resize: X is the only float input; roi, scales and sizes are constants ({-1} = omitted)
+  {
+    using S = std::string;
+    auto f32s = [](const std::vector<float>& v) {
+      return TensorData::from<float>({static_cast<int64_t>(v.size())}, std::span<const float>(v));
+    };
+    const std::vector<int64_t> none{-1};
+    auto resize = [&](std::string label, std::vector<int64_t> x, std::optional<TensorData> roi,
+                      std::optional<TensorData> scales, std::optional<TensorData> sizes, Attrs attrs, int64_t opset) {
+      RuleCase c = make(std::move(label), "Resize", {std::move(x), none, none}, std::move(attrs), {}, opset);
+      if (sizes) c.input_shapes.push_back({});
+      if (roi) c = with_const(c, 1, *roi);
+      if (scales) c = with_const(c, 2, *scales);
+      if (sizes) c = with_const(c, 3, *sizes);
+      return c;
+    };
+    v.push_back(resize("Resize_nearest_upsample_scales", {1, 2, 2, 3}, std::nullopt, f32s({1, 1, 2, 1.5}),
+                       std::nullopt, {}, 13));
+    v.push_back(resize("Resize_nearest_floor_asymmetric_opset11", {1, 1, 3, 4}, f32s({}), f32s({1, 1, 1.5, 0.75}),
+                       std::nullopt, {{"nearest_mode", S("floor")}, {"coordinate_transformation_mode", S("asymmetric")}},
+                       11));
+    v.push_back(resize("Resize_linear_downsample_align_corners_opset11", {1, 1, 4, 5}, f32s({}), f32s({1, 1, 0.6f, 0.6f}),
+                       std::nullopt, {{"mode", S("linear")}, {"coordinate_transformation_mode", S("align_corners")}}, 11));
+    v.push_back(resize("Resize_linear_sizes_last_axis_pytorch_half_pixel", {2, 3, 4}, std::nullopt, std::nullopt,
+                       ints({2, 3, 7}),
+                       {{"mode", S("linear")}, {"coordinate_transformation_mode", S("pytorch_half_pixel")}}, 13));
+    v.push_back(resize("Resize_linear_sizes_opset11_empty_scales", {2, 3, 4}, f32s({}), f32s({}), ints({2, 5, 3}),
+                       {{"mode", S("linear")}}, 11));
+    v.push_back(resize("Resize_cubic_exclude_outside_asymmetric", {1, 1, 3, 4}, std::nullopt, f32s({1, 1, 1.7f, 0.8f}),
+                       std::nullopt,
+                       {{"mode", S("cubic")}, {"exclude_outside", int64_t{1}}, {"cubic_coeff_a", -0.5f},
+                        {"coordinate_transformation_mode", S("asymmetric")}},
+                       13));
+    v.push_back(resize("Resize_linear_antialias_axes", {2, 6, 5}, std::nullopt, f32s({0.5f, 0.7f}), std::nullopt,
+                       {{"mode", S("linear")}, {"antialias", int64_t{1}}, {"axes", std::vector<int64_t>{1, -1}}}, 18));
+    v.push_back(resize("Resize_cubic_antialias_downsample", {1, 1, 6, 6}, std::nullopt, f32s({1, 1, 0.5f, 0.6f}),
+                       std::nullopt, {{"mode", S("cubic")}, {"antialias", int64_t{1}}}, 18));
+    // Outputs beyond the input (x > 1.0 in roi) take the extrapolation value and carry no gradient.
+    v.push_back(resize("Resize_tf_crop_and_resize_extrapolation", {1, 1, 4, 4}, f32s({0, 0, 0.4f, 0.6f, 1, 1, 1.2f, 0.9f}),
+                       std::nullopt, ints({1, 1, 3, 3}),
+                       {{"mode", S("linear")}, {"coordinate_transformation_mode", S("tf_crop_and_resize")},
+                        {"extrapolation_value", 10.0f}},
+                       13));
+    v.push_back(resize("Resize_nearest_keep_aspect_not_larger", {1, 1, 4, 4}, std::nullopt, std::nullopt, ints({6, 10}),
+                       {{"axes", std::vector<int64_t>{2, 3}}, {"keep_aspect_ratio_policy", S("not_larger")},
+                        {"nearest_mode", S("round_prefer_ceil")}},
+                       18));
+    v.push_back(resize("Resize_linear_half_pixel_symmetric", {1, 1, 3, 5}, std::nullopt, f32s({1, 1, 1.7f, 0.7f}),
+                       std::nullopt, {{"mode", S("linear")}, {"coordinate_transformation_mode", S("half_pixel_symmetric")}},
+                       19));
+  }
   // ---- normalization (variance inputs sampled positive)
   {
     v.push_back(make("LayerNormalization_last_axis", "LayerNormalization", {{2, 3, 4}, {4}, {4}}));

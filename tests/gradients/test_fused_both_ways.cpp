@@ -2,10 +2,12 @@
 // function body (inlined), so that another runtime running our graphs gets our numbers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "executor/executor.h"
 #include "gradients/fused.h"
+#include "gradients/rule.h"
 
 namespace onnxtrain {
 namespace {
@@ -46,6 +48,8 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
         t = random_tensor({3, 1}, rng, -0.5, 0.5);
       else if (in == "InvStdDev")
         t = random_tensor({3, 1}, rng, 0.5, 2);
+      else if (in == "X")  // GELU's input: its tails too
+        t = random_tensor({3, 5}, rng, -4, 4);
       else
         t = random_tensor({3, 5}, rng, -1, 1);
       Shape s;
@@ -71,6 +75,16 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
       for (int64_t i = 0; i < ra[o].numel(); ++i)
         EXPECT_NEAR(ra[o].ptr<double>()[i], rb[o].ptr<double>()[i], 1e-12) << i;
     }
+  }
+}
+
+TEST(FusedBothWays, EveryFusedOpARuleEmitsHasABodyAndAKernel) {
+  const std::vector<Function> fns = fused_grad_functions();
+  for (const auto& [forward, fused] : fused_grad_uses()) {
+    SCOPED_TRACE(forward + " -> " + fused);
+    EXPECT_TRUE(std::any_of(fns.begin(), fns.end(), [&](const Function& f) { return f.name == fused; }));
+    EXPECT_NE(default_kernels().find(kFusedGradDomain, fused, 1, Device::CPU, DType::Float32), nullptr);
+    EXPECT_NE(default_rules().find("", forward), nullptr);
   }
 }
 
