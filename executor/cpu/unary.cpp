@@ -11,7 +11,7 @@
 
 #include "executor/broadcast.h"
 #include "executor/cpu/kernel_util.h"
-#include "executor/functors.h"
+#include "executor/functor_attrs.h"
 #include "executor/kernel.h"
 
 namespace onnxtrain {
@@ -192,8 +192,6 @@ std::unique_ptr<Kernel> make_clip(PrepareContext& ctx) {
   return k;
 }
 
-LeakyReluOp leaky_relu(const Node& n) { return LeakyReluOp{n.attr_float("alpha", 0.01f)}; }
-EluOp elu(const Node& n) { return EluOp{n.attr_float("alpha", 1.0f)}; }
 
 }  // namespace
 
@@ -215,8 +213,8 @@ void register_cpu_unary(KernelRegistry& r) {
   add(r, "Ceil", 6, flt, functor_unary<CeilOp, float, double>(kCheapGrain));
   add(r, "Erf", 9, flt, functor_unary<ErfOp, float, double>(kCostlyGrain));
   add(r, "Softplus", 1, flt, functor_unary<SoftplusOp, float, double>(kCostlyGrain));
-  add(r, "LeakyRelu", 6, flt, functor_unary<LeakyReluOp, float, double>(kCheapGrain, leaky_relu));
-  add(r, "Elu", 6, flt, functor_unary<EluOp, float, double>(kCostlyGrain, elu));
+  add(r, "LeakyRelu", 6, flt, functor_unary<LeakyReluOp, float, double>(kCheapGrain, leaky_relu_op));
+  add(r, "Elu", 6, flt, functor_unary<EluOp, float, double>(kCostlyGrain, elu_op));
   add(r, "Not", 1, {DType::Bool}, functor_unary<NotOp, bool>(kCheapGrain));
   add(r, "Identity", 1, {}, make_identity);
   add(r, "Cast", 6,
