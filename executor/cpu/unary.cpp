@@ -181,11 +181,7 @@ std::unique_ptr<Kernel> make_clip(PrepareContext& ctx) {
   std::unique_ptr<Kernel> k;
   dispatch<float, double, int64_t, int32_t, int8_t, uint8_t>(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
-    if (!from_inputs) {
-      lo = static_cast<T>(ctx.node.attr_float("min", std::numeric_limits<float>::lowest()));
-      hi = static_cast<T>(ctx.node.attr_float("max", std::numeric_limits<float>::max()));
-    }
+    const auto [lo, hi] = clip_bounds<T>(ctx.node, from_inputs);
     k = std::make_unique<ClipKernel<T>>(lo, hi, from_inputs);
   });
   if (!k) fail_dtype(ctx);

@@ -26,6 +26,18 @@ using CudaFactory = std::function<std::unique_ptr<Kernel>(PrepareContext& ctx, c
 void twin(KernelRegistry& r, const std::string& domain, const std::string& op, CudaFactory f);
 inline void twin(KernelRegistry& r, const std::string& op, CudaFactory f) { twin(r, "", op, std::move(f)); }
 
+// Output 0 is input 0's bytes (Reshape, Identity, a same-type Cast, ...): the plan usually makes it a view;
+// otherwise one device copy.
+class DeviceCopyKernel final : public Kernel {
+ public:
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    if (out[0]->data != in[0]->data && out[0]->nbytes())
+      check(cudaMemcpyAsync(out[0]->data, in[0]->data, out[0]->nbytes(), cudaMemcpyDeviceToDevice, stream()),
+            "device copy");
+  }
+  bool output_is_view_of_input0() const override { return true; }
+};
+
 // Validates through the CPU factory and discards its kernel.
 inline void host_prepare(PrepareContext& ctx, const KernelFactory& host) { (void)host(ctx); }
 

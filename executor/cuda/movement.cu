@@ -169,19 +169,9 @@ std::unique_ptr<Kernel> make_pad(PrepareContext& ctx, const KernelFactory& host)
   return make_traced(ctx, host, MovementSpec{false, ctx.opset >= 11 ? 2 : -1});
 }
 
-class ViewKernel final : public Kernel {
- public:
-  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    if (out[0]->data != in[0]->data && out[0]->nbytes())
-      check(cudaMemcpyAsync(out[0]->data, in[0]->data, out[0]->nbytes(), cudaMemcpyDeviceToDevice, stream()),
-            "device copy");
-  }
-  bool output_is_view_of_input0() const override { return true; }
-};
-
 std::unique_ptr<Kernel> make_view(PrepareContext& ctx, const KernelFactory& host) {
   host_prepare(ctx, host);
-  return std::make_unique<ViewKernel>();
+  return std::make_unique<DeviceCopyKernel>();
 }
 
 // Ops whose inputs are always known at plan time (or whose output depends only on shapes): the plan folds

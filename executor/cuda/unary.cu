@@ -48,17 +48,6 @@ std::unique_ptr<Kernel> make_gelu(PrepareContext& ctx, const KernelFactory& host
   return gelu_uses_tanh(ctx.node) ? floats<GeluTanhOp>()(ctx, host) : floats<GeluOp>()(ctx, host);
 }
 
-// Output 0 is input 0's bytes: the plan usually makes it a view; otherwise one device copy.
-class DeviceCopyKernel final : public Kernel {
- public:
-  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    if (out[0]->data != in[0]->data && out[0]->nbytes())
-      check(cudaMemcpyAsync(out[0]->data, in[0]->data, out[0]->nbytes(), cudaMemcpyDeviceToDevice, stream()),
-            "device copy");
-  }
-  bool output_is_view_of_input0() const override { return true; }
-};
-
 std::unique_ptr<Kernel> make_copy(PrepareContext& ctx, const KernelFactory& host) {
   host_prepare(ctx, host);
   return std::make_unique<DeviceCopyKernel>();
@@ -110,11 +99,7 @@ std::unique_ptr<Kernel> make_clip(PrepareContext& ctx, const KernelFactory& host
   std::unique_ptr<Kernel> k;
   dispatch<float, double, int64_t, int32_t, int8_t, uint8_t>(ctx.inputs[0].dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
-    if (!from_inputs) {
-      lo = static_cast<T>(ctx.node.attr_float("min", std::numeric_limits<float>::lowest()));
-      hi = static_cast<T>(ctx.node.attr_float("max", std::numeric_limits<float>::max()));
-    }
+    const auto [lo, hi] = clip_bounds<T>(ctx.node, from_inputs);
     k = std::make_unique<ClipKernel<T>>(lo, hi, from_inputs);
   });
   if (!k) cpu::fail_dtype(ctx);

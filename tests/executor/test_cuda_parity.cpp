@@ -21,6 +21,9 @@ struct Case {
   std::map<std::string, TensorData> constants;  // initializers (shapes, axes, ...)
 };
 
+// Test names and failure messages show the case's name, not its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 Tensor randn(std::vector<int64_t> shape, uint32_t seed, DType t = DType::Float32) {
   std::mt19937 rng(seed);
   std::normal_distribution<double> d;
