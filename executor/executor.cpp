@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "executor/device.h"
 #include "graph/error.h"
 #include "graph/inline.h"
 
@@ -24,6 +25,7 @@ Executor::Executor(Graph g, std::map<std::string, int64_t> opsets, std::shared_p
                    ExecutorOptions opts)
     : graph_(std::move(g)), opsets_(std::move(opsets)), store_(std::move(store)), opts_(std::move(opts)) {
   if (!opts_.registry) opts_.registry = &default_kernels();
+  stream_ = make_stream(opts_.device);  // throws a clear error when CUDA is missing
   if (!opts_.functions.empty()) {
     const KernelRegistry& reg = *opts_.registry;
     const Device dev = opts_.device;
@@ -38,7 +40,10 @@ Executor::Executor(Graph g, std::map<std::string, int64_t> opsets, std::shared_p
       for (const auto& [dom, v] : f.opset_imports) opsets_.emplace(dom, v);
   }
   for (const auto& [name, data] : graph_.initializers)
-    if (!store_->count(name)) (*store_)[name] = Tensor::from_data(data);
+    if (!store_->count(name)) {
+      Tensor t = Tensor::from_data(data);
+      (*store_)[name] = opts_.device == Device::CPU ? std::move(t) : t.to(opts_.device);
+    }
   for (const ValueInfo& in : graph_.inputs) {
     if (graph_.is_initializer(in.name) || store_->count(in.name)) continue;
     feed_names_.push_back(in.name);
@@ -105,6 +110,7 @@ std::span<const Tensor* const> Executor::run(std::span<const Tensor* const> feed
         fail("input '" + feed_names_[i] + "'", "expected shape " + expected_shape(want) + ", got " + shape_string(f.shape));
     }
   }
+  StreamScope on_stream(stream_.get());
   ExecutionPlan& plan = plan_for(feeds);
   std::span<const Tensor* const> outs = plan.run(feeds);
   const size_t n_user = output_names_.size();
@@ -114,13 +120,18 @@ std::span<const Tensor* const> Executor::run(std::span<const Tensor* const> feed
     if (fresh.dtype != target.dtype || fresh.shape != target.shape)
       fail("update of '" + opts_.updates[i].second + "'", "new value '" + opts_.updates[i].first + "' is " +
                                                              fresh.describe() + " but the state is " + target.describe());
-    if (fresh.data != target.data) std::memcpy(target.data, fresh.data, target.nbytes());
+    if (fresh.data != target.data) copy_bytes(target.data, target.device, fresh.data, fresh.device, target.nbytes());
   }
+  // Each run ends with its work finished, so callers may read results and the next run (of any executor
+  // sharing the store) sees the updated state without cross-stream ordering.
+  synchronize(stream_.get());
   return outs.first(n_user);
 }
 
 std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds) {
   std::vector<const Tensor*> ordered;
+  std::vector<Tensor> uploaded;  // host feeds of a device executor, copied to the device here at the edge
+  uploaded.reserve(feed_names_.size());
   for (const std::string& name : feed_names_) {
     auto it = feeds.find(name);
     if (it == feeds.end()) {
@@ -128,13 +139,18 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds) {
       for (const std::string& n : feed_names_) all += (all.empty() ? "" : ", ") + n;
       fail("input '" + name + "'", "missing; the graph expects: " + all);
     }
-    ordered.push_back(&it->second);
+    if (it->second.device != opts_.device) {
+      uploaded.push_back(it->second.to(opts_.device));
+      ordered.push_back(&uploaded.back());
+    } else {
+      ordered.push_back(&it->second);
+    }
   }
   for (const auto& [name, t] : feeds)
     if (std::find(feed_names_.begin(), feed_names_.end(), name) == feed_names_.end())
       fail("input '" + name + "'", "is not an input of the graph");
   std::vector<Tensor> result;
-  for (const Tensor* t : run(std::span<const Tensor* const>(ordered))) result.push_back(t->clone());
+  for (const Tensor* t : run(std::span<const Tensor* const>(ordered))) result.push_back(t->to(Device::CPU));
   return result;
 }
 

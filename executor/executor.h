@@ -41,7 +41,9 @@ class Executor {
   // Validates dtypes and ranks/dims against the graph (errors name the input and what was expected), picks
   // or compiles the plan for these shapes, runs it, applies updates. Views valid until the next run.
   std::span<const Tensor* const> run(std::span<const Tensor* const> feeds);
-  std::vector<Tensor> run(const std::map<std::string, Tensor>& feeds);  // owning copies, by name
+  // Owning copies, by name. On a CUDA executor, host feeds are uploaded and the results are host tensors:
+  // this is a session edge.
+  std::vector<Tensor> run(const std::map<std::string, Tensor>& feeds);
 
   const Graph& graph() const { return graph_; }
   TensorStore& store() { return *store_; }
@@ -63,6 +65,7 @@ class Executor {
   std::vector<CachedPlan> plans_;
   ExecutionPlan* last_ = nullptr;
   size_t last_index_ = 0;
+  std::shared_ptr<void> stream_;  // the CUDA stream every run of this executor launches on; empty on the CPU
 };
 
 }  // namespace onnxtrain

@@ -309,4 +309,57 @@ struct PReluOp {
   template <class T> ONNXTRAIN_HD T operator()(T x, T slope) const { return x < T(0) ? slope * x : x; }
 };
 
+
+// ---- optimizer updates (ai.onnx.preview.training, executor/cpu/training_ops.cpp) ----------------------------
+// One element of one optimized tensor per call. The step-dependent scalars (bias-corrected rate, Momentum's
+// first-step beta) are computed once per run on the host, in double, by the *_coefficients functions below;
+// the element maths runs in the tensors' own dtype on either side.
+
+template <class T> struct MomentumStep {
+  T r, alpha, beta, norm;
+  bool nesterov;
+  ONNXTRAIN_HD void operator()(T x, T g, T v, T& x_new, T& v_new) const {
+    const T gr = norm * x + g;
+    v_new = alpha * v + beta * gr;
+    x_new = nesterov ? x - r * (gr + alpha * v_new) : x - r * v_new;
+  }
+};
+// The first update (T = 0) takes the whole gradient, per the spec: V starts from zero.
+template <class T>
+ONNXTRAIN_HD MomentumStep<T> momentum_step(double r, int64_t t, double alpha, double beta, double norm, bool nesterov) {
+  return {static_cast<T>(r), static_cast<T>(alpha), static_cast<T>(t > 0 ? beta : 1.0), static_cast<T>(norm),
+          nesterov};
+}
+
+template <class T> struct AdamStep {
+  T rate, alpha, one_m_alpha, beta, one_m_beta, eps, norm, keep;
+  ONNXTRAIN_HD void operator()(T x, T g, T v, T h, T& x_new, T& v_new, T& h_new) const {
+    const T gr = norm * x + g;
+    v_new = alpha * v + one_m_alpha * gr;
+    h_new = beta * h + one_m_beta * (gr * gr);
+    x_new = keep * (x - rate * (v_new / (std::sqrt(h_new) + eps)));
+  }
+};
+// Bias correction folds into the rate; T = 0 means "no correction", per the spec.
+template <class T>
+ONNXTRAIN_HD AdamStep<T> adam_step(double r, int64_t t, double alpha, double beta, double eps, double norm, double norm_post) {
+  const double td = static_cast<double>(t);
+  const double rate = t > 0 ? r * std::sqrt(1.0 - std::pow(beta, td)) / (1.0 - std::pow(alpha, td)) : r;
+  return {static_cast<T>(rate), static_cast<T>(alpha), static_cast<T>(1.0 - alpha), static_cast<T>(beta),
+          static_cast<T>(1.0 - beta), static_cast<T>(eps), static_cast<T>(norm), static_cast<T>(1.0 - norm_post)};
+}
+
+template <class T> struct AdagradStep {
+  T rate, eps, norm;
+  ONNXTRAIN_HD void operator()(T x, T g, T h, T& x_new, T& h_new) const {
+    const T gr = norm * x + g;
+    h_new = h + gr * gr;
+    x_new = x - rate * gr / (std::sqrt(h_new) + eps);
+  }
+};
+template <class T>
+ONNXTRAIN_HD AdagradStep<T> adagrad_step(double r, int64_t t, double decay, double eps, double norm) {
+  return {static_cast<T>(r / (1.0 + static_cast<double>(t) * decay)), static_cast<T>(eps), static_cast<T>(norm)};
+}
+
 }  // namespace onnxtrain

@@ -4,6 +4,12 @@
 
 #include "graph/error.h"
 
+#ifdef ONNXTRAIN_WITH_CUDA
+namespace onnxtrain {
+void register_cuda_kernels(KernelRegistry& r);  // executor/cuda/registry.cpp
+}
+#endif
+
 namespace onnxtrain {
 
 void PrepareContext::fail(const std::string& what) const { onnxtrain::fail(node.describe(), what); }
@@ -57,6 +63,9 @@ const KernelRegistry& default_kernels() {
     register_cpu_conv(r);
     register_cpu_misc(r);
     register_cpu_resize(r);
+#ifdef ONNXTRAIN_WITH_CUDA
+    register_cuda_kernels(r);  // after the CPU kernels: each CUDA def copies its CPU twin's key
+#endif
     return r;
   }();
   return reg;

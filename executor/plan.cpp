@@ -13,6 +13,9 @@ namespace onnxtrain {
 namespace {
 
 constexpr size_t kAlign = 64;
+// Constant device inputs up to this size are copied to the host for factories to read (shapes, axes, pads);
+// larger ones (weights) only when a node is folded, so planning does not download a whole model.
+constexpr size_t kHostMirrorBytes = 1 << 16;
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // Ops whose result must not be computed once at plan time even when every input is known.
@@ -72,6 +75,14 @@ class PlanCompiler {
 
   bool known(const Tensor* t) const { return folded_.count(t) != 0; }
 
+  // A host copy of a value known at plan time (the value itself on the CPU), downloaded once per plan.
+  const Tensor* host_view(const Tensor* t) {
+    if (t->device == Device::CPU) return t;
+    auto it = host_mirror_.find(t);
+    if (it == host_mirror_.end()) it = host_mirror_.emplace(t, t->to(Device::CPU)).first;
+    return &it->second;
+  }
+
   // The arena value whose buffer t uses (t itself unless t is a view).
   const Tensor* root(const Tensor* t) const {
     auto it = view_of_.find(t);
@@ -89,6 +100,9 @@ class PlanCompiler {
     if (auto it = spec_.opsets->find(dom); it != spec_.opsets->end()) opset = it->second;
     else if (dom.empty()) if (auto it2 = spec_.opsets->find("ai.onnx"); it2 != spec_.opsets->end()) opset = it2->second;
 
+    // On a device, plan-time work happens on the host: factories read constant inputs through
+    // KernelInput::value, and folded values are computed by the CPU kernels, then uploaded once.
+    const bool on_device = spec_.device != Device::CPU;
     PrepareContext ctx{n, opset, spec_.device, {}, {}};
     std::vector<const Tensor*> ins;
     bool all_known = true;
@@ -102,13 +116,21 @@ class PlanCompiler {
       if (!t) fail(n.describe(), "input '" + n.inputs[i] + "' is neither fed, stored, nor produced earlier");
       bool k = known(t);
       all_known = all_known && k;
-      ctx.inputs.push_back({t->dtype, t->shape, k ? t : nullptr});
+      ctx.inputs.push_back({t->dtype, t->shape, k && (!on_device || t->nbytes() <= kHostMirrorBytes) ? host_view(t) : nullptr});
       ins.push_back(t);
     }
     DType key = DType::Undefined;
     for (const KernelInput& in : ctx.inputs)
       if (in.present()) { key = in.dtype; break; }
     const KernelDef* def = spec_.registry->find(dom, n.op_type, opset, spec_.device, key);
+    const KernelDef* host_def = on_device ? spec_.registry->find(dom, n.op_type, opset, Device::CPU, key) : def;
+    const bool fold_on_host = on_device && host_def && (all_known || host_def->shape_only) && !never_fold(n);
+    if (fold_on_host) {
+      def = host_def;
+      ctx.device = Device::CPU;
+      for (size_t i = 0; i < ins.size(); ++i)
+        if (ins[i] && known(ins[i])) ctx.inputs[i].value = host_view(ins[i]);
+    }
     if (!def)
       fail(n.describe(), "no " + device_name(spec_.device) + " kernel for op '" + (dom.empty() ? "" : dom + ".") +
                              n.op_type + "' at opset " + std::to_string(opset) + " with input type " +
@@ -125,6 +147,7 @@ class PlanCompiler {
         Tensor* t = new_slot("\x01unused" + std::to_string(index) + "_" + std::to_string(i));
         t->dtype = ctx.outputs[i].dtype;
         t->shape = ctx.outputs[i].shape;
+        t->device = spec_.device;
         outs.push_back(t);
         if (!fold) interval_[t] = {plan_->steps_.size(), plan_->steps_.size()};
         continue;
@@ -136,6 +159,23 @@ class PlanCompiler {
       t->shape = ctx.outputs[i].shape;
       t->device = spec_.device;
       outs.push_back(t);
+    }
+    if (fold_on_host) {
+      std::vector<const Tensor*> host_in;
+      for (const Tensor* t : ins) host_in.push_back(t && known(t) ? host_view(t) : t);  // unknown: shape only
+      std::vector<Tensor> host_out;
+      for (const Tensor* t : outs) host_out.push_back(Tensor::empty(t->dtype, t->shape));
+      std::vector<Tensor*> host_out_ptrs;
+      for (Tensor& h : host_out) host_out_ptrs.push_back(&h);
+      kernel->run(host_in, host_out_ptrs);
+      for (size_t i = 0; i < outs.size(); ++i) {
+        Tensor uploaded = host_out[i].to(spec_.device);
+        outs[i]->data = uploaded.data;
+        outs[i]->owner = uploaded.owner;
+        folded_.insert(outs[i]);
+        host_mirror_[outs[i]] = std::move(host_out[i]);
+      }
+      return;
     }
     if (fold) {
       for (Tensor* t : outs) {
@@ -211,6 +251,7 @@ class PlanCompiler {
   std::unordered_set<const Tensor*> folded_;
   std::unordered_map<const Tensor*, std::pair<size_t, size_t>> interval_;  // arena values: [def, last use]
   std::unordered_map<const Tensor*, const Tensor*> view_of_;                // view -> arena value it shares
+  std::unordered_map<const Tensor*, Tensor> host_mirror_;  // device values known at plan time, on the host
 };
 
 std::vector<std::string> PlanSpec::feed_names_and_state() const {

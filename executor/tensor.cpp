@@ -5,6 +5,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "executor/device.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
@@ -25,7 +26,7 @@ std::string shape_string(std::span<const int64_t> shape) {
 
 int64_t Tensor::numel() const { return numel_of(shape); }
 
-// executor/cuda/device.cu (cudaMalloc), or executor/cuda/no_cuda.cpp (a clear error) without CUDA.
+// executor/cuda/runtime.cpp (the caching allocator), or executor/cuda/no_cuda.cpp (a clear error) without CUDA.
 void* cuda_allocate(size_t bytes);
 void cuda_free(void* p);
 
@@ -67,20 +68,24 @@ Tensor Tensor::from_data(const TensorData& d) {
   return t;
 }
 
-Tensor Tensor::clone() const {
-  if (device != Device::CPU) throw Error("Tensor::clone of a " + device_name(device) + " tensor is not supported yet");
-  Tensor t = empty(dtype, shape, device);
-  if (nbytes()) std::memcpy(t.data, data, nbytes());
+Tensor Tensor::clone() const { return to(device); }
+
+Tensor Tensor::to(Device d) const {
+  Tensor t = empty(dtype, shape, d);
+  if (device == Device::CPU && d == Device::CPU) {
+    if (nbytes()) std::memcpy(t.data, data, nbytes());
+  } else {
+    copy_bytes(t.data, d, data, device, nbytes());
+  }
   return t;
 }
 
 TensorData Tensor::to_data() const {
-  if (device != Device::CPU) throw Error("Tensor::to_data needs a host tensor, got " + device_name(device));
   TensorData d;
   d.dtype = dtype;
   d.dims = shape;
   d.bytes.resize(nbytes());
-  if (nbytes()) std::memcpy(d.bytes.data(), data, nbytes());
+  copy_bytes(d.bytes.data(), Device::CPU, data, device, nbytes());
   return d;
 }
 

@@ -40,7 +40,8 @@ struct Tensor {
     std::copy(v.begin(), v.end(), t.ptr<T>());
     return t;
   }
-  Tensor clone() const;       // owning deep copy
+  Tensor clone() const;       // owning deep copy on the same device
+  Tensor to(Device d) const;  // owning copy on d (host<->device copies happen here, at a session's edges)
   TensorData to_data() const;  // host copy as TensorData
   std::string describe() const;  // "float32[32,64]"
 };

@@ -7,7 +7,7 @@
 
 #include "executor/broadcast.h"
 #include "executor/cpu/kernel_util.h"
-#include "executor/functors.h"
+#include "executor/functor_attrs.h"
 #include "executor/kernel.h"
 
 namespace onnxtrain {
@@ -60,15 +60,13 @@ template <class Op> KernelFactory plain(int64_t grain) {
 }
 
 std::unique_ptr<Kernel> make_selu(PrepareContext& ctx) {
-  const SeluOp d;
-  return float_map(ctx, SeluOp{ctx.node.attr_float("alpha", d.alpha), ctx.node.attr_float("gamma", d.gamma)},
-                   kCostlyGrain);
+  return float_map(ctx, selu_op(ctx.node), kCostlyGrain);
 }
 
 std::unique_ptr<Kernel> make_celu(PrepareContext& ctx) {
-  const float alpha = ctx.node.attr_float("alpha", 1.0f);
-  if (alpha == 0.0f) ctx.fail("attribute 'alpha' must not be 0 (Celu divides by it)");
-  return float_map(ctx, CeluOp{alpha}, kCostlyGrain);
+  const CeluOp op = celu_op(ctx.node);
+  if (op.alpha == 0.0f) ctx.fail("attribute 'alpha' must not be 0 (Celu divides by it)");
+  return float_map(ctx, op, kCostlyGrain);
 }
 
 std::unique_ptr<Kernel> make_gelu(PrepareContext& ctx) {
@@ -79,12 +77,11 @@ std::unique_ptr<Kernel> make_gelu(PrepareContext& ctx) {
 }
 
 std::unique_ptr<Kernel> make_hard_sigmoid(PrepareContext& ctx) {
-  return float_map(ctx, HardSigmoidOp{ctx.node.attr_float("alpha", 0.2f), ctx.node.attr_float("beta", 0.5f)},
-                   kCheapGrain);
+  return float_map(ctx, hard_sigmoid_op(ctx.node), kCheapGrain);
 }
 
 std::unique_ptr<Kernel> make_thresholded_relu(PrepareContext& ctx) {
-  return float_map(ctx, ThresholdedReluOp{ctx.node.attr_float("alpha", 1.0f)}, kCheapGrain);
+  return float_map(ctx, thresholded_relu_op(ctx.node), kCheapGrain);
 }
 
 // ---- PRelu: y = x < 0 ? slope * x : x, slope broadcast (unidirectionally, opset 7+) onto x --------------------

@@ -8,7 +8,7 @@
 
 #include "executor/broadcast.h"
 #include "executor/cpu/kernel_util.h"
-#include "executor/functors.h"
+#include "executor/functor_attrs.h"
 #include "executor/kernel.h"
 
 namespace onnxtrain {
@@ -190,7 +190,7 @@ std::unique_ptr<Kernel> make_pow(PrepareContext& ctx) {
 std::unique_ptr<Kernel> make_mod(PrepareContext& ctx) {
   expect_arity(ctx, 2, 2);
   expect_same_dtype(ctx, 0, 1);
-  ModOp op{ctx.node.attr_int("fmod", 0) != 0};
+  const ModOp op = mod_op(ctx.node);
   const DType t = ctx.inputs[0].dtype;
   auto shapes = broadcast_output(ctx, t);
   BroadcastPlan plan = plan_broadcast(shapes, ctx.outputs[0].shape);

@@ -4,12 +4,14 @@
 //
 // R and T are read at run time, not plan time: in a training graph they are variables that change each
 // step, and a plan must not be recompiled for that. Scalar coefficients are derived from them in double once
-// per run; the elementwise maths runs in the tensors' own dtype.
+// per run; the elementwise maths runs in the tensors' own dtype and is shared with the CUDA kernels through
+// executor/functors.h.
 #include <cmath>
 #include <memory>
 #include <string>
 
 #include "executor/broadcast.h"
+#include "executor/functors.h"
 #include "executor/kernel.h"
 
 namespace onnxtrain {
@@ -84,12 +86,8 @@ template <class T> class MomentumKernel final : public Kernel {
  public:
   MomentumKernel(size_t n, MomentumAttrs a) : n_(n), a_(a) {}
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    const T r = static_cast<T>(read_r(*in[0]));
-    const int64_t t = in[1]->ptr<int64_t>()[0];
-    // The first update takes the whole gradient (V starts from zero), per the spec.
-    const T beta = static_cast<T>(t > 0 ? a_.beta : 1.0);
-    const T alpha = static_cast<T>(a_.alpha), norm = static_cast<T>(a_.norm);
-    const bool nesterov = a_.nesterov;
+    const auto step = momentum_step<T>(read_r(*in[0]), in[1]->ptr<int64_t>()[0], a_.alpha, a_.beta, a_.norm,
+                                       a_.nesterov);
     for (size_t i = 0; i < n_; ++i) {
       const T* x = in[2 + i]->ptr<T>();
       const T* g = in[2 + n_ + i]->ptr<T>();
@@ -97,13 +95,7 @@ template <class T> class MomentumKernel final : public Kernel {
       T* xo = out[i]->ptr<T>();
       T* vo = out[n_ + i]->ptr<T>();
       parallel_chunks(out[i]->numel(), kGrain, [&](int64_t s, int64_t e) {
-        for (int64_t j = s; j < e; ++j) {
-          const T gr = norm * x[j] + g[j];
-          const T vn = alpha * v[j] + beta * gr;
-          const T xn = nesterov ? x[j] - r * (gr + alpha * vn) : x[j] - r * vn;
-          vo[j] = vn;
-          xo[j] = xn;
-        }
+        for (int64_t j = s; j < e; ++j) step(x[j], g[j], v[j], xo[j], vo[j]);
       });
     }
   }
@@ -139,17 +131,8 @@ template <class T> class AdamKernel final : public Kernel {
  public:
   AdamKernel(size_t n, AdamAttrs a) : n_(n), a_(a) {}
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    const double r = read_r(*in[0]);
-    const int64_t t = in[1]->ptr<int64_t>()[0];
-    // Bias correction folds into the learning rate; T = 0 means "no correction", per the spec.
-    const double r_adj = t > 0 ? r * std::sqrt(1.0 - std::pow(a_.beta, static_cast<double>(t))) /
-                                     (1.0 - std::pow(a_.alpha, static_cast<double>(t)))
-                               : r;
-    const T ra = static_cast<T>(r_adj);
-    const T alpha = static_cast<T>(a_.alpha), beta = static_cast<T>(a_.beta);
-    const T one_m_alpha = static_cast<T>(1.0 - a_.alpha), one_m_beta = static_cast<T>(1.0 - a_.beta);
-    const T eps = static_cast<T>(a_.epsilon), norm = static_cast<T>(a_.norm);
-    const T keep = static_cast<T>(1.0 - a_.norm_post);
+    const auto step = adam_step<T>(read_r(*in[0]), in[1]->ptr<int64_t>()[0], a_.alpha, a_.beta, a_.epsilon, a_.norm,
+                                   a_.norm_post);
     for (size_t i = 0; i < n_; ++i) {
       const T* x = in[2 + i]->ptr<T>();
       const T* g = in[2 + n_ + i]->ptr<T>();
@@ -159,15 +142,7 @@ template <class T> class AdamKernel final : public Kernel {
       T* vo = out[n_ + i]->ptr<T>();
       T* ho = out[2 * n_ + i]->ptr<T>();
       parallel_chunks(out[i]->numel(), kGrain, [&](int64_t s, int64_t e) {
-        for (int64_t j = s; j < e; ++j) {
-          const T gr = norm * x[j] + g[j];
-          const T vn = alpha * v[j] + one_m_alpha * gr;
-          const T hn = beta * h[j] + one_m_beta * (gr * gr);
-          const T xn = x[j] - ra * (vn / (std::sqrt(hn) + eps));
-          vo[j] = vn;
-          ho[j] = hn;
-          xo[j] = keep * xn;
-        }
+        for (int64_t j = s; j < e; ++j) step(x[j], g[j], v[j], h[j], xo[j], vo[j], ho[j]);
       });
     }
   }
@@ -198,10 +173,7 @@ template <class T> class AdagradKernel final : public Kernel {
  public:
   AdagradKernel(size_t n, AdagradAttrs a) : n_(n), a_(a) {}
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    const double r = read_r(*in[0]);
-    const int64_t t = in[1]->ptr<int64_t>()[0];
-    const T ra = static_cast<T>(r / (1.0 + static_cast<double>(t) * a_.decay));
-    const T eps = static_cast<T>(a_.epsilon), norm = static_cast<T>(a_.norm);
+    const auto step = adagrad_step<T>(read_r(*in[0]), in[1]->ptr<int64_t>()[0], a_.decay, a_.epsilon, a_.norm);
     for (size_t i = 0; i < n_; ++i) {
       const T* x = in[2 + i]->ptr<T>();
       const T* g = in[2 + n_ + i]->ptr<T>();
@@ -209,13 +181,7 @@ template <class T> class AdagradKernel final : public Kernel {
       T* xo = out[i]->ptr<T>();
       T* ho = out[n_ + i]->ptr<T>();
       parallel_chunks(out[i]->numel(), kGrain, [&](int64_t s, int64_t e) {
-        for (int64_t j = s; j < e; ++j) {
-          const T gr = norm * x[j] + g[j];
-          const T hn = h[j] + gr * gr;
-          const T xn = x[j] - ra * gr / (std::sqrt(hn) + eps);
-          ho[j] = hn;
-          xo[j] = xn;
-        }
+        for (int64_t j = s; j < e; ++j) step(x[j], g[j], h[j], xo[j], ho[j]);
       });
     }
   }

@@ -11,7 +11,7 @@
 
 #include "executor/broadcast.h"
 #include "executor/cpu/kernel_util.h"
-#include "executor/functors.h"
+#include "executor/functor_attrs.h"
 #include "executor/kernel.h"
 
 namespace onnxtrain {
@@ -181,19 +181,13 @@ std::unique_ptr<Kernel> make_clip(PrepareContext& ctx) {
   std::unique_ptr<Kernel> k;
   dispatch<float, double, int64_t, int32_t, int8_t, uint8_t>(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
-    if (!from_inputs) {
-      lo = static_cast<T>(ctx.node.attr_float("min", std::numeric_limits<float>::lowest()));
-      hi = static_cast<T>(ctx.node.attr_float("max", std::numeric_limits<float>::max()));
-    }
+    const auto [lo, hi] = clip_bounds<T>(ctx.node, from_inputs);
     k = std::make_unique<ClipKernel<T>>(lo, hi, from_inputs);
   });
   if (!k) fail_dtype(ctx);
   return k;
 }
 
-LeakyReluOp leaky_relu(const Node& n) { return LeakyReluOp{n.attr_float("alpha", 0.01f)}; }
-EluOp elu(const Node& n) { return EluOp{n.attr_float("alpha", 1.0f)}; }
 
 }  // namespace
 
@@ -215,8 +209,8 @@ void register_cpu_unary(KernelRegistry& r) {
   add(r, "Ceil", 6, flt, functor_unary<CeilOp, float, double>(kCheapGrain));
   add(r, "Erf", 9, flt, functor_unary<ErfOp, float, double>(kCostlyGrain));
   add(r, "Softplus", 1, flt, functor_unary<SoftplusOp, float, double>(kCostlyGrain));
-  add(r, "LeakyRelu", 6, flt, functor_unary<LeakyReluOp, float, double>(kCheapGrain, leaky_relu));
-  add(r, "Elu", 6, flt, functor_unary<EluOp, float, double>(kCostlyGrain, elu));
+  add(r, "LeakyRelu", 6, flt, functor_unary<LeakyReluOp, float, double>(kCheapGrain, leaky_relu_op));
+  add(r, "Elu", 6, flt, functor_unary<EluOp, float, double>(kCostlyGrain, elu_op));
   add(r, "Not", 1, {DType::Bool}, functor_unary<NotOp, bool>(kCheapGrain));
   add(r, "Identity", 1, {}, make_identity);
   add(r, "Cast", 6,

@@ -1,0 +1,56 @@
+#pragma once
+// Shared by the CUDA kernel files: twin registration and the plan-time bridge to the CPU factories.
+//
+// A CUDA kernel is registered as the twin of the CPU kernel defs of the same op: same domain, opset ranges,
+// dtypes and shape_only flag, copied from the registry, so the two cannot drift. Its factory first runs the
+// CPU factory on the same context: validation, attribute parsing and output dtypes and shapes then have one
+// source, and the CUDA side only adds what the device launch needs.
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "executor/cpu/kernel_util.h"
+#include "executor/cuda/runtime.h"
+#include "executor/kernel.h"
+
+namespace onnxtrain::cuda {
+
+using cpu::dispatch;
+using cpu::Tag;
+
+// `host` is the CPU def's factory; calling it fills ctx.outputs (and returns the CPU kernel, which the
+// data-movement ops use to trace their gather maps).
+using CudaFactory = std::function<std::unique_ptr<Kernel>(PrepareContext& ctx, const KernelFactory& host)>;
+
+// Adds a CUDA def for every CPU def of (domain, op) already in r; fails if there is none.
+void twin(KernelRegistry& r, const std::string& domain, const std::string& op, CudaFactory f);
+inline void twin(KernelRegistry& r, const std::string& op, CudaFactory f) { twin(r, "", op, std::move(f)); }
+
+// Output 0 is input 0's bytes (Reshape, Identity, a same-type Cast, ...): the plan usually makes it a view;
+// otherwise one device copy.
+class DeviceCopyKernel final : public Kernel {
+ public:
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    if (out[0]->data != in[0]->data && out[0]->nbytes())
+      check(cudaMemcpyAsync(out[0]->data, in[0]->data, out[0]->nbytes(), cudaMemcpyDeviceToDevice, stream()),
+            "device copy");
+  }
+  bool output_is_view_of_input0() const override { return true; }
+};
+
+// Validates through the CPU factory and discards its kernel.
+inline void host_prepare(PrepareContext& ctx, const KernelFactory& host) { (void)host(ctx); }
+
+// Per-family registration (one per file in executor/cuda/), called from register_cuda_kernels().
+void register_cuda_elementwise(KernelRegistry& r);
+void register_cuda_unary(KernelRegistry& r);
+void register_cuda_training_ops(KernelRegistry& r);
+void register_cuda_movement(KernelRegistry& r);
+void register_cuda_blas(KernelRegistry& r);
+
+}  // namespace onnxtrain::cuda
+
+namespace onnxtrain {
+// Every CUDA kernel, registered after the CPU ones (kernel.cpp); the twins copy their keys.
+void register_cuda_kernels(KernelRegistry& r);
+}  // namespace onnxtrain

@@ -1,0 +1,30 @@
+#include "executor/cuda/common.h"
+#include "graph/error.h"
+
+namespace onnxtrain {
+namespace cuda {
+
+void twin(KernelRegistry& r, const std::string& domain, const std::string& op, CudaFactory f) {
+  std::vector<KernelDef> defs;
+  for (const KernelDef& d : r.all())
+    if (d.device == Device::CPU && d.domain == domain && d.op_type == op) defs.push_back(d);
+  if (defs.empty()) throw Error("CUDA kernel for '" + op + "' registered without a CPU kernel to twin");
+  for (KernelDef& d : defs) {
+    KernelFactory host = d.factory;
+    d.device = Device::CUDA;
+    d.factory = [host, f](PrepareContext& ctx) { return f(ctx, host); };
+    r.add(std::move(d));
+  }
+}
+
+}  // namespace cuda
+
+void register_cuda_kernels(KernelRegistry& r) {
+  cuda::register_cuda_elementwise(r);
+  cuda::register_cuda_unary(r);
+  cuda::register_cuda_training_ops(r);
+  cuda::register_cuda_movement(r);
+  cuda::register_cuda_blas(r);
+}
+
+}  // namespace onnxtrain

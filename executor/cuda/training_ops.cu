@@ -1,0 +1,163 @@
+// The ai.onnx.preview.training optimizer ops (Momentum, Adam, Adagrad) on CUDA. R and T are device scalars
+// that change every step, so they are read on the device: the first thread of each block derives the step's
+// coefficients with the same *_step() functions the CPU calls (executor/functors.h), and every element then
+// applies the shared update functor. No host round trip per step.
+#include <memory>
+
+#include "executor/cuda/common.h"
+#include "executor/cuda/device_util.cuh"
+#include "executor/functors.h"
+
+namespace onnxtrain::cuda {
+namespace {
+
+struct Scalars {
+  const void* r;
+  bool r_double;
+  const int64_t* t;
+  __device__ double rate() const {
+    return r_double ? *static_cast<const double*>(r) : static_cast<double>(*static_cast<const float*>(r));
+  }
+};
+
+struct MomentumAttrs {
+  double alpha, beta, norm;
+  bool nesterov;
+};
+struct AdamAttrs {
+  double alpha, beta, epsilon, norm, norm_post;
+};
+struct AdagradAttrs {
+  double decay, epsilon, norm;
+};
+
+template <class T>
+__global__ void momentum_kernel(Scalars s, MomentumAttrs a, int64_t n, const T* x, const T* g, const T* v, T* xo, T* vo) {
+  __shared__ MomentumStep<T> step;
+  if (threadIdx.x == 0) step = momentum_step<T>(s.rate(), *s.t, a.alpha, a.beta, a.norm, a.nesterov);
+  __syncthreads();
+  for (int64_t i = global_index(); i < n; i += grid_stride()) step(x[i], g[i], v[i], xo[i], vo[i]);
+}
+
+template <class T>
+__global__ void adam_kernel(Scalars s, AdamAttrs a, int64_t n, const T* x, const T* g, const T* v, const T* h, T* xo,
+                            T* vo, T* ho) {
+  __shared__ AdamStep<T> step;
+  if (threadIdx.x == 0) step = adam_step<T>(s.rate(), *s.t, a.alpha, a.beta, a.epsilon, a.norm, a.norm_post);
+  __syncthreads();
+  for (int64_t i = global_index(); i < n; i += grid_stride()) step(x[i], g[i], v[i], h[i], xo[i], vo[i], ho[i]);
+}
+
+template <class T>
+__global__ void adagrad_kernel(Scalars s, AdagradAttrs a, int64_t n, const T* x, const T* g, const T* h, T* xo, T* ho) {
+  __shared__ AdagradStep<T> step;
+  if (threadIdx.x == 0) step = adagrad_step<T>(s.rate(), *s.t, a.decay, a.epsilon, a.norm);
+  __syncthreads();
+  for (int64_t i = global_index(); i < n; i += grid_stride()) step(x[i], g[i], h[i], xo[i], ho[i]);
+}
+
+Scalars scalars(std::span<const Tensor* const> in) {
+  return {in[0]->data, in[0]->dtype == DType::Float64, in[1]->ptr<int64_t>()};
+}
+
+// Inputs R, T, then `groups` blocks of n tensors; outputs `groups - 1` blocks of n.
+size_t group_size(const PrepareContext& ctx, size_t groups) { return (ctx.inputs.size() - 2) / groups; }
+
+template <class T> class MomentumKernel final : public Kernel {
+ public:
+  MomentumKernel(size_t n, MomentumAttrs a) : n_(n), a_(a) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    for (size_t i = 0; i < n_; ++i) {
+      const int64_t m = out[i]->numel();
+      if (m == 0) continue;
+      momentum_kernel<T><<<blocks_for(m), kBlock, 0, stream()>>>(
+          scalars(in), a_, m, in[2 + i]->ptr<T>(), in[2 + n_ + i]->ptr<T>(), in[2 + 2 * n_ + i]->ptr<T>(),
+          out[i]->ptr<T>(), out[n_ + i]->ptr<T>());
+      check_launch("Momentum kernel");
+    }
+  }
+
+ private:
+  size_t n_;
+  MomentumAttrs a_;
+};
+
+template <class T> class AdamKernel final : public Kernel {
+ public:
+  AdamKernel(size_t n, AdamAttrs a) : n_(n), a_(a) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    for (size_t i = 0; i < n_; ++i) {
+      const int64_t m = out[i]->numel();
+      if (m == 0) continue;
+      adam_kernel<T><<<blocks_for(m), kBlock, 0, stream()>>>(
+          scalars(in), a_, m, in[2 + i]->ptr<T>(), in[2 + n_ + i]->ptr<T>(), in[2 + 2 * n_ + i]->ptr<T>(),
+          in[2 + 3 * n_ + i]->ptr<T>(), out[i]->ptr<T>(), out[n_ + i]->ptr<T>(), out[2 * n_ + i]->ptr<T>());
+      check_launch("Adam kernel");
+    }
+  }
+
+ private:
+  size_t n_;
+  AdamAttrs a_;
+};
+
+template <class T> class AdagradKernel final : public Kernel {
+ public:
+  AdagradKernel(size_t n, AdagradAttrs a) : n_(n), a_(a) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    for (size_t i = 0; i < n_; ++i) {
+      const int64_t m = out[i]->numel();
+      if (m == 0) continue;
+      adagrad_kernel<T><<<blocks_for(m), kBlock, 0, stream()>>>(scalars(in), a_, m, in[2 + i]->ptr<T>(),
+                                                               in[2 + n_ + i]->ptr<T>(), in[2 + 2 * n_ + i]->ptr<T>(),
+                                                               out[i]->ptr<T>(), out[n_ + i]->ptr<T>());
+      check_launch("Adagrad kernel");
+    }
+  }
+
+ private:
+  size_t n_;
+  AdagradAttrs a_;
+};
+
+// Attribute defaults and required attributes were checked by the CPU factory; these reads agree with it.
+std::unique_ptr<Kernel> make_momentum(PrepareContext& ctx, const KernelFactory& host) {
+  host_prepare(ctx, host);
+  const Node& n = ctx.node;
+  MomentumAttrs a{n.attr_float("alpha", 0.0f), n.attr_float("beta", 0.0f), n.attr_float("norm_coefficient", 0.0f),
+                  n.attr_string("mode", "") == "nesterov"};
+  const size_t count = group_size(ctx, 3);
+  if (ctx.inputs[2].dtype == DType::Float64) return std::make_unique<MomentumKernel<double>>(count, a);
+  return std::make_unique<MomentumKernel<float>>(count, a);
+}
+
+std::unique_ptr<Kernel> make_adam(PrepareContext& ctx, const KernelFactory& host) {
+  host_prepare(ctx, host);
+  const Node& n = ctx.node;
+  AdamAttrs a{n.attr_float("alpha", 0.9f), n.attr_float("beta", 0.999f), n.attr_float("epsilon", 1e-6f),
+              n.attr_float("norm_coefficient", 0.0f), n.attr_float("norm_coefficient_post", 0.0f)};
+  const size_t count = group_size(ctx, 4);
+  if (ctx.inputs[2].dtype == DType::Float64) return std::make_unique<AdamKernel<double>>(count, a);
+  return std::make_unique<AdamKernel<float>>(count, a);
+}
+
+std::unique_ptr<Kernel> make_adagrad(PrepareContext& ctx, const KernelFactory& host) {
+  host_prepare(ctx, host);
+  const Node& n = ctx.node;
+  AdagradAttrs a{n.attr_float("decay_factor", 0.0f), n.attr_float("epsilon", 1e-6f),
+                 n.attr_float("norm_coefficient", 0.0f)};
+  const size_t count = group_size(ctx, 3);
+  if (ctx.inputs[2].dtype == DType::Float64) return std::make_unique<AdagradKernel<double>>(count, a);
+  return std::make_unique<AdagradKernel<float>>(count, a);
+}
+
+}  // namespace
+
+void register_cuda_training_ops(KernelRegistry& r) {
+  const char* const domain = "ai.onnx.preview.training";
+  twin(r, domain, "Momentum", make_momentum);
+  twin(r, domain, "Adam", make_adam);
+  twin(r, domain, "Adagrad", make_adagrad);
+}
+
+}  // namespace onnxtrain::cuda

@@ -1,0 +1,169 @@
+// The CUDA backend's structure, checked on any machine (no GPU needed): every CPU kernel key has a CUDA twin
+// in the registry, device names parse in one place, and a missing CUDA says clearly what is missing. Also
+// the shared host/device functors the CPU kernels do not call themselves (the CPU's Eigen paths), against
+// independent formulas.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+
+#include "executor/device.h"
+#include "executor/executor.h"
+#include "executor/functors.h"
+#include "executor/kernel.h"
+#include "graph/error.h"
+
+namespace onnxtrain {
+namespace {
+
+std::string key(const KernelDef& d) {
+  std::string s = (d.domain.empty() ? std::string() : d.domain + ".") + d.op_type + " [" +
+                  std::to_string(d.since_version) + "," + std::to_string(d.end_version) + "] dtypes:";
+  for (DType t : d.dtypes) s += " " + dtype_name(t);
+  if (d.shape_only) s += " shape_only";
+  return s;
+}
+
+// CPU ops that have no CUDA kernel yet (docs/gpu.md lists them). The test fails when a CPU op without a
+// twin is missing from this list, and when an op listed here gains a twin, so the list stays exact.
+const std::set<std::string> kNotYetOnCuda = {
+    // cuDNN-backed families not written yet
+    "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+    "BatchNormalization", "InstanceNormalization", "LayerNormalization", "GroupNormalization",
+    "onnxtrain.LayerNormalizationGrad", "Softmax", "LogSoftmax", "onnxtrain.SoftmaxGrad",
+    "onnxtrain.LogSoftmaxGrad",
+    // reductions
+    "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceL2",
+    "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin",
+    // index-driven and miscellaneous ops
+    "ScatterND", "ScatterElements", "GatherElements", "GatherND", "CumSum", "Dropout", "Einsum", "TopK",
+    "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss", "Resize", "onnxtrain.GeluGrad", "onnxtrain.GeluTanhGrad",
+};
+
+TEST(CudaTwins, EveryCpuKernelKeyHasACudaTwin) {
+  if (!built_with_cuda()) GTEST_SKIP() << "built without CUDA, so no CUDA kernels are registered: nothing to compare";
+  const KernelRegistry& reg = default_kernels();
+  std::multiset<std::string> cuda_keys;
+  std::set<std::string> cuda_ops;
+  for (const KernelDef& d : reg.all())
+    if (d.device == Device::CUDA) {
+      cuda_keys.insert(key(d));
+      cuda_ops.insert((d.domain.empty() ? "" : d.domain + ".") + d.op_type);
+    }
+  std::set<std::string> missing_ops;
+  std::vector<std::string> unlisted;
+  for (const KernelDef& d : reg.all()) {
+    if (d.device != Device::CPU) continue;
+    const std::string op = (d.domain.empty() ? "" : d.domain + ".") + d.op_type;
+    if (cuda_keys.count(key(d))) continue;
+    missing_ops.insert(op);
+    if (!kNotYetOnCuda.count(op)) unlisted.push_back(key(d));
+  }
+  EXPECT_TRUE(unlisted.empty()) << "CPU kernels without a CUDA twin (same domain, op, opset range, dtypes):\n  "
+                                << [&] {
+                                     std::string s;
+                                     for (const std::string& u : unlisted) s += u + "\n  ";
+                                     return s;
+                                   }();
+  for (const std::string& op : kNotYetOnCuda)
+    EXPECT_FALSE(cuda_ops.count(op)) << op << " now has a CUDA kernel: remove it from kNotYetOnCuda and docs/gpu.md";
+  for (const std::string& op : kNotYetOnCuda)
+    EXPECT_TRUE(missing_ops.count(op)) << op << " is listed as missing on CUDA but has no CPU kernel either";
+  // Every CUDA def must twin a CPU def (no CUDA-only keys that the CPU tests would not cover).
+  std::multiset<std::string> cpu_keys;
+  for (const KernelDef& d : reg.all())
+    if (d.device == Device::CPU) cpu_keys.insert(key(d));
+  for (const std::string& k : cuda_keys) EXPECT_TRUE(cpu_keys.count(k)) << "CUDA kernel without a CPU twin: " << k;
+}
+
+TEST(Device, ParsesNamesInOnePlace) {
+  EXPECT_EQ(parse_device("cpu"), Device::CPU);
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda0", "CPU", ""}) {
+    try {
+      parse_device(bad);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("expected \"cpu\", \"cuda\" or \"cuda:N\""), std::string::npos) << e.what();
+    }
+  }
+}
+
+// On a machine without CUDA (this build has none, or no device is visible) every way onto the GPU fails
+// with the reason, never a crash.
+TEST(Device, MissingCudaIsAClearError) {
+  if (cuda_available()) GTEST_SKIP() << "a CUDA device is present; the missing-CUDA errors cannot be observed here";
+  const std::string why = cuda_unavailable_reason();
+  ASSERT_FALSE(why.empty());
+  if (!built_with_cuda()) EXPECT_NE(why.find("built without CUDA"), std::string::npos) << why;
+  else EXPECT_NE(why.find("no CUDA device"), std::string::npos) << why;
+  auto expect_reason = [&](auto&& f) {
+    try {
+      f();
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  expect_reason([] { parse_device("cuda:0"); });
+  expect_reason([] { parse_device("cuda"); });
+  expect_reason([] { Tensor::empty(DType::Float32, {4}, Device::CUDA); });
+  expect_reason([] {
+    ExecutorOptions o;
+    o.device = Device::CUDA;
+    Executor ex(Graph{}, {{"", 17}}, std::make_shared<TensorStore>(), o);
+  });
+}
+
+// The CPU's Sigmoid, Tanh, Exp and Log go through Eigen, so their functors (which the CUDA kernels use) are
+// checked here against the textbook formulas in long double, including the far tails.
+TEST(SharedFunctors, TranscendentalsTheCpuComputesWithEigen) {
+  for (double x : {-800.0, -30.0, -1.5, -1e-8, 0.0, 2e-8, 0.7, 12.0, 90.0, 800.0}) {
+    const long double xl = x;
+    EXPECT_NEAR(SigmoidOp{}(x), static_cast<double>(1.0L / (1.0L + std::exp(-xl))), 1e-15) << x;
+    EXPECT_NEAR(SigmoidOp{}(static_cast<float>(x)), static_cast<float>(1.0L / (1.0L + std::exp(-xl))), 1e-7) << x;
+    EXPECT_DOUBLE_EQ(TanhOp{}(x), static_cast<double>(std::tanh(xl))) << x;
+    if (std::abs(x) < 700) EXPECT_NEAR(ExpOp{}(x) / static_cast<double>(std::exp(xl)), 1.0, 1e-15) << x;
+    if (x > 0) EXPECT_NEAR(LogOp{}(x), static_cast<double>(std::log(xl)), 1e-14) << x;
+  }
+  EXPECT_TRUE(std::isnan(LogOp{}(-1.0)));
+  EXPECT_EQ(LogOp{}(0.0), -INFINITY);
+}
+
+// The optimizer update functors against the ONNX spec's formulas, written independently in double.
+TEST(SharedFunctors, OptimizerStepsFollowTheOnnxFormulas) {
+  const double x = 0.8, g = -0.3, v = 0.05, h = 0.02, r = 0.1, norm = 0.01;
+  {
+    const auto s = adam_step<double>(r, 3, 0.9, 0.999, 1e-6, norm, 0.0);
+    double xn, vn, hn;
+    s(x, g, v, h, xn, vn, hn);
+    const double gr = norm * x + g, v2 = 0.9 * v + 0.1 * gr, h2 = 0.999 * h + 0.001 * gr * gr;
+    const double rate = r * std::sqrt(1 - std::pow(0.999, 3)) / (1 - std::pow(0.9, 3));
+    EXPECT_NEAR(vn, v2, 1e-15);
+    EXPECT_NEAR(hn, h2, 1e-15);
+    EXPECT_NEAR(xn, x - rate * v2 / (std::sqrt(h2) + 1e-6), 1e-14);
+  }
+  {
+    for (bool nesterov : {false, true})
+      for (int64_t t : {0, 4}) {
+        const auto s = momentum_step<double>(r, t, 0.9, 0.5, norm, nesterov);
+        double xn, vn;
+        s(x, g, v, xn, vn);
+        const double beta = t > 0 ? 0.5 : 1.0, gr = norm * x + g, v2 = 0.9 * v + beta * gr;
+        EXPECT_NEAR(vn, v2, 1e-15);
+        EXPECT_NEAR(xn, nesterov ? x - r * (gr + 0.9 * v2) : x - r * v2, 1e-15);
+      }
+  }
+  {
+    const auto s = adagrad_step<double>(r, 5, 0.1, 1e-6, norm);
+    double xn, hn;
+    s(x, g, h, xn, hn);
+    const double gr = norm * x + g, h2 = h + gr * gr;
+    EXPECT_NEAR(hn, h2, 1e-15);
+    EXPECT_NEAR(xn, x - r / (1 + 5 * 0.1) * gr / (std::sqrt(h2) + 1e-6), 1e-15);
+  }
+}
+
+}  // namespace
+}  // namespace onnxtrain
