@@ -119,6 +119,12 @@ py::bytes serialized(PyTraining& self, Model (TrainingSession::*what)() const) {
   return py::bytes(bytes);
 }
 
+template <class Save>
+void saved_to(PyTraining& self, const py::handle& path, Save save) {
+  std::string p = fspath(path, "path");
+  self.run([&](TrainingSession& s) { save(s, p); });
+}
+
 template <class Cls, class P>
 void bind_common(Cls& cls) {
   cls.def_property_readonly("input_names", [](P& self) { return self.io.input_names; },
@@ -180,14 +186,12 @@ The feeds of train_step/gradients are the model's inputs plus the loss target (t
       .def("export_inference", [](PyTraining& self) { return serialized(self, &TrainingSession::export_inference); },
            "The inference model with the current weights, serialized.")
       .def("export_inference", [](PyTraining& self, const py::handle& path) {
-             std::string p = fspath(path, "path");
-             self.run([&](TrainingSession& s) { s.export_inference(p); });
+             saved_to(self, path, [](const TrainingSession& s, const std::string& p) { s.export_inference(p); });
            }, py::arg("path"), "Saves the inference model with the current weights (atomically).")
       .def("checkpoint", [](PyTraining& self) { return serialized(self, &TrainingSession::checkpoint); },
            "The trainable checkpoint (docs/checkpoint.md), serialized.")
       .def("save_checkpoint", [](PyTraining& self, const py::handle& path) {
-             std::string p = fspath(path, "path");
-             self.run([&](TrainingSession& s) { s.save_checkpoint(p); });
+             saved_to(self, path, [](const TrainingSession& s, const std::string& p) { s.save_checkpoint(p); });
            }, py::arg("path"), "Saves a trainable checkpoint (atomically).")
       .def("export_gradient_model", [](PyTraining& self) { return serialized(self, &TrainingSession::export_gradient_model); },
            "A standard ONNX model computing the loss and every weight's gradient, serialized.")

@@ -25,6 +25,14 @@ def validate_data(estimator, *args, **kwargs):
     return _validate_data(estimator, *args, **kwargs)
 
 
+def store_params(estimator, params):
+    """Sets every __init__ argument (``locals()`` of __init__) as an attribute of the same name, unchanged, as
+    scikit-learn's estimator API requires."""
+    for name, value in params.items():
+        if name not in ("self", "__class__"):
+            setattr(estimator, name, value)
+
+
 def dense(X):
     """A C-contiguous dense batch (sparse matrices are densified one batch at a time)."""
     if hasattr(X, "toarray"):

@@ -30,7 +30,7 @@ from sklearn.utils.multiclass import _check_partial_fit_first_call, type_of_targ
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, column_or_1d
 
 from .. import LossSpec, OptimizerSpec, ParamGroup, TrainingSession
-from ._base import SessionEstimator, validate_data
+from ._base import SessionEstimator, store_params, validate_data
 
 _ONNX_ACTIVATION = {"relu": "Relu", "logistic": "Sigmoid", "tanh": "Tanh", "identity": None}
 _OPSET = 18
@@ -292,30 +292,7 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
                  max_iter=200, shuffle=True, random_state=None, tol=1e-4, verbose=False, warm_start=False,
                  momentum=0.9, nesterovs_momentum=True, early_stopping=False, validation_fraction=0.1, beta_1=0.9,
                  beta_2=0.999, epsilon=1e-8, n_iter_no_change=10, device="cpu"):
-        self.hidden_layer_sizes = hidden_layer_sizes
-        self.activation = activation
-        self.loss = loss
-        self.solver = solver
-        self.alpha = alpha
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.learning_rate_init = learning_rate_init
-        self.power_t = power_t
-        self.max_iter = max_iter
-        self.shuffle = shuffle
-        self.random_state = random_state
-        self.tol = tol
-        self.verbose = verbose
-        self.warm_start = warm_start
-        self.momentum = momentum
-        self.nesterovs_momentum = nesterovs_momentum
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.beta_1 = beta_1
-        self.beta_2 = beta_2
-        self.epsilon = epsilon
-        self.n_iter_no_change = n_iter_no_change
-        self.device = device
+        store_params(self, locals())
 
     def _validate_input(self, X, y, incremental, reset):
         X, y = validate_data(self, X, y, accept_sparse=["csr", "csc"], multi_output=True, y_numeric=True,
@@ -362,29 +339,7 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
                  shuffle=True, random_state=None, tol=1e-4, verbose=False, warm_start=False, momentum=0.9,
                  nesterovs_momentum=True, early_stopping=False, validation_fraction=0.1, beta_1=0.9, beta_2=0.999,
                  epsilon=1e-8, n_iter_no_change=10, device="cpu"):
-        self.hidden_layer_sizes = hidden_layer_sizes
-        self.activation = activation
-        self.solver = solver
-        self.alpha = alpha
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.learning_rate_init = learning_rate_init
-        self.power_t = power_t
-        self.max_iter = max_iter
-        self.shuffle = shuffle
-        self.random_state = random_state
-        self.tol = tol
-        self.verbose = verbose
-        self.warm_start = warm_start
-        self.momentum = momentum
-        self.nesterovs_momentum = nesterovs_momentum
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.beta_1 = beta_1
-        self.beta_2 = beta_2
-        self.epsilon = epsilon
-        self.n_iter_no_change = n_iter_no_change
-        self.device = device
+        store_params(self, locals())
 
     def _validate_input(self, X, y, incremental, reset):
         X, y = validate_data(self, X, y, accept_sparse=["csr", "csc"], multi_output=True,

@@ -15,7 +15,7 @@ from sklearn.utils.multiclass import _check_partial_fit_first_call
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, column_or_1d
 
 from .. import LossSpec, ScheduleSpec, TrainingSession, make_loss, make_optimizer, make_penalty, make_schedule
-from ._base import SessionEstimator, validate_data
+from ._base import SessionEstimator, store_params, validate_data
 
 _NP_OF_ONNX = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64}
 
@@ -76,25 +76,7 @@ class _OnnxEstimator(SessionEstimator):
                  max_iter=100, batch_size="auto", shuffle=True, random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10, tol=1e-4, trainable=None,
                  prediction=None, device="cpu", verbose=False):
-        self.model = model
-        self.loss = loss
-        self.optimizer = optimizer
-        self.learning_rate = learning_rate
-        self.momentum = momentum
-        self.penalty = penalty
-        self.max_iter = max_iter
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.random_state = random_state
-        self.warm_start = warm_start
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.tol = tol
-        self.trainable = trainable
-        self.prediction = prediction
-        self.device = device
-        self.verbose = verbose
+        store_params(self, locals())
 
     _sample_weight_feed = "sample_weight"
 
