@@ -84,6 +84,18 @@ def test_fit_starts_from_the_model_weights(diabetes, regressor_onnx):
     assert warm.n_iter_ == 6 and np.abs(warm.predict(X_test) - first).max() > 1e-4
 
 
+def test_adaptive_learning_rate_divides_then_stops(diabetes, regressor_onnx):
+    X_train, _, y_train, _ = diabetes
+    _, onx = regressor_onnx
+    # A rate far too high: the loss stalls, the adaptive rule divides it by 5 per stall until 1e-6, then stops.
+    est = OnnxRegressor(onx, optimizer="sgd", learning_rate="adaptive", n_iter_no_change=2, tol=1e9, max_iter=200)
+    est.fit(X_train, y_train)
+    assert est._session.learning_rate <= 1e-6 and est._session.stop_requested
+    assert est.n_iter_ < 200
+    with pytest.raises(ValueError, match="schedule.kind: unknown kind 'sometimes'"):
+        OnnxRegressor(onx, learning_rate="sometimes").fit(X_train, y_train)
+
+
 def test_trainable_regex_freezes_the_rest(diabetes, regressor_onnx):
     X_train, _, y_train, _ = diabetes
     _, onx = regressor_onnx

@@ -94,7 +94,9 @@ class SessionEstimator(BaseEstimator):
         batch_size = self._effective_batch_size(n)
         sample_idx = np.arange(n, dtype=int)
         s = self._session
-        feed_target, feed_sw = s.target_name, self._sample_weight_feed
+        feed_target = s.target_name
+        # The loss's per-sample weight input ("sample_weight" unless the model already uses that name).
+        feed_sw = next((f for f in s.feed_names if f not in s.input_names and f != feed_target), None)
         try:
             for _ in range(self.max_iter):
                 if self.shuffle:

@@ -147,7 +147,6 @@ class _BaseMLP(SessionEstimator):
     }
 
     _input_name = "X"
-    _sample_weight_feed = "sample_weight"
 
     # Fitting ------------------------------------------------------------------------------------------------
     def fit(self, X, y, sample_weight=None):

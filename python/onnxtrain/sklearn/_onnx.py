@@ -78,7 +78,6 @@ class _OnnxEstimator(SessionEstimator):
                  prediction=None, device="cpu", verbose=False):
         store_params(self, locals())
 
-    _sample_weight_feed = "sample_weight"
 
     # The model -------------------------------------------------------------------------------------------------
     def _inspect(self):
@@ -134,10 +133,14 @@ class _OnnxEstimator(SessionEstimator):
     def _new_session(self, pruned, weights=None):
         opt = make_optimizer(self.optimizer, momentum=self.momentum)
         schedule = None
-        if isinstance(self.learning_rate, (ScheduleSpec, str, dict)):
+        if self.learning_rate == "adaptive":  # scikit-learn's rule, with this estimator's tol and patience
+            patience = int(min(self.n_iter_no_change, 2**62))
+            schedule = make_schedule("adaptive", tol=float(self.tol), n_iter_no_change=patience)
+        elif isinstance(self.learning_rate, (ScheduleSpec, str, dict)):
             schedule = make_schedule(self.learning_rate)
         elif self.learning_rate is not None:
             opt.learning_rate = float(self.learning_rate)
+        self._adaptive = schedule is not None and schedule.kind == "adaptive"
         self._session = TrainingSession(pruned, trainable=self._trainable_names, loss=self._loss_spec(), optimizer=opt,
                                         schedule=schedule, penalty=make_penalty(self.penalty),
                                         prediction=self._prediction, device=self.device)
@@ -173,6 +176,10 @@ class _OnnxEstimator(SessionEstimator):
         Y = self._encode(y)
         self._fit_loop(X, Y, y, sample_weight, incremental, first_pass, rs)
         return self
+
+    def _trigger_stopping(self, msg):
+        # With the adaptive schedule the session divides the rate and asks to stop (stop_requested) itself.
+        return False if self._adaptive else super()._trigger_stopping(msg)
 
     def _fitted_from_session(self):
         self.model_ = with_weights(self._full_model, self._session.weights())
