@@ -15,6 +15,7 @@
 // w1sgd = the W1 model and data with plain SGD lr 0.01 instead of Adam (kept for comparison with older
 //         entries of results.md); train_samples_per_s.
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -335,6 +336,14 @@ int main(int argc, char** argv) {
         "\"value\": %.9g, \"unit\": \"loss\", \"reference_run_final\": %.9g, \"first_step_loss\": %.9g, "
         "\"last_step_loss\": %.9g, \"ref_run_s\": %.6g}\n",
         w->id.c_str(), a.threads, final_loss, ref_final, losses.front(), losses.back(), ref_s);
+    // Peak resident memory of the whole process (data, every session built, warm-up and all runs), as the
+    // Python peers record theirs; ru_maxrss is in KiB on Linux.
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    std::printf(
+        "{\"workload\": \"%s\", \"peer\": \"onnxtrain\", \"threads\": %d, \"metric\": \"peak_rss_mb\", "
+        "\"value\": %.6g, \"unit\": \"MiB\"}\n",
+        w->id.c_str(), a.threads, double(ru.ru_maxrss) / 1024.0);
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_train: %s\n", e.what());
     return 1;
