@@ -152,7 +152,8 @@ def main():
         med = {s: statistics.median(v["value"] for v in rr.values()) for s, rr in by_sys.items()}
         for s, rr in by_sys.items():
             rec = next(iter(rr.values()))["rec"]
-            versions[s] = rec.get("versions", versions.get(s))
+            if rec.get("versions"):
+                versions[s] = rec["versions"]
         cells = [f"{fmt(med['onnxtrain'])} {unit}" if ours else "pending (MLPRegressor not merged)"]
         for s, label in PEERS:
             if s not in by_sys:
