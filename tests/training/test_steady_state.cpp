@@ -190,7 +190,7 @@ Tensor random_input(const ValueInfo& in, int64_t batch, std::mt19937& rng) {
 
 class WorkloadSteadyState : public ::testing::TestWithParam<Workload> {};
 
-TEST_P(WorkloadSteadyState, TrainStepAllocatesNothing) {
+TEST_P(WorkloadSteadyState, AllocationsPerStepWithinBounds) {
   const Workload& w = GetParam();
   const auto path = test::source_dir().parent_path() / "shared" / "bench" / "models" / (std::string(w.name) + ".onnx");
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found (the shared benchmark folder)";
