@@ -15,6 +15,7 @@
 // w1sgd = the W1 model and data with plain SGD lr 0.01 instead of Adam (kept for comparison with older
 //         entries of results.md); train_samples_per_s.
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -28,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/builder.h"
+#include "benchmarks/token_logits.h"
 #include "graph/error.h"
 #include "graph/model_io.h"
 #include "training/session.h"
@@ -176,23 +177,6 @@ std::string json_list(const std::vector<double>& v) {
   return s + "]";
 }
 
-// The model's output must be [N, C] (or the class axis 1) for cross_entropy, which follows torch's layout. W3's
-// logits are [batch, 64, 1000] with the classes last, and LossSpec has no class-axis option; so, like the torch
-// peer (logits.reshape(-1, V)), the output is flattened to [batch*64, 1000] and the targets fed as [batch*64].
-// This also avoids a Transpose to [batch, 1000, 64] that the loss would undo to put the classes last again.
-void flatten_tokens(Model& m, const std::string& where) {
-  Graph& g = m.graph;
-  const ValueInfo out = g.outputs.at(0);
-  if (!out.type.shape || out.type.shape->size() != 3 || !out.type.shape->back().known())
-    fail(where, "output '" + out.name + "' should be [batch, seq, classes] with a known class count");
-  const int64_t classes = out.type.shape->back().value;
-  GraphBuilder b(g, "bench/");
-  const std::vector<int64_t> dims = {-1, classes};
-  const std::string shape = b.constant(TensorData::from<int64_t>({2}, std::span<const int64_t>(dims)), "flat_shape");
-  const std::string flat = b.add("Reshape", {out.name, shape});
-  g.outputs = {ValueInfo{flat, TypeInfo{out.type.dtype, Shape{Dim{}, Dim::of(classes)}}}};
-}
-
 // Rows [row, row + rows) of a [N, ...] array, as a view.
 Tensor rows_view(const Tensor& t, int64_t row, int64_t rows) {
   std::vector<int64_t> shape = t.shape;
@@ -217,7 +201,7 @@ int main(int argc, char** argv) {
     const Model loaded = load_model(model_path);
     Model model = loaded;
     const bool ce = w->loss == "cross_entropy";
-    if (w->id == "w3") flatten_tokens(model, model_path);
+    if (w->id == "w3") bench::flatten_token_logits(model, model_path);
     TrainingConfig cfg;
     cfg.loss.kind = w->loss;
     cfg.loss.reduction = "mean";
@@ -335,6 +319,14 @@ int main(int argc, char** argv) {
         "\"value\": %.9g, \"unit\": \"loss\", \"reference_run_final\": %.9g, \"first_step_loss\": %.9g, "
         "\"last_step_loss\": %.9g, \"ref_run_s\": %.6g}\n",
         w->id.c_str(), a.threads, final_loss, ref_final, losses.front(), losses.back(), ref_s);
+    // Peak resident memory of the whole process (data, every session built, warm-up and all runs), as the
+    // Python peers record theirs; ru_maxrss is in KiB on Linux.
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    std::printf(
+        "{\"workload\": \"%s\", \"peer\": \"onnxtrain\", \"threads\": %d, \"metric\": \"peak_rss_mb\", "
+        "\"value\": %.6g, \"unit\": \"MiB\"}\n",
+        w->id.c_str(), a.threads, double(ru.ru_maxrss) / 1024.0);
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_train: %s\n", e.what());
     return 1;

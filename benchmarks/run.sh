@@ -1,87 +1,156 @@
 #!/usr/bin/env bash
-# Side-by-side benchmark of onnxtrain against PyTorch eager on the shared workloads (../shared/bench), in one
-# sequence of alternating processes so both see the same machine state; prints ratios, not bare times.
+# Side-by-side benchmark of onnxtrain against its peers on the shared workloads (../shared/bench), in one run of
+# alternating processes so every system sees the same machine state; checks that the losses agree, then prints
+# ratios (onnxtrain speed / peer speed) and writes a JSON result file.
 #
 #   bash benchmarks/run.sh
 #
-# Knobs (environment): THREADS="1 2"  WORKLOADS="w1 w2 w3 w4" (also w1sgd)  ROUNDS=5 (torch/onnxtrain process pairs per
-# configuration)  BUILD_DIR=build/bench  PY=/usr/bin/python3  APPEND=1 (append the table to results.md)
+# Peers (PEERS, default all): torch = PyTorch eager from PyPI in the project venv (.venv); torch113 = Debian's
+# torch 1.13 (/usr/bin/python3, OpenBLAS pinned); ort = onnxruntime-training-cpu 1.19.2 in its own venv
+# (build/bench/venv-ort, made here); sklearn = scikit-learn's MLPRegressor (workload w1sk only).
+# Knobs (environment): THREADS="2"  WORKLOADS="w1 w2 w3 w4 w1sk" (also w1sgd: torch peers only)
+#   PEERS="torch torch113 ort sklearn"  ROUNDS=3 (process rounds per configuration; each process itself takes
+#   the median of 3 timed runs after warm-up)  BUILD_DIR=build/bench/build (where bench_train is built)
+#   APPEND=1 (append the tables to benchmarks/results.md and copy the JSON to benchmarks/results.json)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 shared="$(cd "$repo/.." && pwd)/shared/bench"
-PY="${PY:-/usr/bin/python3}"
-THREADS="${THREADS:-1 2}"
-WORKLOADS="${WORKLOADS:-w1 w2 w3 w4}"
-ROUNDS="${ROUNDS:-5}"
+THREADS="${THREADS:-2}"
+WORKLOADS="${WORKLOADS:-w1 w2 w3 w4 w1sk}"
+PEERS="${PEERS:-torch torch113 ort sklearn}"
+ROUNDS="${ROUNDS:-3}"
 APPEND="${APPEND:-1}"
-build="${BUILD_DIR:-$repo/build/bench}"
+work="$repo/build/bench"
+build="${BUILD_DIR:-$work/build}"
+VENV_PY="$repo/.venv/bin/python"
+DEB_PY=/usr/bin/python3
+ORT_VENV="$work/venv-ort"
 OPENBLAS=/usr/lib/x86_64-linux-gnu/openblas-openmp
 log() { printf '[bench] %s\n' "$*" >&2; }
+has_peer() { [[ " $PEERS " == *" $1 "* ]]; }
 
 for f in models/w1.onnx models/w2.onnx models/w3.onnx models/w4.onnx peers/bench_data.py peers/torch_harness.py \
-         peers/w1_mlp_torch.py peers/w2_cnn_torch.py peers/w3_transformer_torch.py peers/w4_overhead_torch.py; do
+         peers/w1_mlp_torch.py peers/w2_cnn_torch.py peers/w3_transformer_torch.py peers/w4_overhead_torch.py \
+         peers/w1_mlp_sklearn.py peers/peak_gemm.py; do
   [ -f "$shared/$f" ] || { echo "run.sh: the shared benchmark folder is missing $shared/$f" \
                                 "(expected ../shared/bench next to the repository)" >&2; exit 1; }
 done
+[ -x "$VENV_PY" ] || { echo "run.sh: $VENV_PY missing (the project venv; see scripts/requirements.txt)" >&2; exit 1; }
 
-# Debian's torch and numpy use whatever libblas.so.3 is installed: without OpenBLAS that is the netlib
-# reference BLAS, ~10x slower on W1, which would flatter onnxtrain. threadpoolctl lets the harness probe it.
-if ! "$PY" -c 'import torch, numpy, threadpoolctl' 2>/dev/null || [ ! -e "$OPENBLAS/libblas.so.3" ]; then
-  log "installing python3-torch python3-numpy python3-threadpoolctl libopenblas0-openmp"
-  sudo_=""; [ "$(id -u)" = 0 ] || sudo_=sudo
-  $sudo_ apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq python3-torch python3-numpy \
-    python3-threadpoolctl libopenblas0-openmp >/dev/null
+# Debian's torch 1.13 and its numpy use whatever libblas.so.3 is installed: without OpenBLAS that is the netlib
+# reference BLAS, ~10x slower on W1, which would flatter onnxtrain. The ORT venv also takes its torch (which
+# onnxruntime.training imports) from Debian's python3-torch.
+if has_peer torch113 || has_peer ort; then
+  if ! "$DEB_PY" -c 'import torch, numpy, threadpoolctl' 2>/dev/null || [ ! -e "$OPENBLAS/libblas.so.3" ] \
+     || ! "$DEB_PY" -m venv --help >/dev/null 2>&1; then
+    log "installing python3-torch python3-numpy python3-threadpoolctl python3-venv libopenblas0-openmp"
+    sudo_=""; [ "$(id -u)" = 0 ] || sudo_=sudo
+    $sudo_ apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq python3-torch python3-numpy \
+      python3-threadpoolctl python3-venv libopenblas0-openmp >/dev/null
+  fi
+fi
+# onnxruntime-training-cpu conflicts with the venv's onnxruntime, hence its own venv; made once, reused.
+if has_peer ort && ! "$ORT_VENV/bin/python" -c 'import onnxruntime.training.api, onnx' 2>/dev/null; then
+  log "making $ORT_VENV (onnxruntime-training-cpu 1.19.2)"
+  rm -rf "$ORT_VENV"
+  "$DEB_PY" -m venv --system-site-packages "$ORT_VENV"
+  "$ORT_VENV/bin/pip" install -q "onnxruntime-training-cpu==1.19.2" "onnx==1.16.2" >&2
 fi
 
 # scripts/build.sh builds every target of the folder; the benchmark needs only bench_train, so a failure
 # elsewhere (someone's work in progress) falls back to building just that target.
-export BUILD_DIR="$build" CMAKE_ARGS="${CMAKE_ARGS:--DONNXTRAIN_BUILD_TESTS=OFF}"
-if ! bash "$repo/scripts/build.sh" >/dev/null; then
+if ! BUILD_DIR="$build" CMAKE_ARGS="${CMAKE_ARGS:--DONNXTRAIN_BUILD_TESTS=OFF}" JOBS="${JOBS:-1}" \
+     bash "$repo/scripts/build.sh" >/dev/null; then
   log "scripts/build.sh failed; building only bench_train"
-  cmake --build "$build" -j"${JOBS:-2}" --target bench_train >&2
+  cmake --build "$build" -j"${JOBS:-1}" --target bench_train >&2
 fi
 bench="$build/benchmarks/bench_train"
 [ -x "$bench" ] || { echo "run.sh: $bench was not built" >&2; exit 1; }
 
-export BENCH_DATA_DIR="$build/bench-data"
-"$PY" "$shared/peers/bench_data.py" --materialize --check >&2
+export BENCH_DATA_DIR="$work/bench-data"
+"$VENV_PY" "$shared/peers/bench_data.py" --materialize --check >&2
 
 load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
-out="$build/bench-results/$(date +%Y%m%d-%H%M%S)"
+stamp="$(date +%Y%m%d-%H%M%S)"
+out="$work/bench-results/$stamp"
 mkdir -p "$out"
 log "results in $out"
+
+# The practical fp32 GEMM ceiling, for the GFLOP/s column: MKL through PyPI torch (AVX-512 here, like oneDNN's
+# kernels in onnxtrain) and OpenBLAS through numpy; report.py uses the best.
+for t in $THREADS; do
+  export OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t MKL_NUM_THREADS=$t
+  "$VENV_PY" "$shared/peers/peak_gemm.py" --lib torch --threads "$t" --out "$out/peak_t$t.jsonl" >&2
+  "$VENV_PY" "$shared/peers/peak_gemm.py" --lib numpy --threads "$t" --out "$out/peak_t$t.jsonl" >&2
+done
+
+# One process of one system: writes <peer>_<w>_t<t>_r<r>.jsonl and the reference run's per-step losses.
+run_one() {
+  local peer=$1 w=$2 t=$3 r=$4 script
+  local base="$out/${peer}_${w}_t${t}_r${r}"
+  case $w in
+    w1) script="$shared/peers/w1_mlp_torch.py" ;;
+    w2) script="$shared/peers/w2_cnn_torch.py" ;;
+    w3) script="$shared/peers/w3_transformer_torch.py" ;;
+    w4) script="$shared/peers/w4_overhead_torch.py" ;;
+    w1sgd) script="$here/w1_sgd_torch.py" ;;
+  esac
+  case $peer in
+    onnxtrain)
+      "$bench" --workload "$w" --models "$shared/models" --data "$BENCH_DATA_DIR" --threads "$t" \
+        --losses "$base.losses.txt" > "$base.jsonl" ;;
+    torch)
+      "$VENV_PY" "$here/torch_peer.py" "$script" --threads "$t" --out "$base.jsonl" --losses "$base.losses.npy" >&2 ;;
+    torch113)
+      LD_LIBRARY_PATH="$OPENBLAS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$DEB_PY" "$here/torch_peer.py" "$script" \
+        --threads "$t" --out "$base.jsonl" --losses "$base.losses.npy" --peer-suffix "-1.13" >&2 ;;
+    ort)
+      "$ORT_VENV/bin/python" "$here/ort_peer.py" --workload "$w" --threads "$t" --out "$base.jsonl" \
+        --losses "$base.losses.npy" --artifacts "$work/ort-artifacts/$w" 2> "$base.stderr" >&2 \
+        || { cat "$base.stderr" >&2; return 1; } ;;
+    sklearn)
+      "$VENV_PY" "$here/torch_peer.py" "$shared/peers/w1_mlp_sklearn.py" --threads "$t" --out "$base.jsonl" >&2 ;;
+  esac
+}
+
 for t in $THREADS; do
   export OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t MKL_NUM_THREADS=$t
   for w in $WORKLOADS; do
     case $w in
-      w1) peer=("$here/torch_peer.py" "$shared/peers/w1_mlp_torch.py") ;;
-      w2) peer=("$here/torch_peer.py" "$shared/peers/w2_cnn_torch.py") ;;
-      w3) peer=("$here/torch_peer.py" "$shared/peers/w3_transformer_torch.py") ;;
-      w4) peer=("$here/torch_peer.py" "$shared/peers/w4_overhead_torch.py") ;;
-      w1sgd) peer=("$here/w1_sgd_torch.py") ;;
-      *) echo "run.sh: unknown workload $w (w1, w2, w3, w4, w1sgd)" >&2; exit 1 ;;
+      w1|w2|w3|w4) systems="onnxtrain" ;;
+      w1sgd) systems="onnxtrain" ;;
+      w1sk) systems="" ;;  # onnxtrain's MLPRegressor (python/) is not merged yet: sklearn alone for now
+      *) echo "run.sh: unknown workload $w (w1, w2, w3, w4, w1sk, w1sgd)" >&2; exit 1 ;;
     esac
+    for p in $PEERS; do
+      case "$p:$w" in
+        sklearn:w1sk | torch:w[1-4] | torch113:w[1-4] | ort:w[1-4] | torch:w1sgd | torch113:w1sgd) systems="$p $systems" ;;
+        torch:* | torch113:* | ort:* | sklearn:*) ;;
+        *) echo "run.sh: unknown peer $p (torch, torch113, ort, sklearn)" >&2; exit 1 ;;
+      esac
+    done
     for r in $(seq 1 "$ROUNDS"); do
-      log "$w threads=$t round $r/$ROUNDS"
-      LD_LIBRARY_PATH="$OPENBLAS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-        "$PY" "${peer[@]}" --threads "$t" --out "$out/torch_${w}_t${t}_r${r}.jsonl" \
-        --losses "$out/torch_${w}_t${t}_r${r}_losses.npy" >&2
-      "$bench" --workload "$w" --models "$shared/models" --data "$BENCH_DATA_DIR" --threads "$t" \
-        --losses "$out/onnxtrain_${w}_t${t}_r${r}_losses.txt" > "$out/onnxtrain_${w}_t${t}_r${r}.jsonl"
+      for p in $systems; do
+        log "$w threads=$t round $r/$ROUNDS: $p"
+        run_one "$p" "$w" "$t" "$r" || log "$p failed on $w (threads $t, round $r); left out of the table"
+      done
     done
   done
 done
+load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Other work on the machine shows up here first: on 2 cores a busy core stalls every 2-thread parallel region.
-table="$("$PY" "$here/report.py" "$out")
-Load average (1/5/15 min) at start: $load_start; at end: $(cut -d' ' -f1-3 /proc/loadavg)."
-echo "$table"
+tables="$("$VENV_PY" "$here/report.py" "$out" --load-start "$load_start" --load-end "$load_end" \
+          --command "THREADS=\"$THREADS\" WORKLOADS=\"$WORKLOADS\" PEERS=\"$PEERS\" ROUNDS=$ROUNDS bash benchmarks/run.sh")"
+echo "$tables"
+log "JSON: $out/results.json"
 if [ "$APPEND" = 1 ]; then
   { echo; echo "## $(date '+%Y-%m-%d %H:%M %Z')"; echo
-    echo "\`THREADS=\"$THREADS\" WORKLOADS=\"$WORKLOADS\" ROUNDS=$ROUNDS bash benchmarks/run.sh\`" \
+    echo "\`THREADS=\"$THREADS\" WORKLOADS=\"$WORKLOADS\" PEERS=\"$PEERS\" ROUNDS=$ROUNDS bash benchmarks/run.sh\`" \
          "(raw: \`${out#"$repo"/}\`)"; echo
-    echo "$table"; } >> "$here/results.md"
-  log "appended to benchmarks/results.md"
+    echo "$tables"; } >> "$here/results.md"
+  cp "$out/results.json" "$here/results.json"
+  log "appended to benchmarks/results.md; JSON copied to benchmarks/results.json"
 fi

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Runs a PyTorch-eager peer of ../shared/bench with its shared harness, unchanged, and optionally keeps the
-per-step losses of its untimed reference run for the onnxtrain comparison.
+"""Runs a peer script of ../shared/bench (PyTorch eager on its shared harness, or w1_mlp_sklearn.py), unchanged,
+optionally keeps the per-step losses of its untimed reference run for the onnxtrain comparison, and appends the
+process's peak resident memory to its JSONL as one more record (metric peak_rss_mb, same workload/peer/threads
+as the script's last record).
 
   torch_peer.py PEER_SCRIPT.py [--losses OUT.npy] [peer args: --threads N --out RAW.jsonl ...]
 
@@ -10,7 +12,9 @@ initial weights still come from the shared models folder.
 """
 import atexit
 import glob
+import json
 import os
+import resource
 import runpy
 import shutil
 import sys
@@ -47,10 +51,25 @@ def setup():
     atexit.register(keep)
 
 
+def record_peak_rss(out):
+    """Peak RSS of this whole process (interpreter, libraries, data, warm-up and all runs), like every peer's."""
+    try:
+        with open(out) as f:
+            last = [json.loads(line) for line in f if line.strip()][-1]
+    except (OSError, IndexError):
+        return  # the script failed before recording anything; its own error says why
+    rec = {k: last[k] for k in ("workload", "peer", "threads") if k in last}
+    rec.update(metric="peak_rss_mb", value=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, unit="MiB")
+    with open(out, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     script = sys.argv[1]
     sys.argv = [script] + sys.argv[2:]
     setup()
+    if "--out" in sys.argv[:-1]:
+        atexit.register(record_peak_rss, sys.argv[sys.argv.index("--out") + 1])
     runpy.run_path(script, run_name="__main__")

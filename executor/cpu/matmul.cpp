@@ -180,10 +180,16 @@ template <class T> class MatMulKernel final : public Kernel {
       Eigen::Map<const RowMat<T>> bm(pb, g_.trans_b ? g_.N : g_.K, g_.trans_b ? g_.K : g_.N);
       if (has_c_) ym *= beta_;
       else ym.setZero();
-      if (!g_.trans_a && !g_.trans_b) ym.noalias() += alpha_ * (am * bm);
-      else if (g_.trans_a && !g_.trans_b) ym.noalias() += alpha_ * (am.transpose() * bm);
-      else if (!g_.trans_a && g_.trans_b) ym.noalias() += alpha_ * (am * bm.transpose());
-      else ym.noalias() += alpha_ * (am.transpose() * bm.transpose());
+      // Eigen folds alpha into the left operand, and its matrix-vector path then copies that scaled operand
+      // into a heap temporary on every call (batch-1 steps); without a scale it reads the maps directly.
+      auto add = [&](const auto& lhs, const auto& rhs) {
+        if (alpha_ == T(1)) ym.noalias() += lhs * rhs;
+        else ym.noalias() += alpha_ * (lhs * rhs);
+      };
+      if (!g_.trans_a && !g_.trans_b) add(am, bm);
+      else if (g_.trans_a && !g_.trans_b) add(am.transpose(), bm);
+      else if (!g_.trans_a && g_.trans_b) add(am, bm.transpose());
+      else add(am.transpose(), bm.transpose());
     }
   }
 

@@ -1,0 +1,66 @@
+"""benchmarks/report.py: a peer's speed is compared only when its losses agree with onnxtrain's, ratios follow
+the metric's direction (µs/step: lower is better), and results.json states the machine, threads and versions."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPORT = os.path.join(REPO, "benchmarks", "report.py")
+
+
+def write_run(d, system, w, value, final, losses, metric="train_samples_per_s"):
+    base = os.path.join(d, f"{system}_{w}_t2_r1")
+    recs = [{"workload": w, "peer": system, "threads": 2, "metric": metric, "value": value},
+            {"workload": w, "peer": system, "threads": 2, "metric": "final_train_loss", "value": final,
+             "versions": {"lib": "1.0"}},
+            {"workload": w, "peer": system, "threads": 2, "metric": "peak_rss_mb", "value": 100.0}]
+    with open(base + ".jsonl", "w") as f:
+        f.write("\n".join(json.dumps(r) for r in recs) + "\n")
+    np.save(base + ".losses.npy", np.asarray(losses, np.float32))
+
+
+def run_report(d):
+    out = subprocess.run([sys.executable, REPORT, str(d), "--load-start", "1 2 3", "--load-end", "4 5 6"],
+                         capture_output=True, text=True, check=True).stdout
+    with open(os.path.join(d, "results.json")) as f:
+        return out, json.load(f)
+
+
+def test_agreeing_losses_give_ratios_in_the_metrics_direction(tmp_path):
+    curve = np.linspace(1.0, 0.1, 50)
+    write_run(tmp_path, "onnxtrain", "w1", 300.0, 0.0420, curve)
+    write_run(tmp_path, "torch", "w1", 100.0, 0.0421, curve * (1 + 1e-6))
+    write_run(tmp_path, "onnxtrain", "w4", 2.0, 0.0203, curve, metric="us_per_step")
+    write_run(tmp_path, "ort", "w4", 50.0, 0.0203, curve, metric="us_per_step")
+    with open(tmp_path / "peak_t2.jsonl", "w") as f:
+        f.write(json.dumps({"workload": "gemm-2048", "peer": "torch.matmul", "metric": "fp32_GFLOP_per_s",
+                            "value": 100.0}) + "\n")
+    out, doc = run_report(tmp_path)
+    assert "**3.00×**" in out and "**25.00×**" in out
+    rows = {(r["workload"], r["system"]): r for r in doc["rows"]}
+    assert rows[("w1", "torch")]["loss_check"]["ok"]
+    assert abs(rows[("w4", "ort")]["ratio"] - 25.0) < 1e-9
+    # W1's GEMM work: 460288 flop per sample, against the 100 GFLOP/s peak.
+    assert abs(rows[("w1", "onnxtrain")]["gflops"] - 300.0 * 460288 / 1e9) < 1e-9
+    assert abs(rows[("w1", "onnxtrain")]["pct_of_gemm_peak"] - 100 * 300.0 * 460288 / 1e9 / 100.0) < 1e-9
+    assert doc["machine"]["load_avg_start"] == "1 2 3" and doc["threads"] == [2]
+    assert doc["versions"]["torch"] == {"lib": "1.0"}
+
+
+def test_a_loss_mismatch_is_reported_and_not_timed(tmp_path):
+    curve = np.linspace(1.0, 0.1, 50)
+    tok = "train_tokens_per_s"
+    write_run(tmp_path, "onnxtrain", "w3", 300.0, 0.1146, curve, metric=tok)
+    wrong = curve.copy()
+    wrong[3] *= 1.01  # one early step off by 1%: a different computation, however fast
+    write_run(tmp_path, "ort", "w3", 100.0, 0.1146, wrong, metric=tok)
+    write_run(tmp_path, "torch", "w3", 100.0, 0.1200, curve, metric=tok)  # same curve, final loss 5% off
+    out, doc = run_report(tmp_path)
+    assert out.count("loss mismatch: not compared") == 2
+    assert "×**" not in out
+    for r in doc["rows"]:
+        if r["system"] != "onnxtrain":
+            assert not r["loss_check"]["ok"] and "ratio" not in r
