@@ -1,3 +1,4 @@
+#include <unistd.h>
 #include "common/test_env.h"
 
 #include <cstdio>
@@ -24,7 +25,8 @@ std::filesystem::path onnx_node_test_dir() {
 }
 
 std::filesystem::path temp_dir(const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / ("onnxtrain_test_" + name);
+  // The pid keeps concurrent runs of the same test (several worktrees, ctest -j) out of each other's files.
+  auto d = std::filesystem::temp_directory_path() / ("onnxtrain_test_" + std::to_string(::getpid()) + "_" + name);
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;
