@@ -1,5 +1,6 @@
-#include <unistd.h>
 #include "common/test_env.h"
+
+#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
