@@ -382,6 +382,9 @@ std::string RunConfig::locate(const std::string& message) const {
     const size_t dot = key.rfind('.');
     if (dot == std::string::npos) break;
     key.resize(dot);
+    // A key left at its default: point at its section, where a sibling was set.
+    for (const auto& [k, loc] : locations)
+      if (k.rfind(key + ".", 0) == 0) return loc + ": " + message;
   }
   return message;
 }

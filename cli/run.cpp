@@ -23,9 +23,12 @@ extern "C" void on_sigint(int) {
   std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
 }
 
+// "<file>:<line>: <key>" for the key, or for the nearest enclosing key that was set ("data.inputs" for
+// "data.inputs.x").
 std::string where_of(const RunConfig& cfg, const std::string& key) {
-  auto it = cfg.locations.find(key);
-  return it != cfg.locations.end() ? it->second + ": " + key : cfg.source.string() + ": " + key;
+  for (std::string k = key; !k.empty(); k.resize(k.rfind('.') == std::string::npos ? 0 : k.rfind('.')))
+    if (auto it = cfg.locations.find(k); it != cfg.locations.end()) return it->second + ": " + key;
+  return cfg.source.string() + ": " + key;
 }
 
 std::string names(const Dataset& d) {
