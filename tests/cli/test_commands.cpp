@@ -111,7 +111,7 @@ TEST(Cli, ResumeFromACheckpointEqualsOneRun) {
 
 TEST(Cli, CtrlCSavesACheckpointAndResumes) {
   auto dir = digits("cli_sigint");
-  const std::string common = "--set early_stopping.patience=0 --set log.progress=none --set train.epochs=8";
+  const std::string common = "--set early_stopping.patience=0 --set log.progress=none --set train.epochs=30";
   CliRun full = run("train " + (dir / "config.yaml").string() + " " + common + " --set output=full");
   ASSERT_EQ(full.code, 0) << full.out;
 
@@ -120,12 +120,12 @@ TEST(Cli, CtrlCSavesACheckpointAndResumes) {
     const std::string cfg = (dir / "config.yaml").string();
     freopen((dir / "child.log").c_str(), "w", stdout);
     execl(ONNXTRAIN_CLI, ONNXTRAIN_CLI, "train", cfg.c_str(), "--set", "early_stopping.patience=0", "--set",
-          "log.progress=none", "--set", "train.epochs=8", "--set", "output=cut", (char*)nullptr);
+          "log.progress=none", "--set", "train.epochs=30", "--set", "output=cut", (char*)nullptr);
     _exit(127);
   }
   // Interrupt once some steps are logged.
-  for (int i = 0; i < 600; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 6000; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const std::string log = read_file(dir / "cut/metrics.csv");
     if (std::count(log.begin(), log.end(), '\n') > 10) break;
   }

@@ -19,15 +19,6 @@ void python(const std::string& code) {
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 
-std::string errors_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
 TEST(DataFiles, NpyAndNpzFromNumpy) {
   auto d = test::temp_dir("data_npz");
   python("import numpy as np, os; os.chdir(\"" + d.string() + "\")\n"
@@ -47,7 +38,7 @@ TEST(DataFiles, NpyAndNpzFromNumpy) {
   Tensor c = read_npy(d / "c.npy");
   ASSERT_EQ(c.dtype, DType::Bool);
   EXPECT_TRUE(c.ptr<bool>()[0] && !c.ptr<bool>()[1] && c.ptr<bool>()[2]);
-  EXPECT_NE(errors_of([&] { read_npy(d / "f.npy"); }).find("Fortran"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { read_npy(d / "f.npy"); }).find("Fortran"), std::string::npos);
   for (const char* name : {"s.npz", "z.npz"}) {
     Dataset z = read_npz(d / name);
     ASSERT_EQ(z.size(), 3u) << name;
@@ -67,14 +58,14 @@ TEST(DataFiles, BadFilesNameTheFile) {
   std::ofstream(d / "junk.npz") << "not a zip";
   std::ofstream(d / "junk.npy") << "not numpy";
   std::ofstream(d / "x.parquet") << "";
-  EXPECT_NE(errors_of([&] { read_npz(d / "junk.npz"); }).find("junk.npz: not a readable .npz"), std::string::npos);
-  EXPECT_NE(errors_of([&] { read_npy(d / "junk.npy"); }).find("junk.npy: not a .npy file"), std::string::npos);
-  EXPECT_NE(errors_of([&] { read_npy(d / "missing.npy"); }).find("missing.npy: cannot open"), std::string::npos);
-  EXPECT_NE(errors_of([&] { read_data_file(d / "x.parquet"); }).find("expected .npy, .npz or .csv"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { read_npz(d / "junk.npz"); }).find("junk.npz: not a readable .npz"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { read_npy(d / "junk.npy"); }).find("junk.npy: not a .npy file"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { read_npy(d / "missing.npy"); }).find("missing.npy: cannot open"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { read_data_file(d / "x.parquet"); }).find("expected .npy, .npz or .csv"), std::string::npos);
   // Truncated payload.
   write_npy(d / "t.npy", Tensor::from_vector<float>({4}, {1, 2, 3, 4}));
   std::filesystem::resize_file(d / "t.npy", std::filesystem::file_size(d / "t.npy") - 4);
-  EXPECT_NE(errors_of([&] { read_npy(d / "t.npy"); }).find("truncated"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { read_npy(d / "t.npy"); }).find("truncated"), std::string::npos);
 }
 
 TEST(DataFiles, Csv) {
@@ -89,10 +80,10 @@ TEST(DataFiles, Csv) {
   Dataset n = read_csv(d / "b.csv", {';', false});
   EXPECT_EQ(n.at("1").ptr<double>()[1], 4.0);
   std::ofstream(d / "c.csv") << "a,b\n1,2\n3,oops\n";
-  EXPECT_NE(errors_of([&] { read_csv(d / "c.csv"); }).find("c.csv:3: column 'b': expected a number, found 'oops'"),
+  EXPECT_NE(test::error_of([&] { read_csv(d / "c.csv"); }).find("c.csv:3: column 'b': expected a number, found 'oops'"),
             std::string::npos);
   std::ofstream(d / "e.csv") << "a,b\n1,2,3\n";
-  EXPECT_NE(errors_of([&] { read_csv(d / "e.csv"); }).find("e.csv:2: expected 2 fields, found 3"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { read_csv(d / "e.csv"); }).find("e.csv:2: expected 2 fields, found 3"), std::string::npos);
 }
 
 TEST(Sampler, ShuffleIsAPermutationFixedBySeedAndEpoch) {

@@ -19,14 +19,6 @@
 namespace onnxtrain {
 namespace {
 
-std::filesystem::path make_mlp(const std::filesystem::path& dir, const std::string& sizes) {
-  auto path = dir / "mlp.onnx";
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + (test::source_dir() / "examples/make_mlp.py").string() + " " +
-                    path.string() + " --sizes " + sizes + " > /dev/null";
-  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
-  return path;
-}
-
 template <class T>
 Tensor random_tensor(DType dt, std::vector<int64_t> shape, unsigned seed, double scale = 1.0) {
   std::mt19937 rng(seed);
@@ -132,7 +124,7 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(ForwardBackward, MlpMatchesTrainingSessionGradients) {
   auto dir = test::temp_dir("fb_mlp");
-  auto path = make_mlp(dir, "6 16 16 2");
+  auto path = test::make_mlp(dir, "6 16 16 2");
   TrainingSession ts = TrainingSession::from_file(path, {});
   ForwardBackwardSession fb = ForwardBackwardSession::from_file(path);
   Tensor x = random_tensor<float>(DType::Float32, {10, 6}, 1);
@@ -156,7 +148,7 @@ TEST(ForwardBackward, MlpMatchesTrainingSessionGradients) {
 
 TEST(ForwardBackward, MlpMissingGradientIsZeros) {
   auto dir = test::temp_dir("fb_mlp_zero");
-  ForwardBackwardSession fb = ForwardBackwardSession::from_file(make_mlp(dir, "6 16 16 2"));
+  ForwardBackwardSession fb = ForwardBackwardSession::from_file(test::make_mlp(dir, "6 16 16 2"));
   Tensor x = random_tensor<float>(DType::Float32, {4, 6}, 5);
   auto y = fb.run_forward({{"x", x}});
   auto missing = fb.run_backward({std::nullopt});

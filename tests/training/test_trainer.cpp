@@ -15,14 +15,6 @@
 namespace onnxtrain {
 namespace {
 
-std::filesystem::path make_mlp(const std::filesystem::path& dir, const std::string& sizes) {
-  auto path = dir / "mlp.onnx";
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + (test::source_dir() / "examples/make_mlp.py").string() + " " +
-                    path.string() + " --sizes " + sizes + " > /dev/null";
-  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
-  return path;
-}
-
 // 3-class blobs in 4 features: learnable, so accuracy moves.
 struct Blobs {
   Tensor x, y;
@@ -67,7 +59,7 @@ void expect_same_weights(const TrainingSession& a, const TrainingSession& b) {
 
 TEST(Trainer, EqualsAHandWrittenLoop) {
   auto dir = test::temp_dir("trainer_loop");
-  auto model = make_mlp(dir, "4 16 3");
+  auto model = test::make_mlp(dir, "4 16 3");
   Blobs b = blobs(70, 1);
   TrainingSession s1 = TrainingSession::from_file(model, classifier_config());
   TrainingSession s2 = TrainingSession::from_file(model, classifier_config());
@@ -103,7 +95,7 @@ TEST(Trainer, EqualsAHandWrittenLoop) {
 // weights, optimizer step and learning rate as one uninterrupted run, and the same early-stopping state.
 TEST(Trainer, ResumeContinuesBitForBit) {
   auto dir = test::temp_dir("trainer_resume");
-  auto model = make_mlp(dir, "4 16 3");
+  auto model = test::make_mlp(dir, "4 16 3");
   Blobs b = blobs(70, 2);
   Blobs v = blobs(30, 3);
   TrainerOptions o;
@@ -170,7 +162,7 @@ TEST(Trainer, MetricsMatchScikitLearn) {
   Blobs v = blobs(45, 4);
   TrainingConfig cc;
   cc.loss.kind = "cross_entropy";
-  TrainingSession c = TrainingSession::from_file(make_mlp(dir, "4 16 3"), cc);
+  TrainingSession c = TrainingSession::from_file(test::make_mlp(dir, "4 16 3"), cc);
   DataLoader vl = loader(c, v, 8, true, 3);  // order and a partial batch must not matter
   Evaluator ev(c);
   auto m = ev.evaluate(c, vl, {"loss", "accuracy"});
@@ -180,7 +172,7 @@ TEST(Trainer, MetricsMatchScikitLearn) {
 
   // Regression with two outputs: mse, mae, r2.
   std::filesystem::create_directories(dir / "r");
-  TrainingSession r = TrainingSession::from_file(make_mlp(dir / "r", "4 8 2"), {});
+  TrainingSession r = TrainingSession::from_file(test::make_mlp(dir / "r", "4 8 2"), {});
   Tensor rx = v.x;
   Tensor ry = Tensor::empty(DType::Float32, {45, 2});
   for (int i = 0; i < 45; ++i) ry.ptr<float>()[2 * i] = rx.ptr<float>()[4 * i], ry.ptr<float>()[2 * i + 1] = 0.1f * i;
@@ -210,7 +202,7 @@ TEST(Trainer, EarlyStoppingWaitsPatienceEpochs) {
   cfg.optimizer.kind = "sgd";
   cfg.optimizer.learning_rate = 1e-30;  // updates vanish in float32: nothing improves after epoch 1
   cfg.schedule = {};
-  TrainingSession s = TrainingSession::from_file(make_mlp(dir, "4 8 3"), cfg);
+  TrainingSession s = TrainingSession::from_file(test::make_mlp(dir, "4 8 3"), cfg);
   DataLoader l = loader(s, b, 8, false, 0), v = loader(s, b, 8, false, 0);
   TrainerOptions o;
   o.epochs = 20;
@@ -236,7 +228,7 @@ TEST(Trainer, CheckpointRotationAndMetricsLog) {
   Blobs b = blobs(40, 6);
   TrainingConfig cfg;
   cfg.loss.kind = "cross_entropy";
-  TrainingSession s = TrainingSession::from_file(make_mlp(dir, "4 8 3"), cfg);
+  TrainingSession s = TrainingSession::from_file(test::make_mlp(dir, "4 8 3"), cfg);
   DataLoader l = loader(s, b, 8, true, 1);
   TrainerOptions o;
   o.epochs = 3;
