@@ -21,12 +21,19 @@ std::string range(int64_t a, int64_t b) {
 }
 
 std::string type_text(const TypeInfo& t) {
-  return dtype_name(t.dtype) + (t.shape ? " " + to_string(*t.shape) : " (rank unknown)");
+  std::string s = dtype_name(t.dtype);
+  s += t.shape ? " " : " (rank unknown)";
+  if (t.shape) s += to_string(*t.shape);
+  return s;
 }
 
 std::string with_commas(int64_t n) {
-  std::string s = std::to_string(n);
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  const std::string digits = std::to_string(n);
+  std::string s;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) s += ',';
+    s += digits[i];
+  }
   return s;
 }
 
@@ -125,7 +132,10 @@ int cmd_info(const std::vector<std::string>& argv) {
       continue;
     }
     std::string dims;
-    for (int64_t d : t.dims) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+    for (int64_t d : t.dims) {
+      if (!dims.empty()) dims += ", ";
+      dims += std::to_string(d);
+    }
     std::printf("  %s: %s [%s] %s\n", name.c_str(), dtype_name(t.dtype).c_str(), dims.c_str(), with_commas(t.numel()).c_str());
     total += t.numel();
   }
@@ -154,12 +164,15 @@ int cmd_info(const std::vector<std::string>& argv) {
                                                   t ? t->dtype : DType::Undefined) != nullptr;
     u.rule = default_rules().find(n.domain, n.op_type) || is_non_differentiable_op(n.domain, n.op_type);
   }
+  auto op_name = [](const std::pair<std::string, std::string>& op) {
+    return op.first.empty() ? op.second : op.first + "." + op.second;
+  };
   std::printf("ops:");
-  for (const auto& [op, u] : uses) std::printf(" %s%s x%d", op.first.empty() ? "" : (op.first + ".").c_str(), op.second.c_str(), u.nodes);
+  for (const auto& [op, u] : uses) std::printf(" %s x%d", op_name(op).c_str(), u.nodes);
   std::printf("\n");
   int blocking = 0, no_kernel = 0;
   for (const auto& [op, u] : uses) {
-    const std::string name = (op.first.empty() ? "" : op.first + ".") + op.second;
+    const std::string name = op_name(op);
     if (!u.rule) {
       std::printf("no gradient rule: %s (%d nodes)%s\n", name.c_str(), u.nodes,
                   u.on_weight_path ? " -- on a weight's path: weights before it cannot be trained" : " -- not on a weight's path: harmless");
