@@ -20,6 +20,7 @@
 #include "graph/model_io.h"
 #include "training/npy.h"
 #include "training/session.h"
+#include "synthetic.h"
 
 using namespace onnxtrain;
 
@@ -91,23 +92,7 @@ int main(int argc, char** argv) {
     const int64_t features = (*in_shape)[1].value;
     const std::string input = m.graph.inputs.at(0).name;
 
-    std::mt19937 rng(42);
-    std::normal_distribution<float> nd;
-    std::vector<float> dir_a(features), dir_b(features);
-    for (auto& v : dir_a) v = nd(rng) / std::sqrt(float(features));
-    for (auto& v : dir_b) v = nd(rng) / std::sqrt(float(features));
-    Tensor x = Tensor::empty(DType::Float32, {a.samples, features});
-    Tensor y = Tensor::empty(DType::Float32, {a.samples, 1});
-    for (int i = 0; i < a.samples; ++i) {
-      float pa = 0, pb = 0;
-      for (int64_t f = 0; f < features; ++f) {
-        float v = nd(rng);
-        x.ptr<float>()[i * features + f] = v;
-        pa += v * dir_a[f];
-        pb += v * dir_b[f];
-      }
-      y.ptr<float>()[i] = std::tanh(pa) + 0.5f * std::sin(pb);
-    }
+    auto [x, y] = examples::make_regression(a.samples, features);
 
     std::printf("training %s: %zu trainable tensors, %d samples, batch %d, %s lr %g, %s schedule, %s loss\n",
                 a.model.c_str(), s.trainable().size(), a.samples, a.batch, a.optimizer.c_str(), a.lr,

@@ -284,6 +284,7 @@ Model TrainingSession::checkpoint() const {
     if (outs.insert(fresh).second) alg.outputs.push_back({fresh, TypeInfo{s.dtype, shape_of(s.shape)}});
     ti.update_binding.emplace_back(state, fresh);
   }
+  remove_allreduce(alg);  // a data-parallel session stores the single-process step
 
   // Initialization resets the optimizer state (not the weights) to what a new session starts from.
   Graph& init = ti.initialization;
@@ -333,7 +334,9 @@ Model TrainingSession::checkpoint() const {
   return m;
 }
 
-void TrainingSession::save_checkpoint(const std::filesystem::path& path) const { save_model_large(checkpoint(), path); }
+void TrainingSession::save_checkpoint(const std::filesystem::path& path) const {
+  if (writes_files()) save_model_large(checkpoint(), path);
+}
 
 namespace {
 
@@ -408,13 +411,14 @@ void save_model_large(const Model& m, const fs::path& path, const SaveOptions& o
   remove_stale_data_files(path, location);
 }
 
-TrainingSession TrainingSession::from_checkpoint(const std::filesystem::path& path) {
+TrainingSession TrainingSession::from_checkpoint(const std::filesystem::path& path, DataParallelSpec parallel) {
   // load_model names the file in its errors (unreadable, truncated, not a model); ours do too.
   Model m = load_model(path);
-  return from_checkpoint(m, path.string());
+  return from_checkpoint(m, path.string(), std::move(parallel));
 }
 
-TrainingSession TrainingSession::from_checkpoint(const Model& ckpt, const std::string& source) {
+TrainingSession TrainingSession::from_checkpoint(const Model& ckpt, const std::string& source,
+                                                 DataParallelSpec parallel) {
   std::map<std::string, std::string> meta;
   for (const auto& [k, v] : ckpt.metadata) meta[k] = v;
   const std::string fmt_key = std::string(kCheckpointKeyPrefix) + "format";
@@ -426,6 +430,7 @@ TrainingSession TrainingSession::from_checkpoint(const Model& ckpt, const std::s
   if (ckpt.training_info.size() != 1 || ckpt.training_info[0].algorithm.name != kAlgorithmName)
     fail(source, "checkpoint has no onnxtrain training step (training_info[0].algorithm '" + kAlgorithmName + "')");
   TrainingConfig config = config_from_metadata(ckpt.metadata, source);
+  config.parallel = std::move(parallel);
 
   // The inference model as the session first saw it: our metadata, functions and training info removed.
   Model model = ckpt;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <set>
 
 #include "gradients/builder.h"
 #include "gradients/fused.h"
@@ -76,7 +77,9 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   // Training-step graph: the same plus the optimizer.
   Graph tg = gg;
   tg.outputs.resize(1);
-  OptimizerGraph og = append_optimizer(tg, grad_names_, config_.optimizer);
+  std::map<std::string, std::string> step_grads = grad_names_;
+  reduce_gradients(tg, step_grads);
+  OptimizerGraph og = append_optimizer(tg, step_grads, config_.optimizer);
   lr_name_ = og.learning_rate;
   group_lr_names_ = og.group_learning_rates;
   step_name_ = og.step;
@@ -87,13 +90,21 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   if (config_.optimizer.gradient_accumulation > 1) {
     ag = gg;
     ag->outputs.resize(1);
-    accumulate_og = append_optimizer(*ag, grad_names_, config_.optimizer, OptimizerPhase::AccumulateOnly);
+    // Reduced every micro-batch: the sum of the ranks' means is the mean of their sums.
+    std::map<std::string, std::string> micro_grads = grad_names_;
+    reduce_gradients(*ag, micro_grads);
+    accumulate_og = append_optimizer(*ag, micro_grads, config_.optimizer, OptimizerPhase::AccumulateOnly);
   }
 
   auto opsets = model_.opset_imports;
   opsets.emplace("onnxtrain", 1);  // fused gradient ops (ReluGrad, ...)
   ExecutorOptions eo;
   eo.device = config_.device;
+  if (config_.parallel.active()) {
+    registry_ = std::make_unique<KernelRegistry>(default_kernels());
+    register_allreduce_kernel(*registry_, config_.parallel.communicator);
+    eo.registry = registry_.get();
+  }
   eo.variables.insert(trainable_.begin(), trainable_.end());
   eo.variables.insert(state_names_.begin(), state_names_.end());
   infer_ = std::make_unique<Executor>(g, opsets, store_, eo);
@@ -104,6 +115,51 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
     eo.updates = accumulate_og.updates;
     accumulate_ = std::make_unique<Executor>(std::move(*ag), opsets, store_, eo);
   }
+  if (config_.parallel.active()) synchronize_initial_state();
+}
+
+void TrainingSession::reduce_gradients(Graph& step_graph, std::map<std::string, std::string>& grads) const {
+  const DataParallelSpec& dp = config_.parallel;
+  if (!dp.active()) return;
+  if (dp.communicator->device() != config_.device)
+    fail("parallel.communicator", "uses " + device_name(dp.communicator->device()) + " buffers but the session runs on " +
+                                      device_name(config_.device));
+  // A summed loss sums its gradients over the ranks' samples, as one process would over the whole batch.
+  const ReduceOp op = config_.loss.reduction == "sum" ? ReduceOp::Sum : ReduceOp::Mean;
+  if (op == ReduceOp::Sum && (config_.penalty.l1 != 0 || config_.penalty.l2 != 0))
+    fail("penalty", "with loss.reduction 'sum' every rank would add the penalty once, counting it " +
+                        std::to_string(dp.communicator->size()) +
+                        " times in the summed gradient; use reduction 'mean' for data-parallel training with a penalty");
+  std::vector<ReducedValue> values;
+  std::set<std::string> seen;
+  for (const std::string& w : trainable_) {
+    const std::string& g = grads.at(w);
+    const TensorData& t = step_graph.initializers.at(w);
+    if (seen.insert(g).second) values.push_back({g, t.dtype, t.bytes.size()});
+  }
+  const std::string loss = step_graph.outputs.front().name;
+  values.push_back({loss, step_graph.type_of(loss)->dtype, dtype_size(step_graph.type_of(loss)->dtype)});
+  const std::map<std::string, std::string> reduced = insert_allreduce(step_graph, values, op, dp.bucket_bytes);
+  for (auto& [w, g] : grads) g = reduced.at(g);
+  step_graph.outputs.front().name = reduced.at(loss);
+}
+
+// Every rank built the same graphs from the same configuration (checked, since a mismatch would otherwise
+// show up as a hang or as silently different models); then rank 0's values win.
+void TrainingSession::synchronize_initial_state() {
+  Communicator& comm = *config_.parallel.communicator;
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a
+  auto mix = [&](const std::string& s) {
+    for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+    h = (h ^ 0xff) * 0x100000001b3ULL;
+  };
+  for (const auto& [k, v] : config_to_metadata(config_)) mix(k + "=" + v);
+  for (const std::string& name : trainable_) mix(name + ":" + store_->at(name).describe());
+  for (const std::string& name : state_names_) mix(name + ":" + store_->at(name).describe());
+  for (const Node& n : train_->graph().nodes) mix(n.op_type);
+  check_same_on_all_ranks(comm, h, "the model, trainable weights or training configuration");
+  for (const std::string& name : trainable_) comm.broadcast(store_->at(name), 0);
+  for (const std::string& name : state_names_) comm.broadcast(store_->at(name), 0);
 }
 
 // By-name lookup into a reused pointer buffer, then the plan's own views: a steady-state step allocates nothing.
@@ -191,6 +247,7 @@ Model TrainingSession::export_inference() const {
 }
 
 void TrainingSession::export_inference(const std::filesystem::path& path) const {
+  if (!writes_files()) return;
   save_model_large(export_inference(), path);
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "distributed/allreduce.h"
 #include "executor/executor.h"
 #include "graph/ir.h"
 #include "losses/loss.h"
@@ -31,6 +32,11 @@ struct TrainingConfig {
   // default) leaves the rate alone, so set_learning_rate() keeps working; any other kind overrides it.
   ScheduleSpec schedule;
   Device device = Device::CPU;
+  // Data-parallel training (docs/distributed.md): with a communicator of more than one rank, rank 0's weights
+  // and optimizer state are broadcast at construction, and each step averages the gradients (summed for
+  // loss.reduction "sum") and the loss across ranks before the optimizer. Every rank must then call
+  // train_step with its own shard of the batch at the same time. Not stored in checkpoints.
+  DataParallelSpec parallel;
 };
 
 using Feeds = std::map<std::string, Tensor>;
@@ -41,11 +47,12 @@ class TrainingSession {
   static TrainingSession from_file(const std::filesystem::path& model, TrainingConfig config);
 
   // One step on a batch: the model's inputs plus the loss target (target_name()). Returns the loss before
-  // the update.
+  // the update; when data-parallel, the loss of the ranks' batches together (the same on every rank).
   float train_step(const Feeds& feeds);
   // The model's outputs, in order.
   std::vector<Tensor> infer(const Feeds& inputs);
-  // Loss and the gradient of every trainable weight, without updating anything.
+  // Loss and the gradient of every trainable weight, without updating anything. This rank's own batch only:
+  // no communication, also when data-parallel.
   struct Gradients {
     float loss = 0;
     std::map<std::string, Tensor> grads;
@@ -77,11 +84,15 @@ class TrainingSession {
   // training_info[0] holding one training step, its update bindings and the optimizer state, plus the
   // configuration in metadata_props. Standard ONNX: inference runtimes run it and ignore training_info.
   Model checkpoint() const;
-  void save_checkpoint(const std::filesystem::path& path) const;  // atomic: temp file, fsync, rename
+  // Atomic: temp file, fsync, rename. When data-parallel only rank 0 writes (the others return at once; the
+  // ranks hold the same state), as for export_inference(path).
+  void save_checkpoint(const std::filesystem::path& path) const;
   // Rebuilds the session a checkpoint was saved from; training continues bit-for-bit on CPU. Errors name the
   // file (or `source`).
-  static TrainingSession from_checkpoint(const std::filesystem::path& path);
-  static TrainingSession from_checkpoint(const Model& checkpoint, const std::string& source);
+  // `parallel` resumes data-parallel (every rank reads the same checkpoint).
+  static TrainingSession from_checkpoint(const std::filesystem::path& path, DataParallelSpec parallel = {});
+  static TrainingSession from_checkpoint(const Model& checkpoint, const std::string& source,
+                                         DataParallelSpec parallel = {});
   // A standard ONNX model of the gradients graph with the current weights: inputs are the model's plus the
   // target, outputs are the loss and "<weight>_grad" per trainable weight. Fused gradient ops ship as
   // model-local functions with standard-op bodies, so any ONNX runtime can run it.
@@ -89,9 +100,15 @@ class TrainingSession {
   // The full training-step graph (for inspection and for portable export).
   const Graph& training_graph() const { return train_->graph(); }
   const Graph& gradient_graph() const { return grad_->graph(); }
+  // The communicator of a data-parallel session; null otherwise.
+  const std::shared_ptr<Communicator>& communicator() const { return config_.parallel.communicator; }
 
  private:
   std::span<const Tensor* const> order_feeds(Executor& ex, const Feeds& feeds);
+  // Data-parallel: the collectives between gradients and optimizer, and rank 0's state on every rank.
+  void reduce_gradients(Graph& step_graph, std::map<std::string, std::string>& grads) const;
+  void synchronize_initial_state();
+  bool writes_files() const { return !config_.parallel.active() || config_.parallel.communicator->rank() == 0; }
 
   Model model_;
   TrainingConfig config_;
@@ -106,6 +123,7 @@ class TrainingSession {
   int micro_ = 0;  // micro-batches accumulated since the last update
   std::unique_ptr<LrSchedule> schedule_;  // null for "constant"
   std::vector<const Tensor*> feed_ptrs_;
+  std::unique_ptr<KernelRegistry> registry_;  // default kernels plus AllReduce, when data-parallel
 };
 
 }  // namespace onnxtrain

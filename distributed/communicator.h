@@ -1,0 +1,73 @@
+#pragma once
+// Communicator: the collectives data-parallel training needs (broadcast, allreduce, barrier) over a group of
+// ranks. Backends: a single-process one (null_communicator), MPI for host buffers (mpi.h) and NCCL for CUDA
+// buffers (nccl.h). We write no transport of our own. docs/distributed.md describes launching and failures.
+//
+// Every rank must call the same collectives in the same order (SPMD). A backend never waits forever: a
+// collective that does not complete within its timeout throws Error naming the operation, and the
+// communicator is then broken (every later call throws at once).
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "executor/tensor.h"
+
+namespace onnxtrain {
+
+enum class ReduceOp { Sum, Mean };
+std::string reduce_op_name(ReduceOp op);  // "sum", "mean"
+ReduceOp reduce_op_from_name(const std::string& name, const std::string& where);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual Device device() const = 0;        // where buffers passed to it live
+  virtual std::string backend() const = 0;  // "single", "mpi", "nccl"
+
+  // The non-virtual entry points check arguments (errors name the operation and what was expected) and that
+  // the communicator is usable, then call the backend.
+  // Copies root's `bytes` bytes at data into every other rank's data.
+  void broadcast(void* data, size_t bytes, int root = 0);
+  // Reduces count float32/float64 values across ranks. send == recv reduces in place.
+  void allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
+  void allreduce(void* data, size_t count, DType dtype, ReduceOp op) { allreduce(data, data, count, dtype, op); }
+  void barrier();
+  // Host-side conveniences for metrics and small values (always host memory, whatever the backend's device).
+  double allreduce(double value, ReduceOp op);
+  void broadcast(Tensor& t, int root = 0);  // a tensor on this communicator's device, same shape on every rank
+
+  // Ends the whole job now with this exit code, after printing message to stderr: for a rank that fails while
+  // the others may be waiting in a collective (a normal exit could leave them waiting until their timeout).
+  [[noreturn]] virtual void abort(int exit_code, const std::string& message);
+
+  bool broken() const { return broken_; }
+  // "mpi rank 0 of 2", for messages.
+  std::string describe() const;
+
+ protected:
+  virtual void do_broadcast(void* data, size_t bytes, int root) = 0;
+  virtual void do_allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
+  virtual void do_barrier() = 0;
+  // Host-memory allreduce of doubles for the conveniences above; the default uses do_allreduce, which suits
+  // backends whose device is the host.
+  virtual void host_allreduce(double* values, size_t count, ReduceOp op);
+  // Marks the communicator unusable and throws "<describe()>: <what>".
+  [[noreturn]] void fail_collective(const std::string& what);
+  // The same for a collective that did not complete within timeout seconds, with the common explanation.
+  [[noreturn]] void fail_timeout(const std::string& what, double timeout);
+
+ private:
+  void check_usable(const char* op) const;
+  bool broken_ = false;
+};
+
+// One process alone: rank 0 of 1, every collective is a copy or nothing. Host buffers.
+std::shared_ptr<Communicator> single_process_communicator();
+
+// Seconds a collective may wait for the other ranks before it fails: `requested` when positive; for 0 the
+// environment variable ONNXTRAIN_COMM_TIMEOUT when set (a positive number), else 300.
+double comm_timeout(double requested = 0);
+
+}  // namespace onnxtrain
