@@ -29,6 +29,13 @@ install(EXPORT onnxtrainTargets NAMESPACE onnxtrain:: DESTINATION ${ONNXTRAIN_IN
 
 # The package finds the same dependencies the libraries were built with (ONNX from its cache prefix).
 set(ONNXTRAIN_ONNX_DIR_HINT "${ONNX_DIR}")
+# distributed/ links MPI when the build found it; the installed static library then needs it too.
+get_target_property(onnxtrain_dist_libs onnxtrain_distributed LINK_LIBRARIES)
+string(FIND "${onnxtrain_dist_libs}" "MPI::MPI_CXX" onnxtrain_mpi_at)
+set(ONNXTRAIN_WITH_MPI OFF)
+if(onnxtrain_mpi_at GREATER -1)
+  set(ONNXTRAIN_WITH_MPI ON)
+endif()
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/onnxtrainConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/onnxtrainConfig.cmake INSTALL_DESTINATION ${ONNXTRAIN_INSTALL_CMAKEDIR})
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/onnxtrainConfigVersion.cmake

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "distributed/sampler.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
@@ -258,36 +259,18 @@ void gather_rows(const Tensor& t, std::span<const int64_t> rows, Tensor& out) {
   for (size_t i = 0; i < rows.size(); ++i) std::memcpy(dst + i * row, src + rows[i] * row, row);
 }
 
-namespace {
-
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
-
-RandomSampler::RandomSampler(int64_t size, bool shuffle, uint64_t seed) : size_(size), shuffle_(shuffle), seed_(seed) {
-  if (size < 0) fail("sampler", "negative dataset size");
+RandomSampler::RandomSampler(int64_t size, bool shuffle, uint64_t seed, int rank, int world_size)
+    : size_(size), shuffle_(shuffle), seed_(seed), rank_(rank), world_(world_size) {
+  DistributedSampler check(size, rank, world_size);  // validates size, rank and world size
 }
 
 std::vector<int64_t> RandomSampler::indices(int64_t epoch) const {
-  std::vector<int64_t> idx(static_cast<size_t>(size_));
-  for (int64_t i = 0; i < size_; ++i) idx[i] = i;
-  if (!shuffle_) return idx;
-  uint64_t state = seed_ ^ (0x5851f42d4c957f2dULL * static_cast<uint64_t>(epoch + 1));
-  for (int64_t i = size_ - 1; i > 0; --i) {
-    // Rejection sampling keeps j uniform in [0, i].
-    const uint64_t bound = static_cast<uint64_t>(i) + 1;
-    const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
-    uint64_t r;
-    do r = splitmix64(state);
-    while (r >= limit);
-    std::swap(idx[i], idx[static_cast<int64_t>(r % bound)]);
-  }
-  return idx;
+  SamplerOptions o;
+  o.shuffle = shuffle_;
+  o.seed = seed_;
+  DistributedSampler d(size_, rank_, world_, o);
+  d.set_epoch(epoch);
+  return world_ == 1 ? d.permutation() : d.indices();
 }
 
 DataLoader::DataLoader(std::map<std::string, Tensor> feeds, int64_t batch_size, std::shared_ptr<Sampler> sampler,

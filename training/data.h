@@ -48,11 +48,12 @@ class Sampler {
   virtual uint64_t seed() const { return 0; }
 };
 
-// Sequential order, or a Fisher-Yates shuffle per epoch from splitmix64(seed, epoch): the same seed gives the
-// same order on every platform (no std:: distributions, whose output is implementation-defined).
+// The epoch's order from distributed/sampler.h's definition (Fisher-Yates driven by SplitMix64 seeded with
+// (seed, epoch): the same on every platform, docs/distributed.md). With world_size > 1 it returns rank `rank`'s
+// share, as DistributedSampler does; with the defaults, the whole permutation.
 class RandomSampler : public Sampler {
  public:
-  RandomSampler(int64_t size, bool shuffle, uint64_t seed);
+  RandomSampler(int64_t size, bool shuffle, uint64_t seed, int rank = 0, int world_size = 1);
   std::vector<int64_t> indices(int64_t epoch) const override;
   uint64_t seed() const override { return seed_; }
 
@@ -60,6 +61,7 @@ class RandomSampler : public Sampler {
   int64_t size_;
   bool shuffle_;
   uint64_t seed_;
+  int rank_, world_;
 };
 
 // Batches of feeds from in-memory arrays. `feeds` maps each feed name (model input or loss target) to an array

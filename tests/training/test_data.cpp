@@ -104,6 +104,11 @@ TEST(Sampler, ShuffleIsAPermutationFixedBySeedAndEpoch) {
     for (int i = 0; i < 100; ++i) sum += idx[i];
   }
   EXPECT_NEAR(sum / 20000, 499.5, 10);
+  // Sharded (data-parallel ranks): the two ranks' shares interleave the same permutation.
+  RandomSampler r0(1000, true, 42, 0, 2), r1(1000, true, 42, 1, 2);
+  std::vector<int64_t> a = r0.indices(1), b = r1.indices(1);
+  ASSERT_EQ(a.size(), 500u);
+  for (size_t k = 0; k < 500; ++k) EXPECT_TRUE(a[k] == e1[2 * k] && b[k] == e1[2 * k + 1]) << k;
   std::vector<int64_t> seq = RandomSampler(5, false, 1).indices(3);
   EXPECT_EQ(seq, (std::vector<int64_t>{0, 1, 2, 3, 4}));
 }
