@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/config.h"
+#include "common/test_env.h"
 #include "graph/error.h"
 
 namespace onnxtrain::cli {
@@ -11,12 +12,7 @@ namespace {
 const std::string kBase = "model: m.onnx\ndata:\n  train: t.npz\n";
 
 std::string error_of(const std::string& text, const std::vector<std::string>& sets = {}) {
-  try {
-    parse_config(text, "dir/run.yaml", sets);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
+  return test::error_of([&] { parse_config(text, "dir/run.yaml", sets); });
 }
 
 TEST(Config, ValuesAndDefaults) {

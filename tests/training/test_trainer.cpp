@@ -147,12 +147,7 @@ TEST(Trainer, ResumeContinuesBitForBit) {
   // A different seed cannot resume this run.
   DataLoader other = loader(res, b, 16, true, 12);
   Trainer bad(res, other, o);
-  std::string err;
-  try {
-    bad.restore(m, "ck.onnx");
-  } catch (const Error& e) {
-    err = e.what();
-  }
+  const std::string err = test::error_of([&] { bad.restore(m, "ck.onnx"); });
   EXPECT_NE(err.find("ck.onnx: the checkpoint was trained with seed 11, this run has 12"), std::string::npos) << err;
 }
 
@@ -212,14 +207,11 @@ TEST(Trainer, EarlyStoppingWaitsPatienceEpochs) {
   TrainResult r = t.fit();
   EXPECT_EQ(r.reason, "early_stopping");
   EXPECT_EQ(r.epochs, 4);  // best at epoch 1, then 3 epochs without improvement
-  std::string err;
-  try {
+  const std::string err = test::error_of([&] {
     Trainer t2(s, l, o);
     t2.add_callback(std::make_shared<EarlyStopping>("val_accuracy", 3));
     t2.fit();
-  } catch (const Error& e) {
-    err = e.what();
-  }
+  });
   EXPECT_NE(err.find("early_stopping.metric: 'val_accuracy' is not computed; available: train_loss"), std::string::npos) << err;
 }
 
