@@ -4,6 +4,9 @@
 
 #include <cstdio>
 #include <memory>
+#include <stdexcept>
+
+#include "graph/error.h"
 
 namespace onnxtrain::test {
 
@@ -31,6 +34,23 @@ std::filesystem::path temp_dir(const std::string& name) {
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;
+}
+
+std::filesystem::path make_mlp(const std::filesystem::path& dir, const std::string& sizes) {
+  auto path = dir / "mlp.onnx";
+  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + (source_dir() / "examples/make_mlp.py").string() + " " +
+                    path.string() + " --sizes " + sizes + " > /dev/null";
+  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
+  return path;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
 }
 
 }  // namespace onnxtrain::test

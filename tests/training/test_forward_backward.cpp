@@ -74,7 +74,7 @@ const std::vector<std::string> kTwoOutputWeights{"W1", "b1", "W2", "W3"};
 
 TEST(ForwardBackward, MlpMatchesTrainingSessionGradients) {
   auto dir = test::temp_dir("fb_mlp");
-  auto path = make_mlp(dir, "6 16 16 2");
+  auto path = test::make_mlp(dir, "6 16 16 2");
   TrainingSession ts = TrainingSession::from_file(path, {});
   ForwardBackwardSession fb = ForwardBackwardSession::from_file(path);
   Tensor x = random_tensor<float>(DType::Float32, {10, 6}, 1);
@@ -98,7 +98,7 @@ TEST(ForwardBackward, MlpMatchesTrainingSessionGradients) {
 
 TEST(ForwardBackward, MlpMissingGradientIsZeros) {
   auto dir = test::temp_dir("fb_mlp_zero");
-  ForwardBackwardSession fb = ForwardBackwardSession::from_file(make_mlp(dir, "6 16 16 2"));
+  ForwardBackwardSession fb = ForwardBackwardSession::from_file(test::make_mlp(dir, "6 16 16 2"));
   Tensor x = random_tensor<float>(DType::Float32, {4, 6}, 5);
   auto y = fb.run_forward({{"x", x}});
   auto missing = fb.run_backward({std::nullopt});

@@ -13,14 +13,6 @@
 namespace onnxtrain {
 namespace {
 
-std::filesystem::path make_mlp(const std::filesystem::path& dir, const std::string& sizes) {
-  auto path = dir / "mlp.onnx";
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + (test::source_dir() / "examples/make_mlp.py").string() + " " +
-                    path.string() + " --sizes " + sizes + " > /dev/null";
-  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
-  return path;
-}
-
 struct Data {
   Tensor x, y;
 };
@@ -53,7 +45,7 @@ Feeds batch(const TrainingSession& s, Data& d, int64_t k, int64_t bs) {
 
 TEST(MlpEndToEnd, FirstStepGradientsMatchNumpy) {
   auto dir = test::temp_dir("mlp_grads");
-  TrainingSession s = TrainingSession::from_file(make_mlp(dir, "64 256 256 1"), {});
+  TrainingSession s = TrainingSession::from_file(test::make_mlp(dir, "64 256 256 1"), {});
   Data d = regression(32, 64, 7);
   Feeds f = batch(s, d, 0, 32);
   auto g = s.gradients(f);
@@ -74,7 +66,7 @@ TEST(MlpEndToEnd, LossFallsTenfold) {
   auto dir = test::temp_dir("mlp_train");
   TrainingConfig cfg;
   cfg.optimizer.learning_rate = 0.05;
-  TrainingSession s = TrainingSession::from_file(make_mlp(dir, "64 256 256 1"), cfg);
+  TrainingSession s = TrainingSession::from_file(test::make_mlp(dir, "64 256 256 1"), cfg);
   const int64_t n = 4096, bs = 64;
   Data d = regression(n, 64, 11);
   auto full_loss = [&] {

@@ -18,13 +18,7 @@
 
 namespace onnxtrain::test {
 
-inline std::filesystem::path make_mlp(const std::filesystem::path& dir, const std::string& sizes) {
-  auto path = dir / "mlp.onnx";
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + (test::source_dir() / "examples/make_mlp.py").string() + " " +
-                    path.string() + " --sizes " + sizes + " > /dev/null";
-  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
-  return path;
-}
+// make_mlp and error_of come from common/test_env.h.
 
 template <class T>
 Tensor random_tensor(DType dt, std::vector<int64_t> shape, unsigned seed, double scale = 1.0) {
@@ -68,15 +62,6 @@ inline Tensor zeros(DType dt, std::vector<int64_t> shape) {
   Tensor z = Tensor::empty(dt, std::move(shape));
   std::memset(z.data, 0, z.nbytes());
   return z;
-}
-
-inline std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no onnxtrain::Error thrown)";
 }
 
 }  // namespace onnxtrain::test

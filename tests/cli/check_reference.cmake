@@ -1,0 +1,10 @@
+# Fails unless PAGE contains the output of `CLI config` verbatim.
+execute_process(COMMAND ${CLI} config OUTPUT_VARIABLE ref RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${CLI} config failed (${rc})")
+endif()
+file(READ ${PAGE} page)
+string(FIND "${page}" "${ref}" at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "${PAGE} does not contain the current reference config; paste the output of `onnxtrain config` into its reference block")
+endif()

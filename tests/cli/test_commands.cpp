@@ -1,0 +1,224 @@
+// Whole runs of the onnxtrain binary: the digits example, resume and Ctrl-C continuing bit for bit, CSV data,
+// export, info and exit codes.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/test_env.h"
+
+namespace onnxtrain {
+namespace {
+
+struct CliRun {
+  int code = -1;
+  std::string out;
+};
+
+CliRun run(const std::string& args) {
+  std::string cmd = std::string(ONNXTRAIN_CLI) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  CliRun r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// The digits example in a temp folder: generated data + the example's config.
+std::filesystem::path digits(const std::string& name) {
+  auto dir = test::temp_dir(name);
+  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + (test::source_dir() / "examples/digits/make_digits.py").string() +
+                    " " + (dir / "data").string() + " > /dev/null";
+  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
+  std::filesystem::copy_file(test::source_dir() / "examples/digits/config.yaml", dir / "config.yaml");
+  return dir;
+}
+
+double metric(const std::string& out, const std::string& name) {
+  const size_t at = out.find(name);
+  if (at == std::string::npos) return -1;
+  return std::stod(out.substr(at + name.size()));
+}
+
+TEST(Cli, DigitsExampleFineTunesTheHead) {
+  auto dir = digits("cli_digits");
+  CliRun before = run("eval " + (dir / "config.yaml").string());
+  ASSERT_EQ(before.code, 0) << before.out;
+  EXPECT_LT(metric(before.out, "accuracy "), 0.3) << before.out;  // a fresh head: near chance
+  CliRun r = run("train " + (dir / "config.yaml").string() + " --set train.epochs=3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("trained model: " + (dir / "data/run/model.onnx").string()), std::string::npos) << r.out;
+  EXPECT_GT(metric(r.out, "validation accuracy: "), 0.9) << r.out;
+  // eval of the trained model reproduces the reported metric.
+  CliRun after = run("eval " + (dir / "config.yaml").string() + " --model " + (dir / "data/run/model.onnx").string());
+  ASSERT_EQ(after.code, 0) << after.out;
+  EXPECT_NEAR(metric(after.out, "accuracy "), metric(r.out, "validation accuracy: "), 1e-6) << after.out;
+  // Only the head moved.
+  CliRun info = run("info " + (dir / "data/run/model.onnx").string());
+  ASSERT_EQ(info.code, 0);
+  std::string cmp = std::string(ONNXTRAIN_PYTHON) + " -c 'import onnx, numpy as np, sys\n"
+                    "w = [{t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(p).graph.initializer} for p in sys.argv[1:]]\n"
+                    "assert all((w[0][k] == w[1][k]).all() for k in (\"body.weight\", \"body.bias\"))\n"
+                    "assert not (w[0][\"head.weight\"] == w[1][\"head.weight\"]).all()' " +
+                    (dir / "data/digits.onnx").string() + " " + (dir / "data/run/model.onnx").string();
+  EXPECT_EQ(std::system(cmp.c_str()), 0);
+  // Export of the last checkpoint = the trained model.
+  CliRun ex = run("export " + (dir / "data/run/checkpoints/step-87.onnx").string() + " -o " + (dir / "exported.onnx").string());
+  ASSERT_EQ(ex.code, 0) << ex.out;
+  EXPECT_EQ(read_file(dir / "exported.onnx"), read_file(dir / "data/run/model.onnx"));
+}
+
+TEST(Cli, ResumeFromACheckpointEqualsOneRun) {
+  auto dir = digits("cli_resume");
+  const std::string cfg = (dir / "config.yaml").string();
+  const std::string common = " --set early_stopping.patience=0 --set log.progress=none --set checkpoint.every=10"
+                             " --set schedule.kind=step --set schedule.step_size=20 --set schedule.gamma=0.5";
+  CliRun full = run("train " + cfg + common + " --set train.epochs=2 --set output=full");
+  ASSERT_EQ(full.code, 0) << full.out;
+  CliRun part = run("train " + cfg + common + " --set train.epochs=2 --set train.max_steps=23 --set output=part");
+  ASSERT_EQ(part.code, 0) << part.out;
+  EXPECT_NE(part.out.find("stopped: max_steps after 23 steps"), std::string::npos) << part.out;
+  CliRun rest = run("resume " + (dir / "part/checkpoints/step-23.onnx").string() + " --set train.max_steps=0");
+  ASSERT_EQ(rest.code, 0) << rest.out;
+  EXPECT_NE(rest.out.find("resuming at epoch 1, batch 23, step 23"), std::string::npos) << rest.out;
+  EXPECT_EQ(read_file(dir / "part/model.onnx"), read_file(dir / "full/model.onnx"));
+  // The metrics log continues: the resumed run appended its rows.
+  const std::string log = read_file(dir / "part/metrics.csv");
+  EXPECT_EQ(log.find("event,epoch"), 0u);
+  EXPECT_EQ(log.find("event,epoch", 1), std::string::npos);
+  EXPECT_NE(log.find("\nstep,2,58,"), std::string::npos);
+  // Changing the training maths on resume is refused.
+  CliRun bad = run("resume " + (dir / "part/checkpoints/step-23.onnx").string() + " --set optimizer.learning_rate=1");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("--set optimizer.learning_rate: cannot change when resuming"), std::string::npos) << bad.out;
+}
+
+TEST(Cli, CtrlCSavesACheckpointAndResumes) {
+  auto dir = digits("cli_sigint");
+  const std::string common = "--set early_stopping.patience=0 --set log.progress=none --set train.epochs=30";
+  CliRun full = run("train " + (dir / "config.yaml").string() + " " + common + " --set output=full");
+  ASSERT_EQ(full.code, 0) << full.out;
+
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string cfg = (dir / "config.yaml").string();
+    freopen((dir / "child.log").c_str(), "w", stdout);
+    execl(ONNXTRAIN_CLI, ONNXTRAIN_CLI, "train", cfg.c_str(), "--set", "early_stopping.patience=0", "--set",
+          "log.progress=none", "--set", "train.epochs=30", "--set", "output=cut", (char*)nullptr);
+    _exit(127);
+  }
+  // Interrupt once some steps are logged.
+  for (int i = 0; i < 6000; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const std::string log = read_file(dir / "cut/metrics.csv");
+    if (std::count(log.begin(), log.end(), '\n') > 10) break;
+  }
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  const std::string out = read_file(dir / "child.log");
+  ASSERT_EQ(WEXITSTATUS(status), 130) << out;
+  const size_t at = out.find("continue with: onnxtrain resume ");
+  ASSERT_NE(at, std::string::npos) << out;
+  std::string ckpt = out.substr(at + 32);
+  ckpt = ckpt.substr(0, ckpt.find('\n'));
+  CliRun rest = run("resume " + ckpt);
+  ASSERT_EQ(rest.code, 0) << rest.out;
+  EXPECT_EQ(read_file(dir / "cut/model.onnx"), read_file(dir / "full/model.onnx"));
+}
+
+TEST(Cli, CsvColumnsAndJsonLinesLog) {
+  auto dir = test::temp_dir("cli_csv");
+  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + (test::source_dir() / "examples/make_mlp.py").string() + " " +
+                    (dir / "mlp.onnx").string() + " --sizes 3 16 1 > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  {
+    std::ofstream csv(dir / "data.csv");
+    csv << "a,b,c,target\n";
+    for (int i = 0; i < 200; ++i) {
+      const double a = (i % 17) / 17.0, b = (i % 11) / 11.0, c = (i % 7) / 7.0;
+      csv << a << "," << b << "," << c << "," << 2 * a - b + 0.5 * c << "\n";
+    }
+  }
+  std::ofstream(dir / "run.yaml") << "model: mlp.onnx\noutput: out\n"
+                                     "data:\n  train: data.csv\n  inputs: {x: [a, b, c]}\n  target: [target]\n"
+                                     "  validation_split: 0.25\n"
+                                     "optimizer: {kind: adam, learning_rate: 0.01}\n"
+                                     "train: {epochs: 30, batch_size: 16, metrics: [loss, r2, mae]}\n"
+                                     "log: {file: metrics.jsonl, progress: lines}\n";
+  CliRun r = run("train " + (dir / "run.yaml").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("150 training rows, 50 validation rows"), std::string::npos) << r.out;
+  EXPECT_GT(metric(r.out, "validation r2: "), 0.9) << r.out;
+  const std::string log = read_file(dir / "out/metrics.jsonl");
+  EXPECT_EQ(log.rfind("{\"event\": \"step\", \"epoch\": 1, \"step\": 1, \"loss\": ", 0), 0u) << log.substr(0, 200);
+  EXPECT_NE(log.find("\"val_r2\": "), std::string::npos);
+  // A column that is not in the file.
+  std::ofstream(dir / "bad.yaml") << "model: mlp.onnx\ndata:\n  train: data.csv\n  inputs: {x: [a, b, d]}\n  target: target\n";
+  CliRun bad = run("train " + (dir / "bad.yaml").string());
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.out.find("bad.yaml:4: data.inputs.x: array or column 'd' for model input 'x' is not in the training data; "
+                         "it has: a float64[200], b float64[200], c float64[200], target float64[200]"),
+            std::string::npos) << bad.out;
+}
+
+TEST(Cli, InfoReportsOpsWithoutGradientRule) {
+  auto dir = test::temp_dir("cli_info");
+  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " -c 'import onnx, numpy as np; from onnx import helper as h, TensorProto as T\n"
+                    "g = h.make_graph([h.make_node(\"Mul\", [\"x\", \"w\"], [\"m\"]), h.make_node(\"Mod\", [\"m\", \"w\"], [\"y\"], fmod=1)], \"g\",\n"
+                    "  [h.make_tensor_value_info(\"x\", T.FLOAT, [\"n\", 3])], [h.make_tensor_value_info(\"y\", T.FLOAT, [\"n\", 3])],\n"
+                    "  [onnx.numpy_helper.from_array(np.ones(3, np.float32), \"w\")])\n"
+                    "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid(\"\", 18)]), \"" + (dir / "mod.onnx").string() + "\")'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  CliRun r = run("info " + (dir / "mod.onnx").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("  x: float32 [n, 3]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  w: float32 [3] 3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no gradient rule: Mod (1 nodes) -- on a weight's path"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("trainable: partly"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ExitCodesAndHelp) {
+  EXPECT_EQ(run("").code, 2);
+  EXPECT_EQ(run("frobnicate").code, 2);
+  for (const char* c : {"train", "resume", "eval", "export", "info", "config", "ops", "gradient-graph"}) {
+    CliRun h = run(std::string(c) + " --help");
+    EXPECT_EQ(h.code, 0) << c;
+    EXPECT_EQ(h.out.rfind(std::string("usage: onnxtrain ") + c, 0), 0u) << h.out;
+  }
+  CliRun noarg = run("train");
+  EXPECT_EQ(noarg.code, 2);
+  EXPECT_NE(noarg.out.find("onnxtrain train: expected one config file"), std::string::npos) << noarg.out;
+  EXPECT_EQ(run("train --frob x.yaml").code, 2);
+  auto dir = test::temp_dir("cli_codes");
+  std::ofstream(dir / "c.yaml") << "model: nowhere.onnx\ndata: {train: t.npz}\nloss: {kind: hinge}\n";
+  CliRun cfg = run("train " + (dir / "c.yaml").string());
+  EXPECT_EQ(cfg.code, 2);
+  EXPECT_NE(cfg.out.find("c.yaml:3: loss.kind: expected one of:"), std::string::npos) << cfg.out;
+  std::ofstream(dir / "m.yaml") << "model: nowhere.onnx\ndata: {train: t.npz}\n";
+  CliRun missing = run("train " + (dir / "m.yaml").string());
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.out.find("t.npz: cannot open the file"), std::string::npos) << missing.out;
+  CliRun notckpt = run("resume " + (dir / "m.yaml").string());
+  EXPECT_EQ(notckpt.code, 2) << notckpt.out;
+}
+
+}  // namespace
+}  // namespace onnxtrain
