@@ -1,0 +1,302 @@
+"""onnxtrain: train ONNX models natively (gradients, loss and optimizer as ONNX subgraphs; CPU via oneDNN/Eigen).
+
+The thin binding (docs/python.md):
+
+    import onnxtrain as ot
+    s = ot.TrainingSession("mlp.onnx", loss="mse", optimizer="adam", learning_rate=1e-3)
+    loss = s.train_step({"x": x, s.target_name: y})     # numpy in, float out; the GIL is released meanwhile
+    (pred,) = s.infer({"x": x})
+    s.save_checkpoint("ckpt.onnx")
+    model = s.export_inference()                          # onnx.ModelProto with the trained weights
+
+scikit-learn estimators live in :mod:`onnxtrain.sklearn`.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, Mapping, Sequence, Union
+
+import numpy as np
+
+from ._onnxtrain import (  # noqa: F401  (re-exported)
+    Device,
+    ForwardBackwardSession,
+    LossSpec,
+    OnnxtrainError,
+    OptimizerSpec,
+    ParamGroup,
+    PenaltySpec,
+    ScheduleSpec,
+    TrainingConfig,
+    __version__,
+    loss_kinds,
+    optimizer_kinds,
+    schedule_kinds,
+)
+from . import _onnxtrain
+
+__all__ = [
+    "Device", "Elastic", "ForwardBackwardSession", "LossSpec", "OnnxtrainError", "OptimizerSpec", "ParamGroup",
+    "PenaltySpec", "ScheduleSpec", "TrainingConfig", "TrainingSession", "loss_kinds", "make_config", "make_loss",
+    "make_optimizer", "make_penalty", "make_schedule", "optimizer_kinds", "schedule_kinds", "__version__",
+]
+
+ModelLike = Union[str, "os.PathLike[str]", bytes, Any]  # Any: onnx.ModelProto (anything with SerializeToString)
+Feeds = Mapping[str, Any]
+
+
+def Elastic(l1: float = 0.0, l2: float = 0.0) -> PenaltySpec:
+    """The elastic weight penalty ``l1 * sum|w| + l2 * sum(w**2)`` (no 1/2 on the L2 term)."""
+    return PenaltySpec(l1=float(l1), l2=float(l2))
+
+
+# Optimizer names that are presets of a C++ kind rather than kinds of their own.
+_OPTIMIZER_PRESETS = {
+    "nesterov": {"kind": "sgd", "nesterov": True, "momentum": 0.9},
+    "momentum": {"kind": "sgd", "momentum": 0.9},
+}
+
+
+def _spec(cls, value, what: str, kind_field: str = "kind"):
+    if isinstance(value, cls):
+        return cls(**value.to_dict())  # a copy: sessions never alias the caller's object
+    if isinstance(value, str):
+        return cls(**{kind_field: value})
+    if isinstance(value, Mapping):
+        return cls(**value)
+    raise TypeError(f"{what}: expected a name, a dict or {cls.__name__}, got {type(value).__name__}")
+
+
+def make_loss(loss: Union[str, LossSpec, Mapping[str, Any]], **options: Any) -> LossSpec:
+    """A LossSpec from a kind name ('square', 'neg_log', ...), a dict of fields or a LossSpec, plus overrides."""
+    spec = _spec(LossSpec, loss, "loss")
+    for k, v in options.items():
+        setattr(spec, k, v)
+    return spec
+
+
+def make_optimizer(optimizer: Union[str, OptimizerSpec, Mapping[str, Any]], **options: Any) -> OptimizerSpec:
+    """An OptimizerSpec from 'sgd', 'nesterov' (sgd, momentum 0.9, nesterov), 'momentum', 'adam', 'adamw',
+    'adagrad', a dict or an OptimizerSpec, plus overrides (``learning_rate=...``, ``momentum=...``)."""
+    if isinstance(optimizer, str) and optimizer in _OPTIMIZER_PRESETS:
+        optimizer = dict(_OPTIMIZER_PRESETS[optimizer])
+    spec = _spec(OptimizerSpec, optimizer, "optimizer")
+    for k, v in options.items():
+        if v is not None:
+            setattr(spec, k, v)
+    return spec
+
+
+def make_schedule(schedule: Union[None, str, ScheduleSpec, Mapping[str, Any]], **options: Any) -> ScheduleSpec:
+    """A ScheduleSpec ('constant' when None) plus overrides."""
+    spec = _spec(ScheduleSpec, "constant" if schedule is None else schedule, "schedule")
+    for k, v in options.items():
+        setattr(spec, k, v)
+    return spec
+
+
+def make_penalty(penalty: Union[None, PenaltySpec, Mapping[str, float], Sequence[float]]) -> PenaltySpec:
+    """None (no penalty), a PenaltySpec / Elastic(l1, l2), a dict {'l1': .., 'l2': ..} or a pair (l1, l2)."""
+    if penalty is None:
+        return PenaltySpec()
+    if isinstance(penalty, PenaltySpec):
+        return PenaltySpec(l1=penalty.l1, l2=penalty.l2)
+    if isinstance(penalty, Mapping):
+        return PenaltySpec(**penalty)
+    if isinstance(penalty, (tuple, list)) and len(penalty) == 2:
+        return PenaltySpec(l1=float(penalty[0]), l2=float(penalty[1]))
+    raise TypeError(f"penalty: expected None, Elastic(l1, l2), a dict or a pair, got {penalty!r}")
+
+
+def _device(device: Union[str, Device]) -> Device:
+    if isinstance(device, Device):
+        return device
+    name = str(device).lower()
+    if name == "cpu":
+        return Device.CPU
+    if name in ("cuda", "gpu"):
+        return Device.CUDA
+    raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
+
+
+def make_config(*, trainable: Iterable[str] | None = None, loss: Any = "mse", optimizer: Any = "sgd",
+                learning_rate: float | None = None, schedule: Any = None, penalty: Any = None,
+                prediction: str | None = None, device: Union[str, Device] = "cpu") -> TrainingConfig:
+    """A TrainingConfig from the same arguments as TrainingSession."""
+    cfg = TrainingConfig()
+    cfg.trainable = list(trainable or [])
+    cfg.prediction = prediction or ""
+    cfg.loss = make_loss(loss)
+    cfg.optimizer = make_optimizer(optimizer, learning_rate=learning_rate)
+    cfg.schedule = make_schedule(schedule)
+    cfg.penalty = make_penalty(penalty)
+    cfg.device = _device(device)
+    return cfg
+
+
+def _model_proto(data: bytes):
+    import onnx  # only needed by the calls that return a ModelProto
+
+    return onnx.load_from_string(data)
+
+
+def _feeds(feeds: Feeds | None, kwargs: Mapping[str, Any]) -> dict:
+    d = dict(feeds) if feeds is not None else {}
+    d.update(kwargs)
+    return d
+
+
+class TrainingSession:
+    """Trains an ONNX model with onnxtrain's native training session.
+
+    Args:
+        model: a path, the serialized bytes, or an ``onnx.ModelProto``.
+        trainable: initializer names to train; None = every floating-point initializer.
+        loss: a loss name (``loss_kinds()``), a dict of LossSpec fields, or a LossSpec.
+        optimizer: 'sgd', 'nesterov', 'momentum', 'adam', 'adamw', 'adagrad', a dict or an OptimizerSpec.
+        learning_rate: overrides the optimizer's learning rate.
+        schedule: None (constant), a schedule name, a dict or a ScheduleSpec (docs/schedules.md).
+        penalty: None, ``Elastic(l1, l2)``, a dict or a pair.
+        prediction: the model output the loss reads (default: the first).
+        device: 'cpu' or 'cuda'.
+        config: a complete TrainingConfig instead of the arguments above.
+
+    Feeds are dicts of numpy arrays keyed by input name; C-contiguous arrays of the expected dtype are read in
+    place. The loss target is fed under ``target_name``. Errors name the input or option at fault: a wrong
+    dtype raises TypeError, other bad input ValueError (``OnnxtrainError``).
+    """
+
+    def __init__(self, model: ModelLike, *, trainable: Iterable[str] | None = None, loss: Any = "mse",
+                 optimizer: Any = "sgd", learning_rate: float | None = None, schedule: Any = None,
+                 penalty: Any = None, prediction: str | None = None, device: Union[str, Device] = "cpu",
+                 config: TrainingConfig | None = None):
+        if config is None:
+            config = make_config(trainable=trainable, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
+                                 schedule=schedule, penalty=penalty, prediction=prediction, device=device)
+        self._s = _onnxtrain.TrainingSession(model, config)
+        self.config = config
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: ModelLike) -> "TrainingSession":
+        """Rebuilds the session a checkpoint was saved from (path, bytes or ModelProto); training continues
+        bit-for-bit on CPU."""
+        self = cls.__new__(cls)
+        self._s = _onnxtrain.TrainingSession.from_checkpoint(checkpoint)
+        self.config = None
+        return self
+
+    # Running.
+    def train_step(self, feeds: Feeds | None = None, /, **inputs: Any) -> float:
+        """One optimizer step on a batch (model inputs plus the target); returns the loss before the update."""
+        return self._s.train_step(_feeds(feeds, inputs))
+
+    def infer(self, feeds: Feeds | None = None, /, **inputs: Any) -> list[np.ndarray]:
+        """The model's outputs, in order."""
+        return self._s.infer(_feeds(feeds, inputs))
+
+    def gradients(self, feeds: Feeds | None = None, /, **inputs: Any) -> tuple[float, dict[str, np.ndarray]]:
+        """(loss, {weight: gradient}) for a batch, without updating anything."""
+        return self._s.gradients(_feeds(feeds, inputs))
+
+    # Interface.
+    @property
+    def input_names(self) -> list[str]:
+        """The model's inputs."""
+        return self._s.input_names
+
+    @property
+    def output_names(self) -> list[str]:
+        """The model's outputs."""
+        return self._s.output_names
+
+    @property
+    def feed_names(self) -> list[str]:
+        """Everything train_step needs: the model's inputs, the target and 'sample_weight' if requested."""
+        return self._s.feed_names
+
+    @property
+    def target_name(self) -> str:
+        """The feed name of the loss target."""
+        return self._s.target_name
+
+    @property
+    def trainable(self) -> list[str]:
+        """The trained initializers."""
+        return self._s.trainable
+
+    # Weights and optimizer state.
+    def get_weight(self, name: str) -> np.ndarray:
+        """A copy of one trainable weight."""
+        return self._s.get_weight(name)
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """Copies of every trainable weight."""
+        return self._s.weights()
+
+    def set_weight(self, name: str, value: Any) -> None:
+        """Overwrites a trainable weight (same dtype and shape)."""
+        self._s.set_weight(name, value)
+
+    def set_weights(self, values: Mapping[str, Any]) -> None:
+        """set_weight for every entry."""
+        self._s.set_weights(dict(values))
+
+    @property
+    def learning_rate(self) -> float:
+        """The default group's current learning rate (settable; groups keep their ratio)."""
+        return self._s.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, lr: float) -> None:
+        self._s.learning_rate = lr
+
+    @property
+    def step(self) -> int:
+        """Optimizer updates applied so far."""
+        return self._s.step
+
+    def end_epoch(self, mean_loss: float) -> None:
+        """Reports an epoch's mean training loss (the 'adaptive' schedule reads it)."""
+        self._s.end_epoch(mean_loss)
+
+    @property
+    def stop_requested(self) -> bool:
+        """True when the schedule asks training to stop (scikit-learn's adaptive rule)."""
+        return self._s.stop_requested
+
+    def state(self, name: str) -> np.ndarray:
+        """A copy of an optimizer state tensor ('optim.step', '<weight>.exp_avg', ...)."""
+        return self._s.state(name)
+
+    @property
+    def state_names(self) -> list[str]:
+        """Every optimizer state tensor."""
+        return self._s.state_names
+
+    # Models out.
+    def export_inference(self, path: Union[str, "os.PathLike[str]", None] = None):
+        """The inference model with the current weights: an onnx.ModelProto, or saved to ``path`` (atomically;
+        returns None then)."""
+        if path is not None:
+            self._s.export_inference(path)
+            return None
+        return _model_proto(self._s.export_inference())
+
+    def export_inference_bytes(self) -> bytes:
+        """export_inference(), serialized (no onnx import needed)."""
+        return self._s.export_inference()
+
+    def checkpoint(self):
+        """The trainable checkpoint as an onnx.ModelProto (docs/checkpoint.md)."""
+        return _model_proto(self._s.checkpoint())
+
+    def save_checkpoint(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        """Saves a trainable checkpoint atomically; TrainingSession.from_checkpoint(path) resumes it."""
+        self._s.save_checkpoint(path)
+
+    def export_gradient_model(self):
+        """A standard ONNX model (onnx.ModelProto) computing the loss and every weight's gradient."""
+        return _model_proto(self._s.export_gradient_model())
+
+    def __repr__(self) -> str:
+        return repr(self._s)

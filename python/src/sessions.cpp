@@ -1,0 +1,242 @@
+// TrainingSession and ForwardBackwardSession. Each call converts its arguments with the GIL held, then runs the
+// native code with the GIL released and the session's mutex held (a session is not reentrant; the mutex makes
+// concurrent calls from Python threads queue instead of racing), then converts the results with the GIL again.
+#include <mutex>
+#include <optional>
+
+#include <pybind11/stl.h>
+
+#include "convert.h"
+#include "graph/model_io.h"
+#include "training/forward_backward.h"
+#include "training/session.h"
+
+namespace onnxtrain::py_binding {
+
+namespace {
+
+Device device_from(const py::handle& d) {
+  if (py::isinstance<Device>(d)) return d.cast<Device>();
+  if (py::isinstance<py::str>(d)) {
+    std::string s = d.cast<std::string>();
+    if (s == "cpu" || s == "CPU") return Device::CPU;
+    if (s == "cuda" || s == "CUDA" || s == "gpu") return Device::CUDA;
+    throw py::value_error("device: expected 'cpu' or 'cuda', got '" + s + "'");
+  }
+  raise_type_error("device: expected 'cpu', 'cuda' or onnxtrain.Device, got " + std::string(py::str(d.get_type())));
+}
+
+// State shared by both session wrappers: the model's interface and a lock.
+struct Interface {
+  std::string source;
+  std::vector<std::string> input_names, output_names;
+  std::map<std::string, DType> feed_types, weight_types;
+  std::vector<DType> output_types;
+
+  void describe(const Graph& g) {
+    input_names = model_input_names(g);
+    feed_types = input_dtypes(g);
+    output_names.clear();
+    output_types.clear();
+    for (const ValueInfo& v : g.outputs) {
+      output_names.push_back(v.name);
+      output_types.push_back(v.type.dtype);
+    }
+    for (const auto& [name, t] : g.initializers) weight_types[name] = t.dtype;
+  }
+  DType weight_type(const std::string& name) const {
+    auto it = weight_types.find(name);
+    return it == weight_types.end() ? DType::Undefined : it->second;
+  }
+};
+
+template <class Session>
+struct Locked {
+  std::unique_ptr<Session> s;
+  std::mutex mu;
+  Interface io;
+
+  // Runs f(session) without the GIL and with the lock.
+  template <class F>
+  auto run(F&& f) {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu);
+    return f(*s);
+  }
+  py::array get_weight(const std::string& name) {
+    return to_numpy(run([&](Session& s) { return s.get_weight(name); }));
+  }
+  py::dict weights() {
+    return to_numpy(run([](Session& s) { return s.weights(); }));
+  }
+  void set_weight(const std::string& name, const py::handle& value) {
+    std::vector<py::object> keep;
+    Tensor t = to_tensor(value, io.weight_type(name), "weight '" + name + "'", keep);
+    run([&](Session& s) { s.set_weight(name, t); });
+  }
+  void set_weights(const py::dict& values) {
+    for (auto [k, v] : values) set_weight(std::string(py::str(k)), v);
+  }
+};
+
+using PyTraining = Locked<TrainingSession>;
+using PyForwardBackward = Locked<ForwardBackwardSession>;
+
+std::unique_ptr<PyTraining> make_training(const py::handle& model, TrainingConfig config) {
+  auto p = std::make_unique<PyTraining>();
+  Model m = load_model_from(model, p->io.source);
+  p->io.describe(m.graph);
+  py::gil_scoped_release nogil;
+  p->s = std::make_unique<TrainingSession>(std::move(m), std::move(config));
+  // Training feeds: the model's inputs plus the loss target (and sample weights), with their dtypes.
+  for (const ValueInfo& v : p->s->training_graph().inputs)
+    if (v.type.dtype != DType::Undefined && !p->s->training_graph().is_initializer(v.name))
+      p->io.feed_types[v.name] = v.type.dtype;
+  return p;
+}
+
+std::unique_ptr<PyTraining> from_checkpoint(const py::handle& checkpoint) {
+  auto p = std::make_unique<PyTraining>();
+  if (py::isinstance<py::str>(checkpoint) || py::hasattr(checkpoint, "__fspath__")) {
+    p->io.source = fspath(checkpoint, "checkpoint");
+    py::gil_scoped_release nogil;
+    p->s = std::make_unique<TrainingSession>(TrainingSession::from_checkpoint(p->io.source));
+  } else {
+    Model m = load_model_from(checkpoint, p->io.source);
+    py::gil_scoped_release nogil;
+    p->s = std::make_unique<TrainingSession>(TrainingSession::from_checkpoint(m, p->io.source));
+  }
+  Model inference = p->s->export_inference();
+  p->io.describe(inference.graph);
+  for (const ValueInfo& v : p->s->training_graph().inputs)
+    if (v.type.dtype != DType::Undefined && !p->s->training_graph().is_initializer(v.name))
+      p->io.feed_types[v.name] = v.type.dtype;
+  return p;
+}
+
+py::bytes serialized(PyTraining& self, Model (TrainingSession::*what)() const) {
+  std::string bytes = self.run([&](TrainingSession& s) { return serialize_model((s.*what)()); });
+  return py::bytes(bytes);
+}
+
+template <class Cls, class P>
+void bind_common(Cls& cls) {
+  cls.def_property_readonly("input_names", [](P& self) { return self.io.input_names; },
+                            "The model's inputs (graph inputs that are not initializers), in order.")
+      .def_property_readonly("output_names", [](P& self) { return self.io.output_names; }, "The model's outputs.")
+      .def_property_readonly("trainable", [](P& self) { return self.s->trainable(); }, "The trained initializers.")
+      .def("get_weight", &P::get_weight, py::arg("name"), "A copy of one trainable weight.")
+      .def("weights", &P::weights, "Copies of every trainable weight, by name.")
+      .def("set_weight", &P::set_weight, py::arg("name"), py::arg("value"),
+           "Overwrites a trainable weight (same dtype and shape).")
+      .def("set_weights", &P::set_weights, py::arg("values"), "set_weight for every entry of a dict.");
+}
+
+}  // namespace
+
+void bind_sessions(py::module_& m) {
+  py::class_<PyTraining> ts(m, "TrainingSession", R"(Trains an ONNX model: loss, backward and optimizer run natively.
+
+TrainingSession(model, config): model is a path, bytes or onnx.ModelProto; config a TrainingConfig.
+The feeds of train_step/gradients are the model's inputs plus the loss target (target_name).)");
+  ts.def(py::init([](const py::handle& model, TrainingConfig config) { return make_training(model, std::move(config)); }),
+         py::arg("model"), py::arg("config") = TrainingConfig{})
+      .def_static("from_checkpoint", &from_checkpoint, py::arg("checkpoint"),
+                  "Rebuilds the session a checkpoint (path, bytes or ModelProto) was saved from.")
+      .def("train_step", [](PyTraining& self, const py::handle& feeds) {
+             Feeds f = to_feeds(feeds, self.io.feed_types, "train_step");
+             return self.run([&](TrainingSession& s) { return s.train_step(f.tensors); });
+           }, py::arg("feeds"), "One optimizer step on a batch; returns the loss before the update.")
+      .def("infer", [](PyTraining& self, const py::handle& feeds) {
+             Feeds f = to_feeds(feeds, self.io.feed_types, "infer");
+             return to_numpy(self.run([&](TrainingSession& s) { return s.infer(f.tensors); }));
+           }, py::arg("feeds"), "The model's outputs, in order, for these inputs.")
+      .def("gradients", [](PyTraining& self, const py::handle& feeds) {
+             Feeds f = to_feeds(feeds, self.io.feed_types, "gradients");
+             TrainingSession::Gradients g = self.run([&](TrainingSession& s) { return s.gradients(f.tensors); });
+             return py::make_tuple(g.loss, to_numpy(std::move(g.grads)));
+           }, py::arg("feeds"), "(loss, {weight: gradient}) without updating anything.")
+      .def_property_readonly("target_name", [](PyTraining& self) { return self.s->target_name(); },
+                             "The feed name of the loss target.")
+      .def_property_readonly("feed_names", [](PyTraining& self) {
+             std::vector<std::string> names;
+             for (const ValueInfo& v : self.s->training_graph().inputs)
+               if (!self.s->training_graph().is_initializer(v.name)) names.push_back(v.name);
+             return names;
+           }, "Every feed train_step needs: the model's inputs, the target, and 'sample_weight' if requested.")
+      .def_property("learning_rate", [](PyTraining& self) { return self.run([](TrainingSession& s) { return s.learning_rate(); }); },
+                    [](PyTraining& self, double lr) { self.run([&](TrainingSession& s) { s.set_learning_rate(lr); }); },
+                    "The default group's current learning rate.")
+      .def_property_readonly("step", [](PyTraining& self) { return self.run([](TrainingSession& s) { return s.step(); }); },
+                             "Optimizer updates applied so far.")
+      .def("end_epoch", [](PyTraining& self, double loss) { self.run([&](TrainingSession& s) { s.end_epoch(loss); }); },
+           py::arg("mean_loss"), "Reports an epoch's mean training loss (the adaptive schedule reads it).")
+      .def_property_readonly("stop_requested", [](PyTraining& self) { return self.s->stop_requested(); },
+                             "True when the schedule (adaptive) asks training to stop.")
+      .def("state", [](PyTraining& self, const std::string& name) {
+             return to_numpy(self.run([&](TrainingSession& s) { return s.state(name); }));
+           }, py::arg("name"), "A copy of an optimizer state tensor ('optim.step', '<w>.exp_avg', ...).")
+      .def_property_readonly("state_names", [](PyTraining& self) { return self.s->state_names(); })
+      .def("export_inference", [](PyTraining& self) { return serialized(self, &TrainingSession::export_inference); },
+           "The inference model with the current weights, serialized.")
+      .def("export_inference", [](PyTraining& self, const py::handle& path) {
+             std::string p = fspath(path, "path");
+             self.run([&](TrainingSession& s) { s.export_inference(p); });
+           }, py::arg("path"), "Saves the inference model with the current weights (atomically).")
+      .def("checkpoint", [](PyTraining& self) { return serialized(self, &TrainingSession::checkpoint); },
+           "The trainable checkpoint (docs/checkpoint.md), serialized.")
+      .def("save_checkpoint", [](PyTraining& self, const py::handle& path) {
+             std::string p = fspath(path, "path");
+             self.run([&](TrainingSession& s) { s.save_checkpoint(p); });
+           }, py::arg("path"), "Saves a trainable checkpoint (atomically).")
+      .def("export_gradient_model", [](PyTraining& self) { return serialized(self, &TrainingSession::export_gradient_model); },
+           "A standard ONNX model computing the loss and every weight's gradient, serialized.")
+      .def("__repr__", [](PyTraining& self) {
+             return "<onnxtrain.TrainingSession " + self.io.source + ", " + std::to_string(self.s->trainable().size()) +
+                    " trainable weights>";
+           });
+  bind_common<decltype(ts), PyTraining>(ts);
+
+  py::class_<PyForwardBackward> fb(m, "ForwardBackwardSession", R"(The model's forward and backward as two calls.
+
+For an outside autograd (PyTorch): run_forward keeps the activations, run_backward takes one gradient per
+model output (None = zeros) and returns the gradient of every trainable weight and input requiring grad.)");
+  fb.def(py::init([](const py::handle& model, std::vector<std::string> trainable,
+                     std::vector<std::string> inputs_requiring_grad, const py::handle& device) {
+           auto p = std::make_unique<PyForwardBackward>();
+           Device d = device_from(device);
+           Model m = load_model_from(model, p->io.source);
+           p->io.describe(m.graph);
+           py::gil_scoped_release nogil;
+           p->s = std::make_unique<ForwardBackwardSession>(std::move(m), std::move(trainable),
+                                                           std::move(inputs_requiring_grad), d);
+           return p;
+         }),
+         py::arg("model"), py::arg("trainable") = std::vector<std::string>{},
+         py::arg("inputs_requiring_grad") = std::vector<std::string>{}, py::arg("device") = "cpu")
+      .def("run_forward", [](PyForwardBackward& self, const py::handle& feeds) {
+             Feeds f = to_feeds(feeds, self.io.feed_types, "run_forward");
+             return to_numpy(self.run([&](ForwardBackwardSession& s) { return s.run_forward(f.tensors); }));
+           }, py::arg("feeds"), "The model's outputs; keeps what the backward pass needs.")
+      .def("run_backward", [](PyForwardBackward& self, const py::sequence& output_grads) {
+             std::vector<py::object> keep;
+             std::vector<std::optional<Tensor>> grads;
+             for (size_t i = 0; i < output_grads.size(); ++i) {
+               py::object g = output_grads[i];
+               const DType want = i < self.io.output_types.size() ? self.io.output_types[i] : DType::Undefined;
+               std::string what = "gradient of output " +
+                                  (i < self.io.output_names.size() ? "'" + self.io.output_names[i] + "'" : std::to_string(i));
+               grads.push_back(g.is_none() ? std::nullopt : std::optional<Tensor>(to_tensor(g, want, what, keep)));
+             }
+             return to_numpy(self.run([&](ForwardBackwardSession& s) { return s.run_backward(grads); }));
+           }, py::arg("output_grads"),
+           "One gradient per model output (None = zeros); returns {weight or input: gradient}.")
+      .def_property_readonly("inputs_requiring_grad", [](PyForwardBackward& self) { return self.s->inputs_requiring_grad(); })
+      .def("__repr__", [](PyForwardBackward& self) {
+             return "<onnxtrain.ForwardBackwardSession " + self.io.source + ", " +
+                    std::to_string(self.s->trainable().size()) + " trainable weights>";
+           });
+  bind_common<decltype(fb), PyForwardBackward>(fb);
+}
+
+}  // namespace onnxtrain::py_binding

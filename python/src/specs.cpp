@@ -1,0 +1,183 @@
+// The configuration structs as Python classes: every field readable and writable, keyword (or positional, in
+// field order) construction that rejects unknown options, repr, equality, copy and pickle (scikit-learn's
+// clone deep-copies estimator parameters, so loss/optimizer objects must copy).
+#include <memory>
+
+#include <pybind11/stl.h>
+
+#include "convert.h"
+#include "losses/loss.h"
+#include "losses/penalty.h"
+#include "optimizers/optimizer.h"
+#include "optimizers/schedule.h"
+#include "training/session.h"
+
+namespace onnxtrain::py_binding {
+
+namespace {
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+template <class T>
+class SpecClass {
+ public:
+  SpecClass(py::module_& m, const char* name, const char* doc)
+      : cls_(m, name, doc), name_(name), fields_(std::make_shared<std::vector<std::string>>()) {}
+
+  template <class V>
+  SpecClass& field(const char* name, V T::*member, const char* doc) {
+    cls_.def_readwrite(name, member, doc);
+    fields_->push_back(name);
+    return *this;
+  }
+
+  py::class_<T>& finish() {
+    auto fields = fields_;
+    std::string cls_name = name_;
+    auto build = [fields, cls_name](const py::args& args, const py::kwargs& kwargs) {
+      if (args.size() > fields->size())
+        raise_type_error(cls_name + ": takes at most " + std::to_string(fields->size()) + " positional arguments, got " +
+                         std::to_string(args.size()));
+      py::object obj = py::cast(T{});
+      auto set = [&](const std::string& key, const py::handle& value) {
+        try {
+          obj.attr(key.c_str()) = value;
+        } catch (py::error_already_set& e) {
+          raise_type_error(cls_name + "." + key + ": cannot take " + std::string(py::repr(value)) + " (" + e.what() + ")");
+        }
+      };
+      for (size_t i = 0; i < args.size(); ++i) set((*fields)[i], args[i]);
+      for (auto [k, v] : kwargs) {
+        std::string key = std::string(py::str(k));
+        if (std::find(fields->begin(), fields->end(), key) == fields->end())
+          raise_type_error(cls_name + ": unknown option '" + key + "'; expected one of: " + join(*fields));
+        set(key, v);
+      }
+      return obj.cast<T>();
+    };
+    cls_.def(py::init(build));
+    cls_.def("__repr__", [fields, cls_name](const py::object& self) {
+      std::string s = cls_name + "(";
+      for (size_t i = 0; i < fields->size(); ++i)
+        s += (i ? ", " : "") + (*fields)[i] + "=" + std::string(py::repr(self.attr((*fields)[i].c_str())));
+      return s + ")";
+    });
+    cls_.def("__eq__", [fields](const py::object& self, const py::object& other) {
+      if (!py::isinstance<T>(other)) return false;
+      for (const std::string& f : *fields)
+        if (!self.attr(f.c_str()).equal(other.attr(f.c_str()))) return false;
+      return true;
+    });
+    cls_.attr("__hash__") = py::none();
+    cls_.def("to_dict", [fields](const py::object& self) {
+      py::dict d;
+      for (const std::string& f : *fields) d[py::str(f)] = self.attr(f.c_str());
+      return d;
+    }, "The fields as a dict (nested specs stay objects).");
+    cls_.def("__copy__", [](const T& self) { return T(self); });
+    cls_.def("__deepcopy__", [](const T& self, const py::dict&) { return T(self); }, py::arg("memo"));
+    cls_.def(py::pickle(
+        [fields](const py::object& self) {
+          py::dict d;
+          for (const std::string& f : *fields) d[py::str(f)] = self.attr(f.c_str());
+          return d;
+        },
+        [build](const py::dict& d) { return build(py::args(py::tuple()), py::kwargs(d)); }));
+    return cls_;
+  }
+
+ private:
+  py::class_<T> cls_;
+  std::string name_;
+  std::shared_ptr<std::vector<std::string>> fields_;
+};
+
+}  // namespace
+
+void bind_specs(py::module_& m) {
+  py::enum_<Device>(m, "Device", "Where a session runs.")
+      .value("CPU", Device::CPU)
+      .value("CUDA", Device::CUDA);
+
+  SpecClass<LossSpec>(m, "LossSpec", "A loss appended to the model's prediction (docs/losses.md).")
+      .field("kind", &LossSpec::kind, "square (alias mse), absolute, elastic, huber, neg_log, cross_entropy, nll, "
+                                      "bce_with_logits")
+      .field("reduction", &LossSpec::reduction, "'mean' or 'sum'")
+      .field("half", &LossSpec::half, "square: 0.5 * (p - t)^2 (scikit-learn's convention)")
+      .field("sample_weight", &LossSpec::sample_weight, "add a 'sample_weight' input of shape [N]")
+      .field("l1", &LossSpec::l1, "elastic: coefficient of |d|")
+      .field("l2", &LossSpec::l2, "elastic: coefficient of d^2")
+      .field("delta", &LossSpec::delta, "huber: quadratic below delta")
+      .field("input", &LossSpec::input, "neg_log: 'probability' (default) or 'logits'")
+      .field("eps", &LossSpec::eps, "neg_log: probability clipping; None = the dtype's epsilon (probabilities)")
+      .field("target_format", &LossSpec::target_format, "cross_entropy/nll: 'indices' or 'probabilities'")
+      .field("class_weights", &LossSpec::class_weights, "one weight per class; empty = all 1")
+      .field("ignore_index", &LossSpec::ignore_index, "class index that contributes nothing; None = none")
+      .field("label_smoothing", &LossSpec::label_smoothing, "cross_entropy, in [0, 1]")
+      .field("pos_weight", &LossSpec::pos_weight, "bce_with_logits: weight of the positive term")
+      .finish();
+
+  SpecClass<PenaltySpec>(m, "PenaltySpec", "l1 * sum|w| + l2 * sum(w^2) over the trainable weights, added to the loss "
+                                           "(no 1/2 on the l2 term; docs/losses.md).")
+      .field("l1", &PenaltySpec::l1, "L1 coefficient, >= 0")
+      .field("l2", &PenaltySpec::l2, "L2 coefficient, >= 0")
+      .finish();
+
+  SpecClass<ParamGroup>(m, "ParamGroup", "Optimizer overrides for the weights whose names match (globs).")
+      .field("match", &ParamGroup::match, "weight names or glob patterns ('*', '?')")
+      .field("learning_rate", &ParamGroup::learning_rate, "None = the optimizer's")
+      .field("weight_decay", &ParamGroup::weight_decay, "None = the optimizer's")
+      .finish();
+
+  SpecClass<OptimizerSpec>(m, "OptimizerSpec", "An optimizer appended to the training graph (docs/optimizers.md).")
+      .field("kind", &OptimizerSpec::kind, "'sgd', 'adam', 'adamw' or 'adagrad'")
+      .field("learning_rate", &OptimizerSpec::learning_rate, "base learning rate")
+      .field("weight_decay", &OptimizerSpec::weight_decay, "None = 0 (0.01 for adamw)")
+      .field("momentum", &OptimizerSpec::momentum, "sgd")
+      .field("dampening", &OptimizerSpec::dampening, "sgd, torch convention")
+      .field("nesterov", &OptimizerSpec::nesterov, "sgd")
+      .field("convention", &OptimizerSpec::convention, "sgd: 'torch' or 'onnx'")
+      .field("beta", &OptimizerSpec::beta, "sgd, onnx convention")
+      .field("beta1", &OptimizerSpec::beta1, "adam, adamw")
+      .field("beta2", &OptimizerSpec::beta2, "adam, adamw")
+      .field("amsgrad", &OptimizerSpec::amsgrad, "adam, adamw")
+      .field("eps", &OptimizerSpec::eps, "adam, adamw, adagrad; None = torch's default")
+      .field("lr_decay", &OptimizerSpec::lr_decay, "adagrad")
+      .field("initial_accumulator_value", &OptimizerSpec::initial_accumulator_value, "adagrad")
+      .field("max_grad_norm", &OptimizerSpec::max_grad_norm, "global-norm clipping; 0 = off")
+      .field("gradient_accumulation", &OptimizerSpec::gradient_accumulation, "micro-batches per update")
+      .field("groups", &OptimizerSpec::groups, "list of ParamGroup (assign a new list to change it)")
+      .finish();
+
+  SpecClass<ScheduleSpec>(m, "ScheduleSpec", "A learning-rate schedule (docs/schedules.md).")
+      .field("kind", &ScheduleSpec::kind, "constant, step, exponential, cosine, linear, invscaling, adaptive")
+      .field("step_size", &ScheduleSpec::step_size, "step")
+      .field("gamma", &ScheduleSpec::gamma, "step, exponential")
+      .field("total_steps", &ScheduleSpec::total_steps, "cosine, linear")
+      .field("warmup_steps", &ScheduleSpec::warmup_steps, "cosine, linear")
+      .field("min_lr", &ScheduleSpec::min_lr, "cosine")
+      .field("power_t", &ScheduleSpec::power_t, "invscaling")
+      .field("tol", &ScheduleSpec::tol, "adaptive")
+      .field("n_iter_no_change", &ScheduleSpec::n_iter_no_change, "adaptive")
+      .finish();
+
+  SpecClass<TrainingConfig>(m, "TrainingConfig", "Everything a TrainingSession is built from.")
+      .field("trainable", &TrainingConfig::trainable, "initializer names; empty = every floating-point initializer")
+      .field("prediction", &TrainingConfig::prediction, "the output the loss reads; '' = the first output")
+      .field("loss", &TrainingConfig::loss, "LossSpec")
+      .field("penalty", &TrainingConfig::penalty, "PenaltySpec")
+      .field("optimizer", &TrainingConfig::optimizer, "OptimizerSpec")
+      .field("schedule", &TrainingConfig::schedule, "ScheduleSpec")
+      .field("device", &TrainingConfig::device, "Device")
+      .finish();
+
+  m.def("loss_kinds", &loss_kinds, "Every loss kind (aliases included).");
+  m.def("optimizer_kinds", &optimizer_kinds, "Every optimizer kind.");
+  m.def("schedule_kinds", &schedule_kinds, "Every schedule kind.");
+}
+
+}  // namespace onnxtrain::py_binding
