@@ -98,15 +98,23 @@ std::vector<Function> fused_grad_functions() {
            "InvStdDev and g = dY * Scale, dX = InvStdDev * (g - mean(g) - xhat * mean(g * xhat)), "
            "dScale = sum over rows of dY * xhat, dBias = sum over rows of dY.";
   {
-    const std::map<std::string, Attribute> last{{"axes", std::vector<int64_t>{-1}}, {"keepdims", int64_t{1}}};
     const int64_t zero = 0;
     auto& nodes = ln.nodes;
+    // Means as ReduceSum / D: ReduceSum takes its axes as an input at every opset from 13, while ReduceMean's
+    // moved from an attribute to an input at 18, and a body runs at its caller's opset, whichever that is.
+    last_axis(ln);
+    nodes.push_back(op("d_int", "Shape", {"X"}, "d_int", {{"start", int64_t{-1}}}));
+    nodes.push_back(op("d", "CastLike", {"d_int", "dY"}, "d"));
+    auto mean_last = [&](const std::string& in, const std::string& out) {
+      nodes.push_back(op(out + "_sum", "ReduceSum", {in, "axes"}, out + "_sum", {{"keepdims", int64_t{1}}}));
+      nodes.push_back(op(out, "Div", {out + "_sum", "d"}, out));
+    };
     nodes.push_back(op("centered", "Sub", {"X", "Mean"}, "centered"));
     nodes.push_back(op("xhat", "Mul", {"centered", "InvStdDev"}, "xhat"));
     nodes.push_back(op("g", "Mul", {"dY", "Scale"}, "g"));
-    nodes.push_back(op("mean_g", "ReduceMean", {"g"}, "mean_g", last));  // axes is an attribute until opset 18
+    mean_last("g", "mean_g");
     nodes.push_back(op("g_xhat", "Mul", {"g", "xhat"}, "g_xhat"));
-    nodes.push_back(op("mean_g_xhat", "ReduceMean", {"g_xhat"}, "mean_g_xhat", last));
+    mean_last("g_xhat", "mean_g_xhat");
     nodes.push_back(op("proj", "Mul", {"xhat", "mean_g_xhat"}, "proj"));
     nodes.push_back(op("g_centered", "Sub", {"g", "mean_g"}, "g_centered"));
     nodes.push_back(op("g_orth", "Sub", {"g_centered", "proj"}, "g_orth"));

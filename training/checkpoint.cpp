@@ -32,6 +32,7 @@ namespace {
 // The visitor sees (key, field&) for every field of TrainingConfig.
 template <class V> void visit_config(TrainingConfig& c, V& v) {
   v("trainable", c.trainable);
+  v("inputs_requiring_grad", c.inputs_requiring_grad);
   v("prediction", c.prediction);
   LossSpec& l = c.loss;
   v("loss.kind", l.kind);

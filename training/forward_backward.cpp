@@ -1,4 +1,5 @@
 #include "training/forward_backward.h"
+#include "training/fold_shapes.h"
 #include "training/weights.h"
 
 #include <algorithm>
@@ -17,13 +18,15 @@ ForwardBackwardSession ForwardBackwardSession::from_file(const std::filesystem::
 }
 
 ForwardBackwardSession::ForwardBackwardSession(Model model, std::vector<std::string> trainable,
-                                               std::vector<std::string> inputs_requiring_grad, Device device)
+                                               std::vector<std::string> inputs_requiring_grad, Device device,
+                                               std::shared_ptr<TensorStore> store)
     : model_(std::move(model)),
       trainable_(std::move(trainable)),
       inputs_requiring_grad_(std::move(inputs_requiring_grad)),
-      store_(std::make_shared<TensorStore>()) {
+      store_(store ? std::move(store) : std::make_shared<TensorStore>()) {
   // Models built in memory may arrive without types; the gradient engine needs them.
   if (model_.graph.value_info.empty() && !model_.graph.nodes.empty()) infer_shapes(model_);
+  fold_static_shapes(model_);  // exported slice bounds and pads become the constants rules need
   const Graph& g = model_.graph;
   if (g.outputs.empty()) fail("model", "has no outputs to differentiate");
   if (trainable_.empty())

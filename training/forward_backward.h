@@ -18,9 +18,12 @@ namespace onnxtrain {
 class ForwardBackwardSession {
  public:
   // trainable: initializer names; empty = every floating-point initializer. inputs_requiring_grad: graph
-  // inputs whose gradients run_backward also returns.
+  // inputs whose gradients run_backward also returns. store: the weight store to run on, shared with other
+  // executors (a TrainingSession's, so its train_step and this backward see the same weights); null = a new one.
+  // Initializers missing from a shared store are added to it, as by any Executor.
   ForwardBackwardSession(Model model, std::vector<std::string> trainable = {},
-                         std::vector<std::string> inputs_requiring_grad = {}, Device device = Device::CPU);
+                         std::vector<std::string> inputs_requiring_grad = {}, Device device = Device::CPU,
+                         std::shared_ptr<TensorStore> store = nullptr);
   static ForwardBackwardSession from_file(const std::filesystem::path& model, std::vector<std::string> trainable = {},
                                           std::vector<std::string> inputs_requiring_grad = {});
 

@@ -13,6 +13,7 @@
 #include "graph/expr.h"
 #include "graph/model_io.h"
 #include "training/checkpoint.h"
+#include "training/fold_shapes.h"
 
 namespace onnxtrain {
 
@@ -33,6 +34,7 @@ TrainingSession TrainingSession::from_file(const std::filesystem::path& model, T
 
 TrainingSession::TrainingSession(Model model, TrainingConfig config)
     : model_(std::move(model)), config_(std::move(config)), store_(std::make_shared<TensorStore>()) {
+  fold_static_shapes(model_);  // exported slice bounds and pads become the constants gradient rules need
   const Graph& g = model_.graph;
   if (g.outputs.empty()) fail("model", "has no outputs to train");
   trainable_ = config_.trainable;
@@ -270,6 +272,21 @@ Model TrainingSession::export_gradient_model() const {
     m.functions.push_back(std::move(f));
   }
   return m;
+}
+
+// The Yield graphs share the weight store, so they always run on the weights train_step updates. Built lazily:
+// most sessions never take this path, and building it costs a second gradient construction.
+ForwardBackwardSession& TrainingSession::forward_backward() {
+  if (!forward_backward_)
+    forward_backward_ = std::make_unique<ForwardBackwardSession>(model_, trainable_, config_.inputs_requiring_grad,
+                                                                 config_.device, store_);
+  return *forward_backward_;
+}
+
+std::vector<Tensor> TrainingSession::run_forward(const Feeds& inputs) { return forward_backward().run_forward(inputs); }
+
+std::map<std::string, Tensor> TrainingSession::run_backward(const std::vector<std::optional<Tensor>>& output_grads) {
+  return forward_backward().run_backward(output_grads);
 }
 
 }  // namespace onnxtrain

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,11 +19,14 @@
 #include "losses/penalty.h"
 #include "optimizers/optimizer.h"
 #include "optimizers/schedule.h"
+#include "training/forward_backward.h"
 
 namespace onnxtrain {
 
 struct TrainingConfig {
   std::vector<std::string> trainable;  // initializer names; empty = every floating-point initializer
+  // Graph inputs whose gradients run_backward also returns (floating-point inputs of the model).
+  std::vector<std::string> inputs_requiring_grad;
   std::string prediction;              // the model output the loss reads; empty = the first output
   LossSpec loss;
   // L1/L2 on every trainable weight, added to the loss (so train_step and gradients() report loss + penalty).
@@ -97,6 +101,15 @@ class TrainingSession {
   // target, outputs are the loss and "<weight>_grad" per trainable weight. Fused gradient ops ship as
   // model-local functions with standard-op bodies, so any ONNX runtime can run it.
   Model export_gradient_model() const;
+  // The Yield boundary (docs/yield.md), for an outside autograd that owns the loss: the model's outputs, in
+  // order, keeping the activations the backward pass reads; then the gradients of the trainable weights and
+  // of config.inputs_requiring_grad, by name, given one gradient per output (nullopt = zeros). Runs on this
+  // session's weights: a train_step or set_weight between calls is seen by the next run_forward. The
+  // forward/backward graphs are built on the first run_forward. See ForwardBackwardSession.
+  std::vector<Tensor> run_forward(const Feeds& inputs);
+  std::map<std::string, Tensor> run_backward(const std::vector<std::optional<Tensor>>& output_grads);
+  // The session behind run_forward/run_backward (built on first use), for inspection.
+  ForwardBackwardSession& forward_backward();
   // The full training-step graph (for inspection and for portable export).
   const Graph& training_graph() const { return train_->graph(); }
   const Graph& gradient_graph() const { return grad_->graph(); }
@@ -124,6 +137,7 @@ class TrainingSession {
   std::unique_ptr<LrSchedule> schedule_;  // null for "constant"
   std::vector<const Tensor*> feed_ptrs_;
   std::unique_ptr<KernelRegistry> registry_;  // default kernels plus AllReduce, when data-parallel
+  std::unique_ptr<ForwardBackwardSession> forward_backward_;  // run_forward/run_backward, built on first use
 };
 
 }  // namespace onnxtrain

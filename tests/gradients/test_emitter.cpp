@@ -318,6 +318,14 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
     m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(2), d(3)}}});
   }
   EXPECT_NO_THROW(validate_model(m, "fused functions"));
+  // A body runs at its caller's opset (export_gradient_model imports the model's), so it must be valid at every
+  // later one too: ReduceMean's axes, say, is an attribute before 18 and an input from then on.
+  for (int64_t opset : {18, 20, 21}) {
+    SCOPED_TRACE("opset " + std::to_string(opset));
+    m.opset_imports[""] = opset;
+    for (Function& f : m.functions) f.opset_imports[""] = opset;
+    EXPECT_NO_THROW(validate_model(m, "fused functions"));
+  }
 }
 
 // Every gradient graph the rules emit for the table's cases passes our checks, and wherever ONNX's shape

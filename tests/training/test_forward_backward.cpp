@@ -15,61 +15,12 @@
 #include "graph/validate.h"
 #include "training/forward_backward.h"
 #include "training/session.h"
+#include "training/yield_test_util.h"
 
 namespace onnxtrain {
 namespace {
 
-std::filesystem::path make_mlp(const std::filesystem::path& dir, const std::string& sizes) {
-  auto path = dir / "mlp.onnx";
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + (test::source_dir() / "examples/make_mlp.py").string() + " " +
-                    path.string() + " --sizes " + sizes + " > /dev/null";
-  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
-  return path;
-}
-
-template <class T>
-Tensor random_tensor(DType dt, std::vector<int64_t> shape, unsigned seed, double scale = 1.0) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> nd;
-  Tensor t = Tensor::empty(dt, std::move(shape));
-  for (T& v : t.span<T>()) v = static_cast<T>(scale * nd(rng));
-  return t;
-}
-
-// Largest elementwise difference relative to the reference's largest magnitude.
-template <class T>
-double rel_diff(const Tensor& a, const Tensor& ref) {
-  EXPECT_EQ(a.shape, ref.shape);
-  EXPECT_EQ(a.dtype, ref.dtype);
-  double diff = 0, mag = 0;
-  auto x = a.span<T>();
-  auto y = ref.span<T>();
-  for (size_t i = 0; i < y.size() && i < x.size(); ++i) {
-    diff = std::max(diff, std::abs(double(x[i]) - double(y[i])));
-    mag = std::max(mag, std::abs(double(y[i])));
-  }
-  return mag == 0 ? diff : diff / mag;
-}
-
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (float v : t.span<float>()) m = std::max(m, double(std::abs(v)));
-  return m;
-}
-
-// d mean((y - t)^2) / dy, written out by hand: 2 (y - t) / numel.
-Tensor mse_grad(const Tensor& y, const Tensor& t) {
-  Tensor g = Tensor::empty(DType::Float32, y.shape);
-  const double n = double(y.numel());
-  for (int64_t i = 0; i < y.numel(); ++i) g.ptr<float>()[i] = float(2.0 * (double(y.ptr<float>()[i]) - t.ptr<float>()[i]) / n);
-  return g;
-}
-
-Tensor zeros(DType dt, std::vector<int64_t> shape) {
-  Tensor z = Tensor::empty(dt, std::move(shape));
-  std::memset(z.data, 0, z.nbytes());
-  return z;
-}
+using namespace test;
 
 // x[batch,3] -> a = Tanh(Gemm(x, W1, b1)) -> out1 = a W2 [batch,2], out2 = Sigmoid(a W3) * x0 [batch,1],
 // where x0 = x[:, 0:1] through Slice so x reaches out2 both through the network and directly.
@@ -120,15 +71,6 @@ Model two_output_model(DType dt) {
 }
 
 const std::vector<std::string> kTwoOutputWeights{"W1", "b1", "W2", "W3"};
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no onnxtrain::Error thrown)";
-}
 
 TEST(ForwardBackward, MlpMatchesTrainingSessionGradients) {
   auto dir = test::temp_dir("fb_mlp");
