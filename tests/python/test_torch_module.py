@@ -60,6 +60,11 @@ def test_loss_curve_matches_eager_adamw_50_steps(name):
     print(f"{name}: largest relative loss difference over 50 steps {worst:.2e}")
     assert wrapped.exports == 1  # optimizer steps never re-export
     for (n, p), (_, q) in zip(eager.named_parameters(), wrapped.named_parameters()):
+        if n == "qkv.bias":
+            # The key bias's gradient is exactly zero (softmax ignores a shift shared by every key), so both
+            # frameworks' gradients there are round-off, which AdamW normalises into full-sized random steps.
+            d = p.shape[0] // 3
+            p, q = torch.cat([p[:d], p[2 * d:]]), torch.cat([q[:d], q[2 * d:]])
         assert rel(q, p) < 1e-3, n
     for (n, b), (_, c) in zip(eager.named_buffers(), wrapped.named_buffers()):
         if b.is_floating_point():
@@ -122,9 +127,9 @@ def test_layernorm_weights_stay_distinct_in_eval():
     torch.manual_seed(0)
     eager = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4), nn.Linear(4, 4), nn.LayerNorm(4)).eval()
     wrapped = ott.TrainModule(copy.deepcopy(eager))
-    x = torch.randn(3, 4)
-    wrapped(x).sum().backward()
-    eager(x).sum().backward()
+    x, t = torch.randn(3, 4), torch.randn(3, 4)
+    (wrapped(x) * t).sum().backward()  # not a plain sum: LayerNorm makes the sum's input gradients zero
+    (eager(x) * t).sum().backward()
     for (n, p), (_, q) in zip(eager.named_parameters(), wrapped.named_parameters()):
         assert q.grad is not None and rel(q.grad, p.grad) < 1e-5, n
     assert rel(wrapped.module[1].weight.grad, wrapped.module[3].weight.grad) > 1e-3  # not tied
