@@ -133,6 +133,22 @@ def _module_of_node(message: str) -> str | None:
     return path[len(_PREFIX):] if path.startswith(_PREFIX) else path or None
 
 
+def _name_outputs(g) -> None:
+    """Renames the graph's outputs 'output_<i>' (torch numbers them by trace order) so errors read well."""
+    inputs = {i.name for i in g.input}
+    for i, out in enumerate(g.output):
+        old, new = out.name, f"output_{i}"
+        if old in inputs or any(o.name == new for o in g.output):
+            continue
+        for node in g.node:
+            node.input[:] = [new if n == old else n for n in node.input]
+            node.output[:] = [new if n == old else n for n in node.output]
+        for v in g.value_info:
+            if v.name == old:
+                v.name = new
+        out.name = new
+
+
 class TrainModule(nn.Module):
     """Wraps ``module`` so its forward and backward run in onnxtrain (see the module docstring).
 
@@ -331,6 +347,7 @@ class TrainModule(nn.Module):
 
         g = model.graph
         mname = type(self.module).__name__
+        _name_outputs(g)
         params = dict(self.module.named_parameters())
         buffers = dict(self.module.named_buffers())
         inits = {i.name: i for i in g.initializer}
@@ -404,7 +421,8 @@ class TrainModule(nn.Module):
         except OnnxtrainError as e:
             where = _module_of_node(str(e))
             at = f" (in submodule '{where}')" if where else ""
-            raise ExportError(f"onnxtrain.torch: {mname}{at}: {e}") from e
+            message = str(e).replace(f"'{_PREFIX}", "'")  # torch's names, not the flat wrapper's
+            raise ExportError(f"onnxtrain.torch: {mname}{at}: {message}") from e
         return _Compiled(session=session, inputs=onnx_inputs, fed=fed, trainable=trainable, n_user_outputs=n_user,
                          out_spec=flat.out_spec, out_tensor_at=flat.out_tensor_at, out_constants=flat.out_constants,
                          differentiable=differentiable, batch_norms=batch_norms)
