@@ -26,7 +26,7 @@ def main(repeats):
     torch.set_num_threads(1)
     x, y = torch.randn(32, 512), torch.randint(0, 10, (32,))
     runs = {}
-    for mode in ("bound", "copied"):
+    for mode in (("copied", "bound") if "--reverse" in sys.argv else ("bound", "copied")):
         model = make()
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         F.cross_entropy(model(x), y).backward()  # export
@@ -50,4 +50,4 @@ def main(repeats):
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 30)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 30)
