@@ -13,6 +13,7 @@ is seen by the next forward with no export and no copy.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 import warnings
@@ -121,6 +122,21 @@ class _Apply(torch.autograd.Function):
         input_grads = [g if t.requires_grad else None for g, t in zip(input_grads, ctx.inputs)]
         param_grads = [_to_torch(result[onnx]) for onnx, _ in c.trainable]
         return (None, None, None, *input_grads, *param_grads)
+
+
+@contextlib.contextmanager
+def _untouched(module: nn.Module):
+    """Runs the module (to trace it, or probe it) without a trace: its buffers (BatchNorm statistics, counters) and
+    torch's random state are restored afterwards."""
+    saved = [(b, b.detach().clone()) for b in module.buffers()]
+    rng = torch.get_rng_state()
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for b, v in saved:
+                b.copy_(v)
+        torch.set_rng_state(rng)
 
 
 def _module_of_node(message: str) -> str | None:
@@ -316,12 +332,9 @@ class TrainModule(nn.Module):
                 raise ExportError(f"onnxtrain.torch: {mname}: inputs must be CPU tensors, got one on {t.device}")
         flat = _Flat(module, leaves, tensor_at, spec)
         input_names = [f"input_{i}" for i in range(len(inputs))]
-        # Tracing runs the module: keep its buffers (BatchNorm statistics) and the random state untouched.
-        saved_buffers = [(b, b.detach().clone()) for b in module.buffers()]
-        rng = torch.get_rng_state()
         f = io.BytesIO()
         try:
-            with warnings.catch_warnings():
+            with _untouched(module), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 # PRESERVE: every submodule keeps its own mode. No constant folding and initializers kept as inputs:
                 # in eval mode torch would otherwise fold BatchNorm into Conv and merge equal-valued initializers.
@@ -331,11 +344,6 @@ class TrainModule(nn.Module):
                                   opset_version=self._opset)
         except Exception as e:  # noqa: BLE001  (torch raises many types; the message names the op)
             raise ExportError(f"onnxtrain.torch: exporting {mname} failed: {type(e).__name__}: {e}") from e
-        finally:
-            with torch.no_grad():
-                for b, v in saved_buffers:
-                    b.copy_(v)
-            torch.set_rng_state(rng)
         model = onnx.load_from_string(f.getvalue())
         compiled_parts = self._prepare(model, flat, input_names, inputs)
         self.exports += 1
@@ -431,18 +439,10 @@ class TrainModule(nn.Module):
         """Parameters absent from the export are fine only if the module does not use them; one that gets a
         gradient in PyTorch was merged into another initializer or folded away."""
         params = dict(self.module.named_parameters())
-        saved = [(b, b.detach().clone()) for b in self.module.buffers()]
-        rng = torch.get_rng_state()
-        try:
-            with torch.enable_grad():
-                outs = [o for o in flat(*[t.detach() for t in inputs]) if o.dtype in _FLOAT]
-                total = sum(o.float().sum() for o in outs)
-                grads = torch.autograd.grad(total, [params[n] for n in missing], allow_unused=True) if outs else []
-        finally:
-            with torch.no_grad():
-                for b, v in saved:
-                    b.copy_(v)
-            torch.set_rng_state(rng)
+        with _untouched(self.module), torch.enable_grad():
+            outs = [o for o in flat(*[t.detach() for t in inputs]) if o.dtype in _FLOAT]
+            total = sum(o.float().sum() for o in outs)
+            grads = torch.autograd.grad(total, [params[n] for n in missing], allow_unused=True) if outs else []
         used = [n for n, gr in zip(missing, grads) if gr is not None]
         if used:
             raise ExportError(f"onnxtrain.torch: {type(self.module).__name__}: parameter(s) {', '.join(used)} are used "

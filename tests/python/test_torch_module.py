@@ -268,3 +268,17 @@ def test_missing_gradient_rule_names_module_submodule_and_op():
     with pytest.warns(RuntimeWarning, match="no gradient rule for op 'Mod'"):
         out = fb(x)
     assert torch.equal(out, fb.module(x))
+
+
+def test_unused_parameter_is_allowed_and_gets_no_gradient():
+    class WithSpare(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used, self.spare = nn.Linear(3, 2), nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.used(x)
+
+    wrapped = ott.TrainModule(WithSpare())
+    wrapped(torch.randn(4, 3)).sum().backward()
+    assert wrapped.used.weight.grad is not None and wrapped.spare.weight.grad is None  # as in eager PyTorch
