@@ -76,9 +76,9 @@ def test_same_trajectory_as_scikit_learn(digits, params, kind):
     np.testing.assert_allclose(b.loss_curve_, a.loss_curve_, rtol=1e-3 if params["solver"] == "adam" else 1e-4)
 
 
-def test_quality_parity_example():
+def test_quality_parity_example(python_env):
     out = subprocess.run([sys.executable, ROOT / "examples" / "python" / "mlp_parity.py"], check=True,
-                         capture_output=True, text=True).stdout
+                         capture_output=True, text=True, env=python_env).stdout
     rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| ") and "solver" not in line]
     assert len(rows) == 6, out
     for solver, dataset, metric, theirs, ours, _ in rows:
