@@ -2,7 +2,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 
+#include "dlpack.h"
 #include "graph/error.h"
 #include "graph/model_io.h"
 
@@ -16,6 +18,63 @@ bool viewable(const py::array& a) {
   const auto item = static_cast<uintptr_t>(a.itemsize());
   return (a.flags() & py::array::c_style) && a.dtype().attr("isnative").cast<bool>() &&
          (item == 0 || reinterpret_cast<uintptr_t>(a.data()) % item == 0);
+}
+
+DType dtype_from_dlpack(const dlpack::DataType& t) {
+  if (t.lanes != 1) return DType::Undefined;
+  switch (t.code) {
+    case dlpack::kDLFloat:
+      return t.bits == 32 ? DType::Float32 : t.bits == 64 ? DType::Float64 : t.bits == 16 ? DType::Float16 : DType::Undefined;
+    case dlpack::kDLBfloat:
+      return t.bits == 16 ? DType::BFloat16 : DType::Undefined;
+    case dlpack::kDLInt:
+      return t.bits == 64 ? DType::Int64 : t.bits == 32 ? DType::Int32 : t.bits == 16 ? DType::Int16
+           : t.bits == 8 ? DType::Int8 : DType::Undefined;
+    case dlpack::kDLUInt:
+      return t.bits == 64 ? DType::UInt64 : t.bits == 32 ? DType::UInt32 : t.bits == 16 ? DType::UInt16
+           : t.bits == 8 ? DType::UInt8 : DType::Undefined;
+    case dlpack::kDLBool:
+      return t.bits == 8 ? DType::Bool : DType::Undefined;
+    default:
+      return DType::Undefined;
+  }
+}
+
+// A view over a DLPack producer's memory (a torch.Tensor, ...), or nullopt when the layout needs a copy (strided)
+// or the memory is not on the host. The capsule is consumed: `keep` gets an owner that calls the producer's
+// deleter once the view is dropped, so the producer's buffer stays alive as long as the view.
+std::optional<Tensor> dlpack_view(const py::handle& value, DType expected, const std::string& what,
+                                  std::vector<py::object>& keep) {
+  py::object cap = value.attr("__dlpack__")();
+  auto* m = static_cast<dlpack::ManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
+  if (!m) throw py::error_already_set();
+  PyCapsule_SetName(cap.ptr(), "used_dltensor");  // the protocol: a consumed capsule must not be freed by its owner
+  py::capsule owner(m, [](void* p) {
+    auto* mt = static_cast<dlpack::ManagedTensor*>(p);
+    if (mt->deleter) mt->deleter(mt);
+  });
+  const dlpack::DLTensor& t = m->dl_tensor;
+  const DType got = dtype_from_dlpack(t.dtype);
+  if (got == DType::Undefined)
+    raise_type_error(what + ": DLPack dtype (code " + std::to_string(t.dtype.code) + ", " +
+                     std::to_string(t.dtype.bits) + " bits, " + std::to_string(t.dtype.lanes) + " lanes) is not supported");
+  if (expected != DType::Undefined && got != expected)
+    raise_type_error(what + ": expected dtype " + dtype_name(expected) + ", got " + dtype_name(got));
+  if (t.device.device_type != dlpack::kDLCPU && t.device.device_type != dlpack::kDLCUDAHost)
+    raise_type_error(what + ": expected a CPU tensor, got one on DLPack device type " +
+                     std::to_string(t.device.device_type));
+  std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
+  if (t.strides) {
+    int64_t expect = 1;
+    for (int32_t d = t.ndim - 1; d >= 0; --d) {
+      if (shape[d] != 1 && t.strides[d] != expect) return std::nullopt;  // owner's destructor releases it
+      expect *= shape[d];
+    }
+  }
+  void* data = static_cast<char*>(t.data) + t.byte_offset;
+  if (reinterpret_cast<uintptr_t>(data) % dtype_size(got) != 0) return std::nullopt;
+  keep.push_back(std::move(owner));
+  return Tensor::view(got, std::move(shape), data);
 }
 
 }  // namespace
@@ -62,6 +121,10 @@ Tensor to_tensor(const py::handle& value, DType expected, const std::string& wha
       raise_type_error(what + ": numpy dtype " + std::string(py::str(arr.dtype())) + " is not supported");
     // The one copy we make: a layout the executor cannot read in place (strided, byte-swapped, misaligned).
     if (!viewable(arr)) arr = np().attr("ascontiguousarray")(arr, py::arg("dtype") = numpy_dtype(got));
+  } else if (py::hasattr(value, "__dlpack__")) {
+    // torch.Tensor and other DLPack producers: read in place when C-contiguous on the host.
+    if (std::optional<Tensor> view = dlpack_view(value, expected, what, keep)) return *view;
+    arr = np().attr("ascontiguousarray")(np().attr("from_dlpack")(value));  // the one copy: a strided layout
   } else {
     // Lists, scalars, objects with __array__: converted to the expected dtype when there is one.
     try {

@@ -1,12 +1,14 @@
 // TrainingSession and ForwardBackwardSession. Each call converts its arguments with the GIL held, then runs the
 // native code with the GIL released and the session's mutex held (a session is not reentrant; the mutex makes
 // concurrent calls from Python threads queue instead of racing), then converts the results with the GIL again.
+#include <algorithm>
 #include <mutex>
 #include <optional>
 
 #include <pybind11/stl.h>
 
 #include "convert.h"
+#include "graph/error.h"
 #include "graph/model_io.h"
 #include "training/forward_backward.h"
 #include "training/session.h"
@@ -80,7 +82,36 @@ struct Locked {
 };
 
 using PyTraining = Locked<TrainingSession>;
-using PyForwardBackward = Locked<ForwardBackwardSession>;
+
+// The forward-backward session runs on a store the binding owns, so a weight can be bound to memory outside it
+// (a torch Parameter): the executors then read the caller's buffer in place, and an optimizer's in-place update
+// is seen by the next run_forward with no copy at all.
+struct PyForwardBackward : Locked<ForwardBackwardSession> {
+  std::shared_ptr<TensorStore> store = std::make_shared<TensorStore>();
+  std::map<std::string, std::vector<py::object>> bound;  // keeps each bound buffer alive
+
+  void bind_weight(const std::string& name, const py::handle& value) {
+    const std::vector<std::string>& trainable = s->trainable();
+    if (std::find(trainable.begin(), trainable.end(), name) == trainable.end())
+      fail("weight '" + name + "'", "is not a trainable weight of this session (only those can be bound)");
+    std::vector<py::object> keep;
+    Tensor view = to_tensor(value, io.weight_type(name), "weight '" + name + "'", keep);
+    // Bound memory must be the caller's own: a layout that had to be copied would silently stop tracking it.
+    const bool in_place = !keep.empty() && (py::isinstance<py::capsule>(keep.back()) || keep.back().is(value));
+    if (!in_place)
+      throw py::type_error("weight '" + name + "': binding needs a C-contiguous, aligned CPU array or DLPack tensor "
+                           "of dtype " + dtype_name(io.weight_type(name)) + " (this value would have to be copied)");
+    run([&](ForwardBackwardSession&) {
+      Tensor& slot = store->at(name);
+      if (view.shape != slot.shape)
+        fail("weight '" + name + "'", "expected " + slot.describe() + ", got " + view.describe());
+      // Plans hold the slot's address and read its data pointer at run time, so updating the slot in place
+      // rebinds every compiled plan.
+      slot = view;
+    });
+    bound[name] = std::move(keep);
+  }
+};
 
 std::unique_ptr<PyTraining> make_training(const py::handle& model, TrainingConfig config) {
   auto p = std::make_unique<PyTraining>();
@@ -213,7 +244,7 @@ model output (None = zeros) and returns the gradient of every trainable weight a
            p->io.describe(m.graph);
            py::gil_scoped_release nogil;
            p->s = std::make_unique<ForwardBackwardSession>(std::move(m), std::move(trainable),
-                                                           std::move(inputs_requiring_grad), d);
+                                                           std::move(inputs_requiring_grad), d, p->store);
            return p;
          }),
          py::arg("model"), py::arg("trainable") = std::vector<std::string>{},
@@ -235,6 +266,10 @@ model output (None = zeros) and returns the gradient of every trainable weight a
              return to_numpy(self.run([&](ForwardBackwardSession& s) { return s.run_backward(grads); }));
            }, py::arg("output_grads"),
            "One gradient per model output (None = zeros); returns {weight or input: gradient}.")
+      .def("bind_weight", &PyForwardBackward::bind_weight, py::arg("name"), py::arg("value"),
+           "Makes a trainable weight a view of `value` (a C-contiguous CPU array or DLPack tensor of its dtype and\n"
+           "shape), read in place by every later run; the session keeps `value` alive. The caller must not change\n"
+           "it between a run_forward and its run_backward. set_weight then writes into `value`.")
       .def_property_readonly("inputs_requiring_grad", [](PyForwardBackward& self) { return self.s->inputs_requiring_grad(); })
       .def("__repr__", [](PyForwardBackward& self) {
              return "<onnxtrain.ForwardBackwardSession " + self.io.source + ", " +
