@@ -16,6 +16,9 @@ set_target_properties(onnxtrain_options PROPERTIES INTERFACE_INCLUDE_DIRECTORIES
 
 set(onnxtrain_libraries onnxtrain_options onnxtrain_graph onnxtrain_gradients onnxtrain_losses onnxtrain_optimizers
     onnxtrain_executor onnxtrain_distributed onnxtrain_training)
+if(TARGET onnxtrain_cuda_libs)  # the CUDA libraries the executor links (cmake/cuda.cmake)
+  list(APPEND onnxtrain_libraries onnxtrain_cuda_libs)
+endif()
 foreach(t ${onnxtrain_libraries})
   string(REPLACE "onnxtrain_" "" short ${t})
   set_target_properties(${t} PROPERTIES EXPORT_NAME ${short})
