@@ -498,6 +498,10 @@ template <class T> class MaxPoolKernel final : public Kernel {
  public:
   MaxPoolKernel(Geo g, bool indices, bool col_major) : g_(g), indices_(indices), col_major_(col_major) {}
 
+  // Taps outer, one output row inner: for each tap the row's in-bounds outputs read x at a fixed stride and
+  // update (best, arg) by selects, not branches (random data mispredicts a compare per tap otherwise; this
+  // loop was half of W2's training step). Per output the taps come in the same row-major order as before, and
+  // the same test keeps the first maximum and lets a NaN win, as in the reference.
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
     const T* x = in[0]->ptr<T>();
     T* y = out[0]->ptr<T>();
@@ -508,21 +512,46 @@ template <class T> class MaxPoolKernel final : public Kernel {
     for (int64_t p = 0; p < planes; ++p) {
       const T* xp = x + p * isz;
       for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
-        for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
-          for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
-            T best = -std::numeric_limits<T>::infinity();
-            int64_t arg = -1;
-            for_each_in_window(g, o0, o1, o2, [&](int64_t at) {
-              // The first maximum wins ties; a NaN is the maximum, as in the reference.
-              if (arg < 0 || xp[at] > best || (std::isnan(xp[at]) && !std::isnan(best))) {
-                best = xp[at];
-                arg = at;
+        for (int64_t o1 = 0; o1 < g.out[1]; ++o1) {
+          const int64_t row = p * osz + (o0 * g.out[1] + o1) * g.out[2];
+          T* best = y + row;
+          int64_t* arg = idx ? idx + row : nullptr;
+          std::fill(best, best + g.out[2], -std::numeric_limits<T>::infinity());
+          if (arg) std::fill(arg, arg + g.out[2], int64_t{-1});
+          for (int64_t j0 = 0; j0 < g.k[0]; ++j0) {
+            const int64_t i0 = o0 * g.s[0] - g.pb[0] + j0 * g.d[0];
+            if (i0 < 0 || i0 >= g.in[0]) continue;
+            for (int64_t j1 = 0; j1 < g.k[1]; ++j1) {
+              const int64_t i1 = o1 * g.s[1] - g.pb[1] + j1 * g.d[1];
+              if (i1 < 0 || i1 >= g.in[1]) continue;
+              const int64_t base = (i0 * g.in[1] + i1) * g.in[2];
+              for (int64_t j2 = 0; j2 < g.k[2]; ++j2) {
+                // Outputs o2 whose tap i2 = o2*s - pb + j2*d lies in [0, in).
+                const int64_t shift = j2 * g.d[2] - g.pb[2], s2 = g.s[2];
+                const int64_t lo = shift >= 0 ? 0 : (-shift + s2 - 1) / s2;
+                const int64_t hi = std::min(g.out[2], g.in[2] - shift <= 0 ? 0 : (g.in[2] - shift - 1) / s2 + 1);
+                const T* xr = xp + base;
+                if (arg) {
+                  for (int64_t o2 = lo; o2 < hi; ++o2) {
+                    const T v = xr[shift + o2 * s2];
+                    const bool take = arg[o2] < 0 || v > best[o2] || (v != v && best[o2] == best[o2]);
+                    best[o2] = take ? v : best[o2];
+                    arg[o2] = take ? base + shift + o2 * s2 : arg[o2];
+                  }
+                } else {
+                  for (int64_t o2 = lo; o2 < hi; ++o2) {
+                    const T v = xr[shift + o2 * s2];
+                    const bool take = v > best[o2] || (v != v && best[o2] == best[o2]);
+                    best[o2] = take ? v : best[o2];
+                  }
+                }
               }
-            });
-            const int64_t o = (o0 * g.out[1] + o1) * g.out[2] + o2;
-            y[p * osz + o] = best;
-            if (idx) idx[p * osz + o] = arg < 0 ? -1 : p * isz + (col_major_ ? col_major_index(g, arg) : arg);
+            }
           }
+          if (arg)
+            for (int64_t o2 = 0; o2 < g.out[2]; ++o2)
+              if (arg[o2] >= 0) arg[o2] = p * isz + (col_major_ ? col_major_index(g, arg[o2]) : arg[o2]);
+        }
     }
   }
 
