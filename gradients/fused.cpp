@@ -196,6 +196,39 @@ std::vector<Function> fused_grad_functions() {
   }
   out.push_back(std::move(ln));
 
+  // MaxPoolGrad(dY, X) -> dX carries MaxPool's attributes; the body passes them on by reference.
+  {
+    Function f = make("MaxPoolGrad", "Gradient of MaxPool (with its attributes): each dY is added at its window's "
+                                     "first maximum in X, by MaxPool's Indices and ScatterElements(reduction='add'); "
+                                     "needs opset 16.");
+    f.inputs = {"dY", "X"};
+    f.attributes = {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides"};
+    Node pool;
+    pool.name = "pool";
+    pool.op_type = "MaxPool";
+    pool.inputs = {"X"};
+    pool.outputs = {"pooled", "indices"};
+    constexpr int32_t kInt = 2, kString = 3, kInts = 7;  // AttributeProto type codes
+    for (const char* a : {"dilations", "kernel_shape", "pads", "strides"}) pool.attribute_refs[a] = {a, kInts};
+    pool.attribute_refs["ceil_mode"] = {"ceil_mode", kInt};
+    pool.attribute_refs["auto_pad"] = {"auto_pad", kString};
+    f.nodes.push_back(std::move(pool));
+    constant_like(f, "zero", 0.0, "dY");
+    const int64_t minus_one = -1;
+    f.nodes.push_back(op("flat", "Constant", {}, "flat",
+                         {{"value", TensorData::from<int64_t>({1}, std::span<const int64_t>(&minus_one, 1))}}));
+    auto& n = f.nodes;
+    n.push_back(op("shape", "Shape", {"X"}, "shape"));
+    n.push_back(op("zeros", "Expand", {"zero", "shape"}, "zeros"));
+    n.push_back(op("zeros_flat", "Reshape", {"zeros", "flat"}, "zeros_flat"));
+    n.push_back(op("indices_flat", "Reshape", {"indices", "flat"}, "indices_flat"));
+    n.push_back(op("dy_flat", "Reshape", {"dY", "flat"}, "dy_flat"));
+    n.push_back(op("scattered", "ScatterElements", {"zeros_flat", "indices_flat", "dy_flat"}, "scattered",
+                   {{"axis", int64_t{0}}, {"reduction", std::string("add")}}));
+    n.push_back(op("dX", "Reshape", {"scattered", "shape"}, "dX"));
+    out.push_back(std::move(f));
+  }
+
   return out;
 }
 
@@ -207,7 +240,8 @@ std::vector<std::pair<std::string, std::string>> fused_grad_uses() {
           {"LogSoftmax", "LogSoftmaxGrad"},
           {"Gelu", "GeluGrad"},
           {"Gelu", "GeluTanhGrad"},
-          {"LayerNormalization", "LayerNormalizationGrad"}};
+          {"LayerNormalization", "LayerNormalizationGrad"},
+          {"MaxPool", "MaxPoolGrad"}};
 }
 
 }  // namespace onnxtrain

@@ -12,6 +12,9 @@
 //   GeluTanhGrad(dY, X) = dY * d/dx[X/2 (1 + tanh(k (X + 0.044715 X^3)))]  (Gelu, approximate='tanh')
 // Inputs are (dY, Y) (or (dY, X)) of the same floating type and shape; the single output dX has that type
 // and shape.
+//   MaxPoolGrad(dY, X) -> dX, with MaxPool's attributes (kernel_shape, strides, pads, dilations, ceil_mode,
+//   auto_pad): dY added at each window's first maximum. Its body refers to those attributes (ONNX
+//   ref_attr_name) and scatters with ScatterElements(reduction='add'), so it needs opset 16.
 //   LayerNormalizationGrad(dY, X, Scale, Mean, InvStdDev) -> (dX, dScale, dBias): the exception to the
 //   (dY, Y) -> dX form. Mean and InvStdDev are LayerNormalization's optional outputs (one per row); the
 //   body covers axis = -1 only, and gradients/rules/norm.cpp emits the op only then.

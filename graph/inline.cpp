@@ -35,6 +35,12 @@ void expand(const Node& call, const Function& f, const std::vector<Function>& fs
   for (const Node& inner : f.nodes) {
     Node n = inner;
     n.name = b.unique_name(scope + (inner.name.empty() ? inner.op_type : inner.name));
+    // References take the caller's attribute value; one the caller does not set is left out (no defaults).
+    for (const auto& [attr, ref] : inner.attribute_refs) {
+      auto it = call.attributes.find(ref.caller);
+      if (it != call.attributes.end()) n.attributes[attr] = it->second;
+    }
+    n.attribute_refs.clear();
     for (std::string& v : n.inputs) v = map(v);
     for (std::string& v : n.outputs) v = map(v);
     if (const Function* g = find(fs, n)) expand(n, *g, fs, b, out, depth + 1);

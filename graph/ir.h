@@ -61,6 +61,15 @@ struct Graph;
 using Attribute = std::variant<int64_t, float, std::string, std::vector<int64_t>, std::vector<float>,
                                std::vector<std::string>, TensorData, std::shared_ptr<Graph>>;
 
+// In a function body, an attribute that takes the value of the calling node's attribute `caller` (ONNX
+// ref_attr_name); absent there, the attribute is left out. `onnx_type` is the AttributeProto type code
+// (FLOAT 1, INT 2, STRING 3, FLOATS 6, INTS 7, STRINGS 8), which the file format requires.
+struct AttributeRef {
+  std::string caller;
+  int32_t onnx_type = 0;
+  bool operator==(const AttributeRef&) const = default;
+};
+
 struct Node {
   std::string name;
   std::string op_type;
@@ -68,6 +77,7 @@ struct Node {
   std::vector<std::string> inputs;
   std::vector<std::string> outputs;
   std::map<std::string, Attribute> attributes;
+  std::map<std::string, AttributeRef> attribute_refs;  // function bodies only
 
   bool has_attr(const std::string& a) const { return attributes.count(a) != 0; }
   int64_t attr_int(const std::string& a, int64_t fallback) const;

@@ -180,8 +180,10 @@ Node node_from_proto(const onnx::NodeProto& n, const std::string& base_dir) {
   out.inputs.assign(n.input().begin(), n.input().end());
   out.outputs.assign(n.output().begin(), n.output().end());
   for (const auto& a : n.attribute()) {
-    if (out.attributes.count(a.name())) fail(out.describe(), "attribute '" + a.name() + "' is given twice");
-    out.attributes.emplace(a.name(), attr_from_proto(a, out, base_dir));
+    if (out.attributes.count(a.name()) || out.attribute_refs.count(a.name()))
+      fail(out.describe(), "attribute '" + a.name() + "' is given twice");
+    if (!a.ref_attr_name().empty()) out.attribute_refs[a.name()] = {a.ref_attr_name(), static_cast<int32_t>(a.type())};
+    else out.attributes.emplace(a.name(), attr_from_proto(a, out, base_dir));
   }
   return out;
 }
@@ -236,6 +238,12 @@ void node_to_proto(const Node& n, onnx::NodeProto* out) {
     } catch (const Error& e) {
       fail(n.describe(), e.what());
     }
+  }
+  for (const auto& [k, ref] : n.attribute_refs) {
+    onnx::AttributeProto* a = out->add_attribute();
+    a->set_name(k);
+    a->set_ref_attr_name(ref.caller);
+    a->set_type(static_cast<onnx::AttributeProto::AttributeType>(ref.onnx_type));
   }
 }
 

@@ -494,6 +494,46 @@ template <class F> inline void for_each_in_window(const Geo& g, int64_t o0, int6
   }
 }
 
+// The maxima of one output row (fixed o0, o1) of plane xp: best[o2] and their offsets arg[o2] within the plane
+// (-1 where the window holds no input). Taps outer, the row inner: for each tap the row's in-bounds outputs
+// read x at a fixed stride and update (best, arg) by selects, not branches (random data mispredicts a compare
+// per tap otherwise; this loop was half of W2's training step). Per output the taps come in row-major order and
+// the test keeps the first maximum and lets a NaN win, as in the reference. arg may be null (values only).
+template <class T> void max_pool_row(const Geo& g, const T* xp, int64_t o0, int64_t o1, T* best, int64_t* arg) {
+  std::fill(best, best + g.out[2], -std::numeric_limits<T>::infinity());
+  if (arg) std::fill(arg, arg + g.out[2], int64_t{-1});
+  for (int64_t j0 = 0; j0 < g.k[0]; ++j0) {
+    const int64_t i0 = o0 * g.s[0] - g.pb[0] + j0 * g.d[0];
+    if (i0 < 0 || i0 >= g.in[0]) continue;
+    for (int64_t j1 = 0; j1 < g.k[1]; ++j1) {
+      const int64_t i1 = o1 * g.s[1] - g.pb[1] + j1 * g.d[1];
+      if (i1 < 0 || i1 >= g.in[1]) continue;
+      const T* xr = xp + (i0 * g.in[1] + i1) * g.in[2];
+      const int64_t base = (i0 * g.in[1] + i1) * g.in[2];
+      for (int64_t j2 = 0; j2 < g.k[2]; ++j2) {
+        // Outputs o2 whose tap i2 = o2*s - pb + j2*d lies in [0, in).
+        const int64_t shift = j2 * g.d[2] - g.pb[2], s2 = g.s[2];
+        const int64_t lo = shift >= 0 ? 0 : (-shift + s2 - 1) / s2;
+        const int64_t hi = std::min(g.out[2], g.in[2] - shift <= 0 ? 0 : (g.in[2] - shift - 1) / s2 + 1);
+        if (arg) {
+          for (int64_t o2 = lo; o2 < hi; ++o2) {
+            const T v = xr[shift + o2 * s2];
+            const bool take = arg[o2] < 0 || v > best[o2] || (v != v && best[o2] == best[o2]);
+            best[o2] = take ? v : best[o2];
+            arg[o2] = take ? base + shift + o2 * s2 : arg[o2];
+          }
+        } else {
+          for (int64_t o2 = lo; o2 < hi; ++o2) {
+            const T v = xr[shift + o2 * s2];
+            const bool take = v > best[o2] || (v != v && best[o2] == best[o2]);
+            best[o2] = take ? v : best[o2];
+          }
+        }
+      }
+    }
+  }
+}
+
 template <class T> class MaxPoolKernel final : public Kernel {
  public:
   MaxPoolKernel(Geo g, bool indices, bool col_major) : g_(g), indices_(indices), col_major_(col_major) {}
@@ -505,25 +545,16 @@ template <class T> class MaxPoolKernel final : public Kernel {
     const Geo g = g_;
     const int64_t isz = g.in_size(), osz = g.out_size(), planes = g.N * g.C;
 #pragma omp parallel for schedule(static) if (planes * osz * g.k_size() > (1 << 15))
-    for (int64_t p = 0; p < planes; ++p) {
-      const T* xp = x + p * isz;
+    for (int64_t p = 0; p < planes; ++p)
       for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
-        for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
-          for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
-            T best = -std::numeric_limits<T>::infinity();
-            int64_t arg = -1;
-            for_each_in_window(g, o0, o1, o2, [&](int64_t at) {
-              // The first maximum wins ties; a NaN is the maximum, as in the reference.
-              if (arg < 0 || xp[at] > best || (std::isnan(xp[at]) && !std::isnan(best))) {
-                best = xp[at];
-                arg = at;
-              }
-            });
-            const int64_t o = (o0 * g.out[1] + o1) * g.out[2] + o2;
-            y[p * osz + o] = best;
-            if (idx) idx[p * osz + o] = arg < 0 ? -1 : p * isz + (col_major_ ? col_major_index(g, arg) : arg);
-          }
-    }
+        for (int64_t o1 = 0; o1 < g.out[1]; ++o1) {
+          const int64_t row = p * osz + (o0 * g.out[1] + o1) * g.out[2];
+          int64_t* arg = idx ? idx + row : nullptr;
+          max_pool_row(g, x + p * isz, o0, o1, y + row, arg);
+          if (arg)
+            for (int64_t o2 = 0; o2 < g.out[2]; ++o2)
+              if (arg[o2] >= 0) arg[o2] = p * isz + (col_major_ ? col_major_index(g, arg[o2]) : arg[o2]);
+        }
   }
 
  private:
@@ -542,6 +573,48 @@ template <class T> class MaxPoolKernel final : public Kernel {
 
   Geo g_;
   bool indices_, col_major_;
+};
+
+// onnxtrain.MaxPoolGrad(dY, X) -> dX, with MaxPool's attributes: each dY goes to its window's first maximum,
+// found again from X (ONNX MaxPool outputs no indices unless asked), in one pass per plane. Its function body
+// recomputes MaxPool's Indices and scatters dY into zeros with ScatterElements.
+template <class T> class MaxPoolGradKernel final : public Kernel {
+ public:
+  explicit MaxPoolGradKernel(Geo g) : g_(g) {
+    // One row of maxima and offsets per thread, so run() allocates nothing.
+    const size_t threads = static_cast<size_t>(std::max(1, omp_get_max_threads()));
+    best_.resize(threads * static_cast<size_t>(g_.out[2]));
+    arg_.resize(threads * static_cast<size_t>(g_.out[2]));
+  }
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* dy = in[0]->ptr<T>();
+    const T* x = in[1]->ptr<T>();
+    T* dx = out[0]->ptr<T>();
+    const Geo g = g_;
+    const int64_t isz = g.in_size(), osz = g.out_size(), planes = g.N * g.C;
+    const int threads = static_cast<int>(best_.size() / static_cast<size_t>(g.out[2]));
+#pragma omp parallel for schedule(static) num_threads(threads) if (planes * osz * g.k_size() > (1 << 15))
+    for (int64_t p = 0; p < planes; ++p) {
+      const size_t slot = static_cast<size_t>(omp_get_thread_num()) * static_cast<size_t>(g.out[2]);
+      T* best = best_.data() + slot;
+      int64_t* arg = arg_.data() + slot;
+      T* dxp = dx + p * isz;
+      std::fill(dxp, dxp + isz, T(0));
+      for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+        for (int64_t o1 = 0; o1 < g.out[1]; ++o1) {
+          max_pool_row(g, x + p * isz, o0, o1, best, arg);
+          const T* dyr = dy + p * osz + (o0 * g.out[1] + o1) * g.out[2];
+          for (int64_t o2 = 0; o2 < g.out[2]; ++o2)
+            if (arg[o2] >= 0) dxp[arg[o2]] += dyr[o2];
+        }
+    }
+  }
+
+ private:
+  Geo g_;
+  std::vector<T> best_;
+  std::vector<int64_t> arg_;
 };
 
 template <class T> class AvgPoolKernel final : public Kernel {
@@ -616,8 +689,8 @@ template <class T, bool Max> class GlobalPoolKernel final : public Kernel {
   int64_t planes_, size_;
 };
 
-Geo pool_geometry(PrepareContext& ctx) {
-  const KernelInput& x = required_input(ctx, 0, "X");
+Geo pool_geometry(PrepareContext& ctx, size_t x_input = 0) {
+  const KernelInput& x = required_input(ctx, x_input, "X");
   if (x.shape.size() < 3) ctx.fail("X " + shape_string(x.shape) + " must have rank 3 to 5");
   if (!ctx.node.has_attr("kernel_shape")) ctx.fail("attribute 'kernel_shape' is required");
   const std::vector<int64_t> k = ctx.node.attr_ints("kernel_shape");
@@ -640,6 +713,20 @@ std::unique_ptr<Kernel> make_max_pool(PrepareContext& ctx) {
   if (ctx.outputs.size() > 1) set_output(ctx, 1, DType::Int64, out_shape(g, g.C));
   if (t == DType::Float32) return std::make_unique<MaxPoolKernel<float>>(g, indices, order == 1);
   if (t == DType::Float64) return std::make_unique<MaxPoolKernel<double>>(g, indices, order == 1);
+  cpu::fail_dtype(ctx);
+}
+
+std::unique_ptr<Kernel> make_max_pool_grad(PrepareContext& ctx) {
+  const Geo g = pool_geometry(ctx, 1);
+  const KernelInput& dy = required_input(ctx, 0, "dY");
+  const DType t = ctx.inputs[1].dtype;
+  if (dy.dtype != t || dy.shape != out_shape(g, g.C))
+    ctx.fail("dY is " + dtype_name(dy.dtype) + shape_string(dy.shape) + ", expected MaxPool's output " +
+             dtype_name(t) + shape_string(out_shape(g, g.C)));
+  if (ctx.node.attr_int("storage_order", 0) != 0) ctx.fail("storage_order does not apply (no indices are output)");
+  set_output(ctx, 0, t, ctx.inputs[1].shape);
+  if (t == DType::Float32) return std::make_unique<MaxPoolGradKernel<float>>(g);
+  if (t == DType::Float64) return std::make_unique<MaxPoolGradKernel<double>>(g);
   cpu::fail_dtype(ctx);
 }
 
@@ -677,6 +764,7 @@ void register_cpu_conv(KernelRegistry& r) {
   cpu::add(r, "Conv", 1, flt, make_conv);
   cpu::add(r, "ConvTranspose", 1, flt, make_conv_transpose);
   cpu::add(r, "MaxPool", 1, flt, make_max_pool);
+  cpu::add(r, "onnxtrain", "MaxPoolGrad", 1, flt, make_max_pool_grad);
   cpu::add(r, "AveragePool", 1, flt, make_avg_pool);
   cpu::add(r, "GlobalAveragePool", 1, flt, make_global_pool<false>);
   cpu::add(r, "GlobalMaxPool", 1, flt, make_global_pool<true>);

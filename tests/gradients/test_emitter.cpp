@@ -271,9 +271,9 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
   for (const Function& f : fns) {
     names.push_back(f.name);
     EXPECT_EQ(f.domain, kFusedGradDomain);
-    // LayerNormalizationGrad has another signature, and the GELU gradients read X (gradients/fused.h).
+    // LayerNormalizationGrad has another signature, and the GELU and MaxPool gradients read X (gradients/fused.h).
     const bool ln = f.name == "LayerNormalizationGrad";
-    const bool from_x = f.name.rfind("Gelu", 0) == 0;
+    const bool from_x = f.name.rfind("Gelu", 0) == 0 || f.name == "MaxPoolGrad";
     const std::vector<std::string> ins = ln       ? std::vector<std::string>{"dY", "X", "Scale", "Mean", "InvStdDev"}
                                          : from_x ? std::vector<std::string>{"dY", "X"}
                                                   : std::vector<std::string>{"dY", "Y"};
@@ -293,7 +293,7 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
   }
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"GeluGrad", "GeluTanhGrad", "LayerNormalizationGrad", "LogSoftmaxGrad",
-                                              "ReluGrad", "SigmoidGrad", "SoftmaxGrad", "TanhGrad"}));
+                                              "MaxPoolGrad", "ReluGrad", "SigmoidGrad", "SoftmaxGrad", "TanhGrad"}));
 
   // A model calling each function passes the ONNX checker, and ONNX infers the functions' output types.
   Model m;
@@ -312,6 +312,15 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
       n.outputs = {f.name + "_out", f.name + "_dscale", f.name + "_dbias"};
       m.graph.outputs.push_back({n.outputs[1], {DType::Float32, Shape{d(3)}}});
       m.graph.outputs.push_back({n.outputs[2], {DType::Float32, Shape{d(3)}}});
+    } else if (f.name == "MaxPoolGrad") {  // 2x2 pooling of a [1, 1, 4, 4] input, attributes by reference
+      m.graph.inputs.push_back({"pool_dy", {DType::Float32, Shape{d(1), d(1), d(2), d(2)}}});
+      m.graph.inputs.push_back({"pool_x", {DType::Float32, Shape{d(1), d(1), d(4), d(4)}}});
+      n.inputs = {"pool_dy", "pool_x"};
+      n.outputs = {f.name + "_out"};
+      n.attributes = {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}};
+      m.graph.nodes.push_back(n);
+      m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(1), d(1), d(4), d(4)}}});
+      continue;
     } else {
       n.inputs = {"dy", "y"};
       n.outputs = {f.name + "_out"};

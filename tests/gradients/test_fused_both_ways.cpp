@@ -32,6 +32,13 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
     n.domain = f.domain;
     n.inputs = f.inputs;
     n.outputs = f.outputs;
+    // MaxPoolGrad carries MaxPool's attributes (its body reads them by reference): overlapping windows with
+    // asymmetric padding, so the body's scatter must add. X [2, 3, 7, 6] pools to dY [2, 3, 4, 6].
+    const bool pool = f.name == "MaxPoolGrad";
+    if (pool)
+      n.attributes = {{"kernel_shape", std::vector<int64_t>{3, 2}},
+                      {"strides", std::vector<int64_t>{2, 1}},
+                      {"pads", std::vector<int64_t>{1, 0, 1, 1}}};
     g.nodes.push_back(n);
     // Inputs by name: (dY, Y) for the elementwise-style ops. Y in (0, 1) suits every op: a sigmoid or softmax
     // output, a positive relu output; log-softmax wants Y < 0. LayerNormalizationGrad takes (dY, X, Scale,
@@ -48,6 +55,10 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
         t = random_tensor({3, 1}, rng, -0.5, 0.5);
       else if (in == "InvStdDev")
         t = random_tensor({3, 1}, rng, 0.5, 2);
+      else if (in == "X" && pool)
+        t = random_tensor({2, 3, 7, 6}, rng, -1, 1);
+      else if (in == "dY" && pool)
+        t = random_tensor({2, 3, 4, 6}, rng, -1, 1);
       else if (in == "X")  // GELU's input: its tails too
         t = random_tensor({3, 5}, rng, -4, 4);
       else
