@@ -39,7 +39,7 @@ const std::set<std::string> kNotYetOnCuda = {
     "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin",
     // index-driven and miscellaneous ops
     "ScatterND", "ScatterElements", "GatherElements", "GatherND", "CumSum", "Dropout", "Einsum", "TopK",
-    "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss", "Resize", "onnxtrain.GeluGrad", "onnxtrain.GeluTanhGrad",
+    "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss", "Resize", "onnxtrain.GeluGrad", "onnxtrain.GeluTanhGrad", "onnxtrain.MaxPoolGrad",
 };
 
 TEST(CudaTwins, EveryCpuKernelKeyHasACudaTwin) {
