@@ -121,10 +121,12 @@ def _device(device: Union[str, Device]) -> Device:
 
 def make_config(*, trainable: Iterable[str] | None = None, loss: Any = "mse", optimizer: Any = "sgd",
                 learning_rate: float | None = None, schedule: Any = None, penalty: Any = None,
-                prediction: str | None = None, device: Union[str, Device] = "cpu") -> TrainingConfig:
+                prediction: str | None = None, device: Union[str, Device] = "cpu",
+                inputs_requiring_grad: Iterable[str] | None = None) -> TrainingConfig:
     """A TrainingConfig from the same arguments as TrainingSession."""
     cfg = TrainingConfig()
     cfg.trainable = list(trainable or [])
+    cfg.inputs_requiring_grad = list(inputs_requiring_grad or [])
     cfg.prediction = prediction or ""
     cfg.loss = make_loss(loss)
     cfg.optimizer = make_optimizer(optimizer, learning_rate=learning_rate)
@@ -159,6 +161,7 @@ class TrainingSession:
         penalty: None, ``Elastic(l1, l2)``, a dict or a pair.
         prediction: the model output the loss reads (default: the first).
         device: 'cpu' or 'cuda'.
+        inputs_requiring_grad: model inputs whose gradients ``run_backward`` also returns.
         config: a complete TrainingConfig instead of the arguments above.
 
     Feeds are dicts of numpy arrays keyed by input name; C-contiguous arrays of the expected dtype are read in
@@ -169,10 +172,11 @@ class TrainingSession:
     def __init__(self, model: ModelLike, *, trainable: Iterable[str] | None = None, loss: Any = "mse",
                  optimizer: Any = "sgd", learning_rate: float | None = None, schedule: Any = None,
                  penalty: Any = None, prediction: str | None = None, device: Union[str, Device] = "cpu",
-                 config: TrainingConfig | None = None):
+                 inputs_requiring_grad: Iterable[str] | None = None, config: TrainingConfig | None = None):
         if config is None:
             config = make_config(trainable=trainable, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
-                                 schedule=schedule, penalty=penalty, prediction=prediction, device=device)
+                                 schedule=schedule, penalty=penalty, prediction=prediction, device=device,
+                                 inputs_requiring_grad=inputs_requiring_grad)
         self._s = _onnxtrain.TrainingSession(model, config)
         self.config = config
 
@@ -197,6 +201,16 @@ class TrainingSession:
     def gradients(self, feeds: Feeds | None = None, /, **inputs: Any) -> tuple[float, dict[str, np.ndarray]]:
         """(loss, {weight: gradient}) for a batch, without updating anything."""
         return self._s.gradients(_feeds(feeds, inputs))
+
+    def run_forward(self, feeds: Feeds | None = None, /, **inputs: Any) -> list[np.ndarray]:
+        """The model's outputs (feeds: the model's inputs, no target), keeping what ``run_backward`` needs. Runs
+        on the session's own weights: train_step and set_weight are seen by the next call."""
+        return self._s.run_forward(_feeds(feeds, inputs))
+
+    def run_backward(self, output_grads: Sequence[Any]) -> dict[str, np.ndarray]:
+        """One gradient per model output (None = zeros) for the last ``run_forward``; returns the gradient of
+        every trainable weight and of each input in ``inputs_requiring_grad``, by name."""
+        return self._s.run_backward(list(output_grads))
 
     # Interface.
     @property

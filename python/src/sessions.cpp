@@ -156,6 +156,21 @@ void saved_to(PyTraining& self, const py::handle& path, Save save) {
   self.run([&](TrainingSession& s) { save(s, p); });
 }
 
+// One gradient per model output (None = zeros), converted with the output's dtype; `keep` holds any copies.
+template <class Io>
+std::vector<std::optional<Tensor>> output_grads_from(const Io& io, const py::sequence& output_grads,
+                                                     std::vector<py::object>& keep) {
+  std::vector<std::optional<Tensor>> grads;
+  for (size_t i = 0; i < output_grads.size(); ++i) {
+    py::object g = output_grads[i];
+    const DType want = i < io.output_types.size() ? io.output_types[i] : DType::Undefined;
+    std::string what = "gradient of output " +
+                       (i < io.output_names.size() ? "'" + io.output_names[i] + "'" : std::to_string(i));
+    grads.push_back(g.is_none() ? std::nullopt : std::optional<Tensor>(to_tensor(g, want, what, keep)));
+  }
+  return grads;
+}
+
 template <class Cls, class P>
 void bind_common(Cls& cls) {
   cls.def_property_readonly("input_names", [](P& self) { return self.io.input_names; },
@@ -193,6 +208,19 @@ The feeds of train_step/gradients are the model's inputs plus the loss target (t
              TrainingSession::Gradients g = self.run([&](TrainingSession& s) { return s.gradients(f.tensors); });
              return py::make_tuple(g.loss, to_numpy(std::move(g.grads)));
            }, py::arg("feeds"), "(loss, {weight: gradient}) without updating anything.")
+      .def("run_forward", [](PyTraining& self, const py::handle& feeds) {
+             Feeds f = to_feeds(feeds, self.io.feed_types, "run_forward");
+             return to_numpy(self.run([&](TrainingSession& s) { return s.run_forward(f.tensors); }));
+           }, py::arg("feeds"),
+           "The model's outputs for these inputs (no target); keeps what run_backward needs. Runs on the session's\n"
+           "own weights, so train_step and set_weight are seen by the next call.")
+      .def("run_backward", [](PyTraining& self, const py::sequence& output_grads) {
+             std::vector<py::object> keep;
+             auto grads = output_grads_from(self.io, output_grads, keep);
+             return to_numpy(self.run([&](TrainingSession& s) { return s.run_backward(grads); }));
+           }, py::arg("output_grads"),
+           "One gradient per model output (None = zeros) for the last run_forward; returns {weight or input: gradient}\n"
+           "for the trainable weights and the config's inputs_requiring_grad.")
       .def_property_readonly("target_name", [](PyTraining& self) { return self.s->target_name(); },
                              "The feed name of the loss target.")
       .def_property_readonly("feed_names", [](PyTraining& self) {
@@ -255,14 +283,7 @@ model output (None = zeros) and returns the gradient of every trainable weight a
            }, py::arg("feeds"), "The model's outputs; keeps what the backward pass needs.")
       .def("run_backward", [](PyForwardBackward& self, const py::sequence& output_grads) {
              std::vector<py::object> keep;
-             std::vector<std::optional<Tensor>> grads;
-             for (size_t i = 0; i < output_grads.size(); ++i) {
-               py::object g = output_grads[i];
-               const DType want = i < self.io.output_types.size() ? self.io.output_types[i] : DType::Undefined;
-               std::string what = "gradient of output " +
-                                  (i < self.io.output_names.size() ? "'" + self.io.output_names[i] + "'" : std::to_string(i));
-               grads.push_back(g.is_none() ? std::nullopt : std::optional<Tensor>(to_tensor(g, want, what, keep)));
-             }
+             auto grads = output_grads_from(self.io, output_grads, keep);
              return to_numpy(self.run([&](ForwardBackwardSession& s) { return s.run_backward(grads); }));
            }, py::arg("output_grads"),
            "One gradient per model output (None = zeros); returns {weight or input: gradient}.")

@@ -167,6 +167,8 @@ void bind_specs(py::module_& m) {
 
   SpecClass<TrainingConfig>(m, "TrainingConfig", "Everything a TrainingSession is built from.")
       .field("trainable", &TrainingConfig::trainable, "initializer names; empty = every floating-point initializer")
+      .field("inputs_requiring_grad", &TrainingConfig::inputs_requiring_grad,
+             "model inputs whose gradients run_backward also returns")
       .field("prediction", &TrainingConfig::prediction, "the output the loss reads; '' = the first output")
       .field("loss", &TrainingConfig::loss, "LossSpec")
       .field("penalty", &TrainingConfig::penalty, "PenaltySpec")

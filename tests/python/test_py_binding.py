@@ -176,6 +176,30 @@ def test_forward_backward_session_matches_training_gradients(model):
         fb.run_backward([np.zeros(pred.shape, np.float64)])
 
 
+def test_training_session_run_forward_backward_on_its_own_weights(model):
+    x, y = batch()
+    s = ot.TrainingSession(model, loss="mse", optimizer="sgd", learning_rate=0.1, inputs_requiring_grad=["x"])
+    for _ in range(2):  # the second round runs after a train_step: it must see the updated weights
+        (pred,) = s.run_forward({"x": x})
+        np.testing.assert_allclose(pred, s.infer({"x": x})[0], rtol=1e-6)
+        grads = s.run_backward([2 * (pred - y) / pred.size])  # d mean((p - y)^2) / dp
+        _, ref = mlp_loss_and_grads(_with_weights(model, s.weights()), x, y)
+        assert set(grads) == set(ref) | {"x"}
+        for k in ref:
+            np.testing.assert_allclose(grads[k], ref[k], rtol=1e-4, atol=1e-6, err_msg=k)
+        assert grads["x"].shape == x.shape and grads["x"].any()
+        s.train_step({"x": x, s.target_name: y})
+    assert all(not v.any() for v in s.run_backward([None]).values())
+
+
+def _with_weights(model, weights):
+    m = copy.deepcopy(model)
+    for init in m.graph.initializer:
+        if init.name in weights:
+            init.CopyFrom(onnx.numpy_helper.from_array(weights[init.name], init.name))
+    return m
+
+
 # Errors name what is wrong.
 @pytest.mark.parametrize("feeds, exc, message", [
     (lambda x, y: {"x": x.astype(np.float64), "target": y}, TypeError, r"input 'x': expected dtype float32, got float64"),
