@@ -48,6 +48,8 @@ template <class V> void visit_config(TrainingConfig& c, V& v) {
   v("loss.ignore_index", l.ignore_index);
   v("loss.label_smoothing", l.label_smoothing);
   v("loss.pos_weight", l.pos_weight);
+  v("numerics.on_non_finite", c.on_non_finite);
+  v("numerics.check_every_value", c.check_every_value);
   v("penalty.l1", c.penalty.l1);
   v("penalty.l2", c.penalty.l2);
   OptimizerSpec& o = c.optimizer;

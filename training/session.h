@@ -20,6 +20,9 @@
 
 namespace onnxtrain {
 
+class NonFiniteError;  // executor/finite.h
+struct LabelRange;      // training/labels.h
+
 struct TrainingConfig {
   std::vector<std::string> trainable;  // initializer names; empty = every floating-point initializer
   std::string prediction;              // the model output the loss reads; empty = the first output
@@ -31,6 +34,13 @@ struct TrainingConfig {
   // default) leaves the rate alone, so set_learning_rate() keeps working; any other kind overrides it.
   ScheduleSpec schedule;
   Device device = Device::CPU;
+  // Numerical guard (docs/reliability.md): a NaN or Inf in the loss or a gradient is found on the step it
+  // appears and that step's update is never applied. "raise": train_step throws NonFiniteError naming the step
+  // and the tensor; "skip": train_step returns NaN and counts the step (skipped_steps()).
+  std::string on_non_finite = "raise";
+  // Debugging aid: check every value a step computes, so the error names the node that first produced a
+  // NaN/Inf rather than the loss or gradient it reached. Costs a pass over every intermediate.
+  bool check_every_value = false;
 };
 
 using Feeds = std::map<std::string, Tensor>;
@@ -63,6 +73,9 @@ class TrainingSession {
   void set_learning_rate(double lr);
   // Optimizer updates applied so far ("optim.step"); micro-batches of an accumulation do not count.
   int64_t step() const;
+  // With on_non_finite = "skip": steps whose update was not applied, and the report of the latest one.
+  int64_t skipped_steps() const { return skipped_steps_; }
+  const std::string& last_skip_reason() const { return last_skip_reason_; }
   // For epoch-based schedules (scikit-learn's adaptive): report an epoch's mean training loss, and ask whether
   // the schedule wants training to stop.
   void end_epoch(double mean_loss);
@@ -92,6 +105,7 @@ class TrainingSession {
 
  private:
   std::span<const Tensor* const> order_feeds(Executor& ex, const Feeds& feeds);
+  void skip_or_raise(const NonFiniteError& e);
 
   Model model_;
   TrainingConfig config_;
@@ -106,6 +120,10 @@ class TrainingSession {
   int micro_ = 0;  // micro-batches accumulated since the last update
   std::unique_ptr<LrSchedule> schedule_;  // null for "constant"
   std::vector<const Tensor*> feed_ptrs_;
+  int64_t step_calls_ = 0;  // train_step calls, for naming the step in a non-finite report
+  int64_t skipped_steps_ = 0;
+  std::string last_skip_reason_;
+  std::shared_ptr<const LabelRange> labels_;  // set when the loss reads class indices (checked per batch)
 };
 
 }  // namespace onnxtrain
