@@ -19,8 +19,11 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
     -DONNXTRAIN_CUDA=OFF -DONNXTRAIN_BUILD_PYTHON=OFF -DONNXTRAIN_FUZZ=ON ${CMAKE_ARGS:-} >&2
 fi
-# build.sh only builds an existing tree; it configures only when the cache is missing.
-BUILD_DIR="$build" JOBS="${JOBS:-1}" bash "$here/scripts/build.sh" >/dev/null
+# build.sh only builds an existing tree; it configures only when the cache is missing. fuzz.sh needs just the
+# configured tree (NO_TESTS_BUILD) and builds its own targets.
+if [ -z "${NO_TESTS_BUILD:-}" ]; then
+  BUILD_DIR="$build" JOBS="${JOBS:-1}" bash "$here/scripts/build.sh" >/dev/null
+fi
 [ -n "${SANITIZE_BUILD_ONLY:-}" ] && exit 0
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1}"
