@@ -571,7 +571,10 @@ TrainingInfoRunner::TrainingInfoRunner(const Model& model, size_t index)
   for (const auto& [k, v] : alg.value_info) g.value_info.emplace(k, v);
   g.outputs = alg.outputs;
   ExecutorOptions eo;
-  for (const auto& [key, val] : ti.update_binding) {
+  for (const auto& binding : ti.update_binding) {
+    // Not a structured binding: clang 14 (the fuzz/sanitizer compiler) cannot capture one in a lambda.
+    const std::string& key = binding.first;
+    const std::string& val = binding.second;
     if (!g.is_initializer(key))
       fail("update_binding '" + key + "'", "is not an initializer of the main graph or of the algorithm");
     if (std::none_of(g.outputs.begin(), g.outputs.end(), [&](const ValueInfo& o) { return o.name == val; }) &&
