@@ -7,9 +7,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <random>
 
 #include "common/test_env.h"
+#include "reliability/soak/w1.h"
 #include "training/session.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -23,45 +23,21 @@
 namespace onnxtrain {
 namespace {
 
-// Resident set size in kB from /proc/self/statm (pages), or -1 when unavailable.
-long rss_kb() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  if (!f) return -1;
-  long size = 0, resident = 0;
-  const int n = std::fscanf(f, "%ld %ld", &size, &resident);
-  std::fclose(f);
-  return n == 2 ? resident * 4 : -1;
-}
-
-Tensor random_tensor(std::vector<int64_t> shape, std::mt19937& rng) {
-  Tensor t = Tensor::empty(DType::Float32, std::move(shape));
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  for (float& v : t.span<float>()) v = d(rng);
-  return t;
-}
-
 TEST(Soak, W1ThousandStepsNoLeaksFlatMemory) {
   const auto model = test::source_dir() / ".." / "shared" / "bench" / "models" / "w1.onnx";
   if (!std::filesystem::exists(model)) GTEST_SKIP() << model << " is absent";
-  TrainingConfig c;
-  c.optimizer.kind = "adam";
-  c.optimizer.learning_rate = 1e-3;
-  TrainingSession s = TrainingSession::from_file(model, c);
-  std::mt19937 rng(0);
-  // A handful of distinct batches, cycled, as an epoch loop would.
-  std::vector<Feeds> batches;
-  for (int i = 0; i < 4; ++i)
-    batches.push_back({{"x", random_tensor({128, 64}, rng)}, {s.target_name(), random_tensor({128, 1}, rng)}});
+  TrainingSession s = TrainingSession::from_file(model, soak::w1_config());
+  const std::vector<Feeds> batches = soak::w1_batches(s, 4);  // cycled, as an epoch loop would
   long rss_warm = -1;
   float first = 0, last = 0;
   for (int step = 0; step < 1000; ++step) {
     const float loss = s.train_step(batches[static_cast<size_t>(step) % batches.size()]);
     ASSERT_TRUE(std::isfinite(loss)) << "step " << step;
     if (step == 0) first = loss;
-    if (step == 99) rss_warm = rss_kb();
+    if (step == 99) rss_warm = soak::rss_kb();
     last = loss;
   }
-  const long rss_end = rss_kb();
+  const long rss_end = soak::rss_kb();
   EXPECT_EQ(s.step(), 1000);
   EXPECT_LT(last, first) << "Adam should fit 4 fixed batches at least a little";
 #ifndef ONNXTRAIN_ASAN

@@ -14,28 +14,13 @@
 #include <vector>
 
 #include "graph/error.h"
+#include "reliability/soak/w1.h"
 #include "training/session.h"
 
 using namespace onnxtrain;
 namespace fs = std::filesystem;
 
 namespace {
-
-long rss_kb() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  if (!f) return -1;
-  long size = 0, resident = 0;
-  const int n = std::fscanf(f, "%ld %ld", &size, &resident);
-  std::fclose(f);
-  return n == 2 ? resident * 4 : -1;
-}
-
-Tensor random_tensor(std::vector<int64_t> shape, std::mt19937& rng) {
-  Tensor t = Tensor::empty(DType::Float32, std::move(shape));
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  for (float& v : t.span<float>()) v = d(rng);
-  return t;
-}
 
 int run(int argc, char** argv) {
   std::string model, out;
@@ -54,14 +39,8 @@ int run(int argc, char** argv) {
     fail("soak_train", "usage: soak_train --model PATH --seconds N --every S --out DIR [--max-growth-kb K]");
   fs::create_directories(out);
 
-  TrainingConfig c;
-  c.optimizer.kind = "adam";
-  c.optimizer.learning_rate = 1e-3;
-  TrainingSession s = TrainingSession::from_file(model, c);
-  std::mt19937 rng(0);
-  std::vector<Feeds> batches;  // one synthetic "epoch" of 16 batches, cycled
-  for (int i = 0; i < 16; ++i)
-    batches.push_back({{"x", random_tensor({128, 64}, rng)}, {s.target_name(), random_tensor({128, 1}, rng)}});
+  TrainingSession s = TrainingSession::from_file(model, soak::w1_config());
+  const std::vector<Feeds> batches = soak::w1_batches(s, 16);  // one synthetic "epoch", cycled
 
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
@@ -79,7 +58,7 @@ int run(int argc, char** argv) {
     const fs::path ckpt = fs::path(out) / ("ckpt_" + std::to_string(checkpoints.size()) + ".onnx");
     s.save_checkpoint(ckpt);
     checkpoints.emplace_back(ckpt, s.step());
-    rss.push_back(rss_kb());
+    rss.push_back(soak::rss_kb());
     std::printf("%.1f,%lld,%.5f,%ld,%s\n", t, static_cast<long long>(s.step()), loss, rss.back(), ckpt.filename().c_str());
     std::fflush(stdout);
     next += every;
