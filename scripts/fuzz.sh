@@ -23,6 +23,7 @@ cmake --build "$build" -j"${JOBS:-1}" --target "${targets[@]}" >&2
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$here/scripts/lsan.supp:print_suppressions=0}"
 export OMP_NUM_THREADS=1
 status=0
 for t in "${targets[@]}"; do

@@ -28,6 +28,7 @@ fi
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$here/scripts/lsan.supp:print_suppressions=0}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 args=(--test-dir "$build" --output-on-failure -j"${JOBS:-1}" --timeout 1800)
 [ $# -gt 0 ] && args+=(-R "$1")
