@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "executor/device.h"
+#include "executor/finite.h"
 #include "graph/error.h"
 #include "graph/inline.h"
 
@@ -83,6 +84,8 @@ ExecutionPlan& Executor::plan_for(std::span<const Tensor* const> feeds) {
   }
   spec.outputs = output_names_;
   for (const auto& [fresh, state] : opts_.updates) spec.outputs.push_back(fresh);
+  for (const std::string& v : opts_.must_be_finite) spec.outputs.push_back(v);
+  spec.check_every_value = opts_.check_every_value;
   CachedPlan c;
   for (const Tensor* f : feeds) c.shapes.push_back(f->shape);
   c.plan = ExecutionPlan::compile(spec);
@@ -114,6 +117,14 @@ std::span<const Tensor* const> Executor::run(std::span<const Tensor* const> feed
   ExecutionPlan& plan = plan_for(feeds);
   std::span<const Tensor* const> outs = plan.run(feeds);
   const size_t n_user = output_names_.size();
+  const size_t n_guarded = n_user + opts_.updates.size();
+  for (size_t i = 0; i < opts_.must_be_finite.size(); ++i) {
+    const Tensor& t = *outs[n_guarded + i];
+    if (NonFiniteCount c = count_non_finite(t); c.count)
+      throw NonFiniteError("value '" + opts_.must_be_finite[i] + "' " + t.describe() + " is not finite: " +
+                               describe_non_finite(t, c) + "; no update of this run was applied",
+                           opts_.must_be_finite[i]);
+  }
   for (size_t i = 0; i < opts_.updates.size(); ++i) {
     const Tensor& fresh = *outs[n_user + i];
     Tensor& target = store_->at(opts_.updates[i].second);

@@ -23,6 +23,11 @@ struct ExecutorOptions {
   std::vector<std::pair<std::string, std::string>> updates;
   // Model-local functions: a call with no kernel runs as its inlined body.
   std::vector<Function> functions;
+  // Values checked for NaN/Inf after each run, before any update is written: on the first non-finite one,
+  // run() throws NonFiniteError (executor/finite.h) and the store is left as it was.
+  std::vector<std::string> must_be_finite;
+  // Check every value the graph computes, right after its node runs (PlanSpec::check_every_value).
+  bool check_every_value = false;
   // Inline every function call, even where a native kernel exists (to test fused kernels against bodies).
   bool prefer_function_bodies = false;
 };

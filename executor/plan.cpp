@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "executor/finite.h"
 #include "graph/error.h"
 #include "graph/validate.h"
 
@@ -200,6 +201,7 @@ class PlanCompiler {
       for (Tensor* t : outs) interval_.emplace(t, std::make_pair(step, step));
     }
     plan_->steps_.push_back({std::move(kernel), std::move(ins), std::move(outs)});
+    if (spec_.check_every_value) plan_->checked_steps_.emplace_back(n.describe(), n.outputs);
   }
 
   // Greedy best-fit by decreasing size: each buffer takes the lowest offset free for its whole lifetime.
@@ -266,8 +268,28 @@ ExecutionPlan::~ExecutionPlan() = default;
 
 std::span<const Tensor* const> ExecutionPlan::run(std::span<const Tensor* const> feeds) {
   for (size_t i = 0; i < feed_slots_.size(); ++i) feed_slots_[i]->data = feeds[i]->data;
-  for (Step& s : steps_) s.kernel->run(s.in, s.out);
+  if (checked_steps_.empty()) {
+    for (Step& s : steps_) s.kernel->run(s.in, s.out);
+  } else {
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      steps_[i].kernel->run(steps_[i].in, steps_[i].out);
+      check_step(i);
+    }
+  }
   return outputs_;
+}
+
+void ExecutionPlan::check_step(size_t i) const {
+  const auto& [node, names] = checked_steps_[i];
+  for (size_t k = 0; k < steps_[i].out.size(); ++k) {
+    const Tensor& t = *steps_[i].out[k];
+    NonFiniteCount c = count_non_finite(t);
+    if (c.count == 0) continue;
+    const std::string& name = k < names.size() ? names[k] : std::string();
+    throw NonFiniteError(node + ": output '" + name + "' " + t.describe() + " is the first non-finite value: " +
+                             describe_non_finite(t, c),
+                         name);
+  }
 }
 
 }  // namespace onnxtrain

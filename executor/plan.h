@@ -24,6 +24,9 @@ struct PlanSpec {
   std::unordered_map<std::string, Tensor*> state;  // weights and other values that live across runs
   std::unordered_set<std::string> constants;       // state entries that never change (foldable)
   std::vector<std::string> outputs;                // values to return
+  // Debugging aid (docs/reliability.md): after every step, check its floating-point outputs for NaN/Inf and
+  // throw NonFiniteError naming the node and the value. Off, run() is unchanged.
+  bool check_every_value = false;
 
   std::vector<std::string> feed_names_and_state() const;  // names defined before the first node
 };
@@ -57,6 +60,9 @@ class ExecutionPlan {
   size_t arena_bytes_ = 0;
   size_t unplanned_bytes_ = 0;
   std::vector<Tensor> folded_;  // values computed at compile time
+  // With PlanSpec::check_every_value: per step, the node ("node 'x' (Op)") and its output names.
+  std::vector<std::pair<std::string, std::vector<std::string>>> checked_steps_;
+  void check_step(size_t i) const;
   friend class PlanCompiler;
 };
 

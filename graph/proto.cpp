@@ -299,7 +299,12 @@ TensorData tensor_from_proto(const onnx::TensorProto& t, const std::string& base
     if (x < 0) fail(where, "dimension " + std::to_string(x) + " is negative");
     d.dims.push_back(x);
   }
-  const size_t want = static_cast<size_t>(d.numel()) * dtype_size(d.dtype);
+  // Dimensions come from the file: their product must not wrap around to a size the data happens to match.
+  int64_t bytes = static_cast<int64_t>(dtype_size(d.dtype));
+  for (int64_t x : d.dims)
+    if (__builtin_mul_overflow(bytes, x, &bytes))
+      fail(where, "shape " + dims_string(d.dims) + " of " + dtype_name(d.dtype) + " is too large to hold in memory");
+  const size_t want = static_cast<size_t>(bytes);
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
     read_external(t, base_dir, d, where, want);
     return d;

@@ -49,6 +49,8 @@ template <class V> void visit_config(TrainingConfig& c, V& v) {
   v("loss.ignore_index", l.ignore_index);
   v("loss.label_smoothing", l.label_smoothing);
   v("loss.pos_weight", l.pos_weight);
+  v("numerics.on_non_finite", c.on_non_finite);
+  v("numerics.check_every_value", c.check_every_value);
   v("penalty.l1", c.penalty.l1);
   v("penalty.l2", c.penalty.l2);
   OptimizerSpec& o = c.optimizer;
@@ -576,7 +578,10 @@ TrainingInfoRunner::TrainingInfoRunner(const Model& model, size_t index)
   for (const auto& [k, v] : alg.value_info) g.value_info.emplace(k, v);
   g.outputs = alg.outputs;
   ExecutorOptions eo;
-  for (const auto& [key, val] : ti.update_binding) {
+  for (const auto& binding : ti.update_binding) {
+    // Not a structured binding: clang 14 (the fuzz/sanitizer compiler) cannot capture one in a lambda.
+    const std::string& key = binding.first;
+    const std::string& val = binding.second;
     if (!g.is_initializer(key))
       fail("update_binding '" + key + "'", "is not an initializer of the main graph or of the algorithm");
     if (std::none_of(g.outputs.begin(), g.outputs.end(), [&](const ValueInfo& o) { return o.name == val; }) &&

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <set>
 
+#include "executor/finite.h"
 #include "gradients/builder.h"
 #include "gradients/fused.h"
 #include "graph/error.h"
@@ -14,6 +16,7 @@
 #include "graph/model_io.h"
 #include "training/checkpoint.h"
 #include "training/fold_shapes.h"
+#include "training/labels.h"
 
 namespace onnxtrain {
 
@@ -49,6 +52,8 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
     if (!is_floating(it->second.dtype))
       fail("trainable '" + w + "'", "is " + dtype_name(it->second.dtype) + "; only floating-point weights train");
   }
+  if (config_.on_non_finite != "raise" && config_.on_non_finite != "skip")
+    fail("on_non_finite", "expected 'raise' or 'skip', got '" + config_.on_non_finite + "'");
   validate_optimizer(config_.optimizer, trainable_);  // before anything else reads the learning rate
   std::string prediction = config_.prediction.empty() ? g.outputs.front().name : config_.prediction;
   if (std::none_of(g.outputs.begin(), g.outputs.end(), [&](const ValueInfo& v) { return v.name == prediction; }))
@@ -59,6 +64,7 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   LossGraph lg = append_loss(gg, prediction, config_.loss);
   target_ = lg.target;
   loss_ = lg.loss;
+  if (auto r = label_range(config_.loss, g.type_of(prediction), target_)) labels_ = std::make_shared<LabelRange>(*r);
   if (config_.penalty.l1 != 0 || config_.penalty.l2 != 0) loss_ = append_penalty(gg, loss_, trainable_, config_.penalty);
   // Validated even when constant, so a bad key is reported rather than ignored.
   std::unique_ptr<LrSchedule> schedule = make_schedule(config_.schedule, config_.optimizer.learning_rate);
@@ -110,8 +116,12 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   }
   eo.variables.insert(trainable_.begin(), trainable_.end());
   eo.variables.insert(state_names_.begin(), state_names_.end());
+  eo.check_every_value = config_.check_every_value;
   infer_ = std::make_unique<Executor>(g, opsets, store_, eo);
   grad_ = std::make_unique<Executor>(std::move(gg), opsets, store_, eo);
+  // The steps that write state check the loss and every gradient before anything is written.
+  eo.must_be_finite = {loss_};
+  for (const std::string& w : trainable_) eo.must_be_finite.push_back(grad_names_.at(w));
   eo.updates = og.updates;
   train_ = std::make_unique<Executor>(std::move(tg), opsets, store_, eo);
   if (ag) {
@@ -189,14 +199,36 @@ float TrainingSession::train_step(const Feeds& feeds) {
   // N-1 micro-batches only add into the buffers; the N-th applies the update from their mean.
   Executor& ex = (accumulate_ && micro_ + 1 < config_.optimizer.gradient_accumulation) ? *accumulate_ : *train_;
   if (schedule_ && &ex == train_.get()) set_learning_rate(schedule_->lr(step()));
-  float loss = scalar_of(*ex.run(order_feeds(ex, feeds))[0], "loss");
+  ++step_calls_;
+  if (labels_)
+    if (auto it = feeds.find(target_); it != feeds.end()) check_labels(*labels_, it->second);
+  float loss;
+  try {
+    loss = scalar_of(*ex.run(order_feeds(ex, feeds))[0], "loss");
+  } catch (const NonFiniteError& e) {
+    skip_or_raise(e);
+    return std::numeric_limits<float>::quiet_NaN();
+  }
   micro_ = (&ex == train_.get()) ? 0 : micro_ + 1;
   return loss;
+}
+
+void TrainingSession::skip_or_raise(const NonFiniteError& e) {
+  std::string what = e.value() == loss_ ? "the loss" : "value '" + e.value() + "'";
+  for (const auto& [w, g] : grad_names_)
+    if (g == e.value()) what = "the gradient of '" + w + "'";
+  std::string msg = "training step " + std::to_string(step_calls_) + " (optimizer step " + std::to_string(step() + 1) +
+                    "): " + what + " went non-finite, so the step's update was not applied [" + e.what() + "]";
+  if (config_.on_non_finite == "raise") throw NonFiniteError(msg, e.value());
+  ++skipped_steps_;
+  last_skip_reason_ = std::move(msg);
 }
 
 std::vector<Tensor> TrainingSession::infer(const Feeds& inputs) { return infer_->run(inputs); }
 
 TrainingSession::Gradients TrainingSession::gradients(const Feeds& feeds) {
+  if (labels_)
+    if (auto it = feeds.find(target_); it != feeds.end()) check_labels(*labels_, it->second);
   std::vector<Tensor> out = grad_->run(feeds);
   Gradients r;
   r.loss = scalar_of(out.at(0), "loss");

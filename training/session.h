@@ -23,6 +23,9 @@
 
 namespace onnxtrain {
 
+class NonFiniteError;  // executor/finite.h
+struct LabelRange;      // training/labels.h
+
 struct TrainingConfig {
   std::vector<std::string> trainable;  // initializer names; empty = every floating-point initializer
   // Graph inputs whose gradients run_backward also returns (floating-point inputs of the model).
@@ -41,6 +44,13 @@ struct TrainingConfig {
   // loss.reduction "sum") and the loss across ranks before the optimizer. Every rank must then call
   // train_step with its own shard of the batch at the same time. Not stored in checkpoints.
   DataParallelSpec parallel;
+  // Numerical guard (docs/reliability.md): a NaN or Inf in the loss or a gradient is found on the step it
+  // appears and that step's update is never applied. "raise": train_step throws NonFiniteError naming the step
+  // and the tensor; "skip": train_step returns NaN and counts the step (skipped_steps()).
+  std::string on_non_finite = "raise";
+  // Debugging aid: check every value a step computes, so the error names the node that first produced a
+  // NaN/Inf rather than the loss or gradient it reached. Costs a pass over every intermediate.
+  bool check_every_value = false;
 };
 
 using Feeds = std::map<std::string, Tensor>;
@@ -74,6 +84,9 @@ class TrainingSession {
   void set_learning_rate(double lr);
   // Optimizer updates applied so far ("optim.step"); micro-batches of an accumulation do not count.
   int64_t step() const;
+  // With on_non_finite = "skip": steps whose update was not applied, and the report of the latest one.
+  int64_t skipped_steps() const { return skipped_steps_; }
+  const std::string& last_skip_reason() const { return last_skip_reason_; }
   // For epoch-based schedules (scikit-learn's adaptive): report an epoch's mean training loss, and ask whether
   // the schedule wants training to stop.
   void end_epoch(double mean_loss);
@@ -122,6 +135,7 @@ class TrainingSession {
   void reduce_gradients(Graph& step_graph, std::map<std::string, std::string>& grads) const;
   void synchronize_initial_state();
   bool writes_files() const { return !config_.parallel.active() || config_.parallel.communicator->rank() == 0; }
+  void skip_or_raise(const NonFiniteError& e);
 
   Model model_;
   TrainingConfig config_;
@@ -138,6 +152,10 @@ class TrainingSession {
   std::vector<const Tensor*> feed_ptrs_;
   std::unique_ptr<KernelRegistry> registry_;  // default kernels plus AllReduce, when data-parallel
   std::unique_ptr<ForwardBackwardSession> forward_backward_;  // run_forward/run_backward, built on first use
+  int64_t step_calls_ = 0;  // train_step calls, for naming the step in a non-finite report
+  int64_t skipped_steps_ = 0;
+  std::string last_skip_reason_;
+  std::shared_ptr<const LabelRange> labels_;  // set when the loss reads class indices (checked per batch)
 };
 
 }  // namespace onnxtrain

@@ -155,9 +155,11 @@ std::unique_ptr<Kernel> make_scatter_nd(PrepareContext& ctx) {
   ctx.outputs.at(0) = {data.dtype, data.shape};
   const int64_t tuples = numel_of(std::span<const int64_t>(indices.shape).first(indices.shape.size() - 1));
   const int64_t slice = numel_of(std::span<const int64_t>(data.shape).subspan(static_cast<size_t>(k)));
+  // Clang 14 (the fuzz/sanitizer compiler) cannot capture a structured binding in a lambda.
+  const std::vector<int64_t>& data_shape = data.shape;
   return with_numeric_type(ctx, data.dtype, [&](auto t) -> std::unique_ptr<Kernel> {
     using T = decltype(t);
-    return std::make_unique<ScatterNDKernel<T>>(ctx.node.describe(), data.shape, tuples, k, slice, red);
+    return std::make_unique<ScatterNDKernel<T>>(ctx.node.describe(), data_shape, tuples, k, slice, red);
   });
 }
 

@@ -1,0 +1,62 @@
+#include "executor/finite.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace onnxtrain {
+
+namespace {
+
+// Half-precision formats: an all-ones exponent is Inf or NaN.
+bool half_non_finite(uint16_t bits, uint16_t exponent_mask) { return (bits & exponent_mask) == exponent_mask; }
+
+template <class T, class IsBad>
+NonFiniteCount scan(const Tensor& t, IsBad bad) {
+  NonFiniteCount c;
+  const T* p = t.ptr<T>();
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i)
+    if (bad(p[i])) {
+      if (c.count++ == 0) c.first = i;
+    }
+  return c;
+}
+
+double element_as_double(const Tensor& t, int64_t i) {
+  switch (t.dtype) {
+    case DType::Float32: return t.ptr<float>()[i];
+    case DType::Float64: return t.ptr<double>()[i];
+    default: {
+      // Half formats are only ever reported here when non-finite: the sign and the mantissa decide.
+      const uint16_t b = t.ptr<uint16_t>()[i];
+      const uint16_t mant = t.dtype == DType::Float16 ? (b & 0x03FF) : (b & 0x007F);
+      if (mant) return std::nan("");
+      return (b & 0x8000) ? -INFINITY : INFINITY;
+    }
+  }
+}
+
+}  // namespace
+
+NonFiniteCount count_non_finite(const Tensor& t) {
+  if (t.device != Device::CPU || !t.data) return {};
+  switch (t.dtype) {
+    case DType::Float32: return scan<float>(t, [](float v) { return !std::isfinite(v); });
+    case DType::Float64: return scan<double>(t, [](double v) { return !std::isfinite(v); });
+    case DType::Float16: return scan<uint16_t>(t, [](uint16_t b) { return half_non_finite(b, 0x7C00); });
+    case DType::BFloat16: return scan<uint16_t>(t, [](uint16_t b) { return half_non_finite(b, 0x7F80); });
+    default: return {};
+  }
+}
+
+std::string describe_non_finite(const Tensor& t, const NonFiniteCount& c) {
+  std::string s = std::to_string(c.count) + " of " + std::to_string(t.numel()) + " elements are NaN or Inf";
+  if (c.first >= 0) {
+    const double v = element_as_double(t, c.first);
+    s += " (the first at flat index " + std::to_string(c.first) + " is " +
+         (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf") + ")";
+  }
+  return s;
+}
+
+}  // namespace onnxtrain

@@ -1,0 +1,12 @@
+// Bytes -> IR: protobuf parse, conversion, the ONNX checker and our validation, shape inference.
+#include "fuzz/fuzz_common.h"
+#include "graph/model_io.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace onnxtrain;
+  return fuzz::expect_success_or_error([&] {
+    Model m = load_model_from_bytes(fuzz::as_bytes(data, size), "<fuzz>");
+    // A loaded model must survive the way back out, since checkpoints and exports serialize it.
+    (void)serialize_model(m);
+  });
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs the libFuzzer targets of fuzz/ for a bounded time each (docs/reliability.md, "Fuzzing").
+#
+#   scripts/fuzz.sh [seconds per target, default 60] [target ...]
+#   targets: fuzz_load_model fuzz_gradients fuzz_checkpoint (default: all)
+#
+# Builds them in the instrumented clang tree build/asan (configured by scripts/sanitize.sh: ASan + UBSan +
+# libFuzzer coverage). Each run starts from the seed corpus fuzz/corpus/<target without fuzz_> and keeps what it
+# learns in build/fuzz/corpus/<target>, so the repository's corpus only changes by hand. A crash, sanitizer
+# report, leak, timeout (10 s per input) or any exception other than onnxtrain::Error fails the run; the
+# reproducer lands in build/fuzz/artifacts/<target>/. Replay one with: build/asan/fuzz/<target> <file>.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+seconds="${1:-60}"
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_load_model fuzz_gradients fuzz_checkpoint)
+build="${ASAN_BUILD_DIR:-$here/build/asan}"
+work="$here/build/fuzz"
+
+SANITIZE_BUILD_ONLY=1 NO_TESTS_BUILD=1 bash "$here/scripts/sanitize.sh"
+cmake --build "$build" -j"${JOBS:-1}" --target "${targets[@]}" >&2
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$here/scripts/lsan.supp:print_suppressions=0}"
+export OMP_NUM_THREADS=1
+status=0
+for t in "${targets[@]}"; do
+  seeds="$here/fuzz/corpus/${t#fuzz_}"
+  mkdir -p "$work/corpus/$t" "$work/artifacts/$t"
+  echo "[fuzz] $t for ${seconds}s (seeds: $seeds)" >&2
+  if ! "$build/fuzz/$t" "$work/corpus/$t" "$seeds" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+      -artifact_prefix="$work/artifacts/$t/" -print_final_stats=1 >"$work/$t.log" 2>&1; then
+    echo "[fuzz] $t FAILED; log: $work/$t.log" >&2
+    tail -40 "$work/$t.log" >&2
+    status=1
+  else
+    grep -E "stat::number_of_executed_units|stat::new_units_added" "$work/$t.log" | sed "s/^/[fuzz] $t /" >&2 || true
+  fi
+done
+exit $status

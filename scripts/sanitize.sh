@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds the C++ libraries and every GoogleTest suite with AddressSanitizer + UndefinedBehaviorSanitizer
+# (LeakSanitizer included) in build/asan, then runs the suites. One instrumented clang build serves both
+# this script and scripts/fuzz.sh (the code also carries libFuzzer's coverage hooks, -fsanitize=fuzzer-no-link),
+# because the machine cannot afford two sanitizer builds of the whole tree.
+#
+#   scripts/sanitize.sh [ctest -R regex]     # default: every C++ suite; see docs/reliability.md for timings
+#   SANITIZE_BUILD_ONLY=1 scripts/sanitize.sh
+#
+# Any ASan/UBSan/LSan report fails the run (halt_on_error, exitcode != 0).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${ASAN_BUILD_DIR:-$here/build/asan}"
+san_flags="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all -fsanitize=fuzzer-no-link"
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  onnx_prefix="$(bash "$here/scripts/setup.sh" | tail -n 1)"
+  CC=clang CXX=clang++ cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+    -DCMAKE_PREFIX_PATH="$onnx_prefix" -DCMAKE_CXX_FLAGS_DEBUG="$san_flags" \
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+    -DONNXTRAIN_CUDA=OFF -DONNXTRAIN_BUILD_PYTHON=OFF -DONNXTRAIN_FUZZ=ON ${CMAKE_ARGS:-} >&2
+fi
+# build.sh only builds an existing tree; it configures only when the cache is missing. fuzz.sh needs just the
+# configured tree (NO_TESTS_BUILD) and builds its own targets.
+if [ -z "${NO_TESTS_BUILD:-}" ]; then
+  BUILD_DIR="$build" JOBS="${JOBS:-1}" bash "$here/scripts/build.sh" >/dev/null
+fi
+[ -n "${SANITIZE_BUILD_ONLY:-}" ] && exit 0
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$here/scripts/lsan.supp:print_suppressions=0}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+args=(--test-dir "$build" --output-on-failure -j"${JOBS:-1}" --timeout 1800)
+[ $# -gt 0 ] && args+=(-R "$1")
+ctest "${args[@]}"
