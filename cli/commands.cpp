@@ -5,6 +5,7 @@
 
 #include "cli/config.h"
 #include "cli/run.h"
+#include "distributed/mpi.h"
 #include "graph/error.h"
 #include "graph/model_io.h"
 
@@ -53,12 +54,23 @@ const std::map<std::string, const char*>& usages() {
   return u;
 }
 
+// The ranks of `mpirun -np N onnxtrain train|resume`, or this process alone; made on first use, so commands
+// that do not train never initialize MPI.
+std::shared_ptr<Communicator> g_world;
+const std::shared_ptr<Communicator>& world() {
+  if (!g_world) g_world = communicator_from_environment();
+  return g_world;
+}
+
 // Config errors exit 2; errors found while running exit 1 and are located in the config when they name a key.
 int run_guarded(const std::string& cmd, const RunConfig* cfg, const std::function<int()>& f) {
   try {
     return f();
   } catch (const Error& e) {
-    std::fprintf(stderr, "onnxtrain %s: %s\n", cmd.c_str(), cfg ? cfg->locate(e.what()).c_str() : e.what());
+    const std::string message = "onnxtrain " + cmd + ": " + (cfg ? cfg->locate(e.what()) : std::string(e.what()));
+    // The other ranks may be waiting in a collective for this one: end the job now rather than at their timeout.
+    if (g_world && g_world->size() > 1 && !g_world->broken()) g_world->abort(kExitFailure, message);
+    std::fprintf(stderr, "%s\n", message.c_str());
     return kExitFailure;
   }
 }
@@ -82,8 +94,9 @@ const std::string* metadata_value(const Model& m, const std::string& key) {
 TrainingSession session_for(const RunConfig& cfg, Model model, int64_t train_rows) {
   TrainingConfig tc = cfg.training;
   tc.trainable = select_trainable(model, cfg);
+  tc.parallel.communicator = world();
   if ((tc.schedule.kind == "cosine" || tc.schedule.kind == "linear") && tc.schedule.total_steps == 0)
-    tc.schedule.total_steps = std::max<int64_t>(1, planned_steps(cfg, train_rows));
+    tc.schedule.total_steps = std::max<int64_t>(1, planned_steps(cfg, train_rows, world()->size()));
   return TrainingSession(std::move(model), std::move(tc));
 }
 
@@ -157,7 +170,9 @@ int cmd_resume(const std::vector<std::string>& argv) {
   return run_guarded("resume", &cfg, [&] {
     apply_threads(cfg);
     RunData data = load_run_data(cfg);
-    TrainingSession s = TrainingSession::from_checkpoint(ckpt, path);
+    TrainingSession s = TrainingSession::from_checkpoint(ckpt, path, {world()});
+    // The global batch stays the checkpoint's, whatever the number of ranks now (docs/distributed.md).
+    cfg.batch_size = resumed_batch_size(ckpt, world()->size(), path);
     return run_training(cfg, s, data, &ckpt, path);
   });
 }

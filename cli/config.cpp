@@ -232,7 +232,7 @@ const std::vector<Key>& keys() {
 
       {"train.epochs", "1", "passes over the training data", [](const Ctx& c, RunConfig& r) { r.epochs = c.integer(1); }},
       {"train.max_steps", "0", "stop after this many optimizer steps; 0 = no limit", [](const Ctx& c, RunConfig& r) { r.max_steps = c.integer(0); }},
-      {"train.batch_size", "32", "rows per batch", [](const Ctx& c, RunConfig& r) { r.batch_size = c.integer(1); }},
+      {"train.batch_size", "32", "rows per batch (per rank under mpirun: a step trains on batch_size x ranks rows)", [](const Ctx& c, RunConfig& r) { r.batch_size = c.integer(1); }},
       {"train.eval_batch_size", "0", "rows per validation batch; 0 = train.batch_size", [](const Ctx& c, RunConfig& r) { r.eval_batch_size = c.integer(0); }},
       {"train.metrics", "[loss]", "validation metrics: " + join(metric_kinds()), [](const Ctx& c, RunConfig& r) {
          r.metrics.clear();

@@ -190,8 +190,10 @@ std::map<std::string, Tensor> make_feeds(const RunConfig& cfg, const TrainingSes
   return out;
 }
 
-int64_t planned_steps(const RunConfig& cfg, int64_t train_rows) {
-  const int64_t batches = cfg.data.drop_last ? train_rows / cfg.batch_size : (train_rows + cfg.batch_size - 1) / cfg.batch_size;
+int64_t planned_steps(const RunConfig& cfg, int64_t train_rows, int world_size) {
+  // Each rank's share of an epoch, as DistributedSampler pads (or, with drop_last, drops) it.
+  const int64_t rows = cfg.data.drop_last ? train_rows / world_size : (train_rows + world_size - 1) / world_size;
+  const int64_t batches = cfg.data.drop_last ? rows / cfg.batch_size : (rows + cfg.batch_size - 1) / cfg.batch_size;
   const int64_t by_epochs = cfg.epochs * batches / std::max(1, cfg.training.optimizer.gradient_accumulation);
   return cfg.max_steps > 0 ? std::min(cfg.max_steps, by_epochs) : by_epochs;
 }
@@ -207,8 +209,13 @@ int run_training(const RunConfig& cfg, TrainingSession& session, const RunData& 
   std::filesystem::create_directories(out, ec);
   if (ec) fail(where_of(cfg, "output"), "cannot create " + out.string() + ": " + ec.message());
 
+  // Data-parallel (mpirun): every rank reads its share of each epoch's order, batch_size rows per step.
+  const int rank = session.communicator() ? session.communicator()->rank() : 0;
+  const int world = session.communicator() ? session.communicator()->size() : 1;
+  const bool main_rank = rank == 0;
   DataLoader train(make_feeds(cfg, session, data.train, "training"), cfg.batch_size,
-                   std::make_shared<RandomSampler>(data.train_rows, cfg.data.shuffle, cfg.data.seed), cfg.data.drop_last);
+                   std::make_shared<RandomSampler>(data.train_rows, cfg.data.shuffle, cfg.data.seed, rank, world),
+                   cfg.data.drop_last);
   std::unique_ptr<DataLoader> val;
   if (!data.validation.empty())
     val = std::make_unique<DataLoader>(make_feeds(cfg, session, data.validation, "validation"),
@@ -227,7 +234,7 @@ int run_training(const RunConfig& cfg, TrainingSession& session, const RunData& 
   std::vector<std::string> columns;
   if (val)
     for (const std::string& m : cfg.metrics) columns.push_back("val_" + m);
-  trainer.add_callback(std::make_shared<Progress>(cfg.progress));
+  if (main_rank) trainer.add_callback(std::make_shared<Progress>(cfg.progress));
   trainer.add_callback(std::make_shared<MetricsLog>(out / cfg.log_file, columns, cfg.log_format == "auto" ? "" : cfg.log_format,
                                                     cfg.log_every));
   trainer.add_callback(std::make_shared<CheckpointEvery>(out / "checkpoints", cfg.checkpoint_every, static_cast<int>(cfg.keep_last)));
@@ -235,6 +242,12 @@ int run_training(const RunConfig& cfg, TrainingSession& session, const RunData& 
     trainer.add_callback(std::make_shared<EarlyStopping>(cfg.early_metric, cfg.patience, cfg.min_delta, cfg.early_mode));
   if (restore_from) trainer.restore(*restore_from, restore_source);
 
+  // Rank 0 speaks for the job; the others print only errors.
+  if (!main_rank && !std::freopen("/dev/null", "w", stdout)) fail("stdout", "cannot silence rank " + std::to_string(rank));
+  if (world > 1)
+    std::printf("data-parallel: %d ranks (%s), batch %lld per rank (%lld per step)\n", world,
+                session.communicator()->backend().c_str(), static_cast<long long>(cfg.batch_size),
+                static_cast<long long>(cfg.batch_size) * world);
   std::printf("training %s: %zu trainable tensors, %lld training rows%s, batch %lld, %s lr %g, %lld epochs\n",
               cfg.model.c_str(), session.trainable().size(), static_cast<long long>(data.train_rows),
               val ? (", " + std::to_string(val->size()) + " validation rows").c_str() : "",

@@ -33,8 +33,9 @@ RunData load_run_data(const RunConfig& cfg);
 std::map<std::string, Tensor> make_feeds(const RunConfig& cfg, const TrainingSession& s, const Dataset& data,
                                          const std::string& what);
 
-// Optimizer steps the run plans: max_steps, or epochs * batches / gradient_accumulation.
-int64_t planned_steps(const RunConfig& cfg, int64_t train_rows);
+// Optimizer steps the run plans: max_steps, or epochs * batches / gradient_accumulation, where a batch is
+// batch_size rows on each of world_size data-parallel ranks.
+int64_t planned_steps(const RunConfig& cfg, int64_t train_rows, int world_size = 1);
 
 // Applies `threads` (OpenMP) and returns a message describing the setting.
 void apply_threads(const RunConfig& cfg);

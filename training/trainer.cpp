@@ -236,10 +236,15 @@ TrainResult Trainer::fit() {
   stop_.reset();
   for (auto& cb : callbacks_) cb->on_train_begin(*this);
   const int64_t nb = train_.batches_per_epoch();
+  const std::shared_ptr<Communicator>& comm = session_.communicator();
+  const bool parallel = world_size() > 1;
   auto check_stop = [&] {
-    if (stop_) return true;
-    if (options_.interrupt && options_.interrupt->load()) stop_ = "interrupted";
-    else if (options_.max_steps > 0 && session_.step() >= options_.max_steps) stop_ = "max_steps";
+    if (!stop_ && options_.interrupt && options_.interrupt->load()) stop_ = "interrupted";
+    // Every other reason follows from state the ranks share; an interrupt may reach one rank only, and the
+    // others must stop with it or they would wait in the next step's allreduce.
+    if (parallel && options_.interrupt && comm->allreduce(stop_ ? 1.0 : 0.0, ReduceOp::Sum) > 0 && !stop_)
+      stop_ = "interrupted";
+    if (!stop_ && options_.max_steps > 0 && session_.step() >= options_.max_steps) stop_ = "max_steps";
     return stop_.has_value();
   };
   while (epoch_ < options_.epochs && !check_stop()) {
@@ -259,7 +264,7 @@ TrainResult Trainer::fit() {
       s.step = session_.step();
       s.epochs = options_.epochs;
       s.max_steps = options_.max_steps;
-      s.samples = f.begin()->second.shape[0];
+      s.samples = f.begin()->second.shape[0] * world_size();  // the sampler gives every rank as many rows
       s.updated = s.step != before;
       s.loss = loss;
       s.learning_rate = session_.learning_rate();
@@ -302,12 +307,39 @@ Model Trainer::checkpoint() const {
   put("seed", std::to_string(train_.sampler().seed()));
   put("batch_size", std::to_string(train_.batch_size()));
   put("samples", std::to_string(train_.size()));
+  put("world_size", std::to_string(world_size()));
   for (const auto& cb : callbacks_) cb->save_state(m.metadata);
   for (const auto& kv : options_.metadata) m.metadata.push_back(kv);
   return m;
 }
 
-void Trainer::save_checkpoint(const std::filesystem::path& path) const { save_model_large(checkpoint(), path); }
+void Trainer::save_checkpoint(const std::filesystem::path& path) const {
+  if (rank() == 0) save_model_large(checkpoint(), path);  // the ranks hold the same state
+}
+
+int Trainer::rank() const { return session_.communicator() ? session_.communicator()->rank() : 0; }
+int Trainer::world_size() const { return session_.communicator() ? session_.communicator()->size() : 1; }
+
+namespace {
+
+// Ranks of the run a checkpoint comes from (checkpoints from before data-parallel Trainers have none: 1).
+int64_t checkpoint_world(const Metadata& m, const std::string& source) {
+  if (!find_key(m, kTrainerKey + "world_size")) return 1;
+  const int64_t w = read_key<int64_t>(m, kTrainerKey + "world_size", source);
+  if (w < 1) fail(source, "metadata key '" + kTrainerKey + "world_size': expected an integer >= 1");
+  return w;
+}
+
+}  // namespace
+
+int64_t resumed_batch_size(const Model& ckpt, int world_size, const std::string& source) {
+  const int64_t was = checkpoint_world(ckpt.metadata, source);
+  const int64_t global = read_key<int64_t>(ckpt.metadata, kTrainerKey + "batch_size", source) * was;
+  if (global % world_size != 0)
+    fail(source, "the checkpoint was trained with a global batch of " + std::to_string(global) + " (" + std::to_string(was) +
+                     " rank(s)); it cannot be split evenly over " + std::to_string(world_size) + " ranks");
+  return global / world_size;
+}
 
 void Trainer::restore(const Model& ckpt, const std::string& source) {
   const Metadata& m = ckpt.metadata;
@@ -319,7 +351,12 @@ void Trainer::restore(const Model& ckpt, const std::string& source) {
                        std::to_string(now) + "; resuming needs the same data and order");
   };
   same("seed", train_.sampler().seed());
-  same("batch_size", static_cast<uint64_t>(train_.batch_size()));
+  // The global batch decides the steps; how many ranks share it does not (resumed_batch_size).
+  const uint64_t global = read_key<uint64_t>(m, kTrainerKey + "batch_size", source) * checkpoint_world(m, source);
+  const uint64_t now = static_cast<uint64_t>(train_.batch_size()) * world_size();
+  if (global != now)
+    fail(source, "the checkpoint was trained with a global batch (batch size x ranks) of " + std::to_string(global) +
+                     ", this run has " + std::to_string(now) + "; resuming needs the same data and order");
   same("samples", static_cast<uint64_t>(train_.size()));
   epoch_ = read_key<int64_t>(m, kTrainerKey + "epoch", source);
   batch_ = read_key<int64_t>(m, kTrainerKey + "batch", source);
@@ -346,10 +383,11 @@ void CheckpointEvery::on_train_end(Trainer& t, TrainResult& r) {
 }
 
 void CheckpointEvery::save(Trainer& t, int64_t step) {
+  last_ = dir_ / ("step-" + std::to_string(step) + ".onnx");
+  if (t.rank() != 0) return;  // rank 0 writes; the others hold the same state
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) fail(dir_.string(), "cannot create the checkpoint folder: " + ec.message());
-  last_ = dir_ / ("step-" + std::to_string(step) + ".onnx");
   t.save_checkpoint(last_);
   if (keep_last_ == 0) return;
   // Older checkpoints beyond keep_last go, with their external-data side files ("<name>.<nonce>.data").
@@ -420,6 +458,12 @@ MetricsLog::MetricsLog(std::filesystem::path path, std::vector<std::string> epoc
   if (format != "csv" && format != "jsonl") fail("log.format", "expected csv or jsonl, got '" + format + "'");
   if (every < 1) fail("log.every", "expected an integer >= 1, got " + std::to_string(every));
   json_ = format == "jsonl";
+}
+
+void MetricsLog::on_train_begin(Trainer& t) {
+  // Data-parallel ranks share the logged values (the loss is reduced), so rank 0 writes for all.
+  writes_ = t.rank() == 0;
+  if (!writes_) return;
   std::error_code ec;
   const bool fresh = !std::filesystem::exists(path_) || std::filesystem::file_size(path_, ec) == 0;
   if (path_.has_parent_path()) std::filesystem::create_directories(path_.parent_path(), ec);
@@ -434,11 +478,13 @@ MetricsLog::MetricsLog(std::filesystem::path path, std::vector<std::string> epoc
 }
 
 void MetricsLog::on_step(Trainer&, const StepInfo& s) {
+  if (!writes_) return;
   const int64_t n = s.epoch * s.batches_per_epoch + s.batch + 1;
   if (n % every_ == 0) row("step", s.epoch + 1, s.step, s.loss, s.learning_rate, s.samples / std::max(s.seconds, 1e-9), {});
 }
 
 void MetricsLog::on_epoch_end(Trainer& t, const EpochInfo& e) {
+  if (!writes_) return;
   row("epoch", e.epoch + 1, e.step, e.train_loss, t.session().learning_rate(), NAN, e.metrics);
 }
 

@@ -51,7 +51,7 @@ struct StepInfo {
   int64_t step = 0;               // optimizer updates so far (after this batch)
   int64_t epochs = 0;             // the run's epochs (TrainerOptions::epochs)
   int64_t max_steps = 0;          // TrainerOptions::max_steps (0 = none)
-  int64_t samples = 0;            // rows in this batch
+  int64_t samples = 0;            // rows in this batch, all data-parallel ranks together
   bool updated = false;           // false for the first N-1 micro-batches of an accumulation
   float loss = 0;
   double learning_rate = 0;
@@ -126,7 +126,8 @@ class Trainer {
   Model checkpoint() const;
   void save_checkpoint(const std::filesystem::path& path) const;
   // Continues where a checkpoint() left off (the session must have been rebuilt from the same checkpoint).
-  // Errors name `source` and the key.
+  // The global batch (batch size x ranks) must be the checkpoint's; the number of ranks may differ (see
+  // resumed_batch_size). Errors name `source` and the key.
   void restore(const Model& checkpoint, const std::string& source);
 
   TrainingSession& session() { return session_; }
@@ -134,6 +135,10 @@ class Trainer {
   int64_t epoch() const { return epoch_; }
   int64_t batch() const { return batch_; }
   const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
+  // The session's data-parallel rank and number of ranks (0 and 1 without a communicator). Files (checkpoints,
+  // metrics logs) are written by rank 0 only.
+  int rank() const;
+  int world_size() const;
 
  private:
   TrainingSession& session_;
@@ -147,6 +152,11 @@ class Trainer {
   std::optional<std::string> stop_;
   std::map<std::string, double> last_metrics_;
 };
+
+// The per-rank batch size that continues a Trainer checkpoint on `world_size` ranks with the same global batch
+// (the checkpoint's batch size x its ranks), so the steps are those the original run would have taken. Errors
+// name `source` when the global batch does not divide by world_size.
+int64_t resumed_batch_size(const Model& checkpoint, int world_size, const std::string& source);
 
 // Saves "<dir>/step-<N>.onnx" every `every` optimizer steps (0 = only at the end), keeps the newest `keep_last`
 // such files, and always saves at the end of fit() (also when interrupted), so the run can be resumed.
@@ -186,10 +196,12 @@ class EarlyStopping : public Callback {
 
 // One row per logged step and per epoch, as CSV (header: event,epoch,step,loss,lr,samples_per_s,<metrics>)
 // or JSON lines (one object per row). Appends to an existing file, so a resumed run continues its log.
+// Data-parallel: rank 0 writes (the logged loss is already reduced over the ranks), the others nothing.
 class MetricsLog : public Callback {
  public:
   MetricsLog(std::filesystem::path path, std::vector<std::string> epoch_metrics, std::string format = "",
              int64_t every = 1);
+  void on_train_begin(Trainer& t) override;
   void on_step(Trainer& t, const StepInfo& s) override;
   void on_epoch_end(Trainer& t, const EpochInfo& e) override;
 
@@ -200,6 +212,7 @@ class MetricsLog : public Callback {
   std::vector<std::string> columns_;
   bool json_;
   int64_t every_;
+  bool writes_ = false;  // rank 0 (set by on_train_begin)
 };
 
 }  // namespace onnxtrain

@@ -19,7 +19,9 @@ from typing import Any, Iterable, Mapping, Sequence, Union
 import numpy as np
 
 from ._onnxtrain import (  # noqa: F401  (re-exported)
+    Communicator,
     Device,
+    DistributedSampler,
     ForwardBackwardSession,
     LossSpec,
     OnnxtrainError,
@@ -29,6 +31,8 @@ from ._onnxtrain import (  # noqa: F401  (re-exported)
     ScheduleSpec,
     TrainingConfig,
     __version__,
+    communicator_from_environment,
+    launched_by_mpi,
     loss_kinds,
     optimizer_kinds,
     schedule_kinds,
@@ -36,8 +40,8 @@ from ._onnxtrain import (  # noqa: F401  (re-exported)
 from . import _onnxtrain
 
 __all__ = [
-    "Device", "Elastic", "ForwardBackwardSession", "LossSpec", "OnnxtrainError", "OptimizerSpec", "ParamGroup",
-    "PenaltySpec", "ScheduleSpec", "TrainingConfig", "TrainingSession", "loss_kinds", "make_config", "make_loss",
+    "Communicator", "Device", "DistributedSampler", "Elastic", "ForwardBackwardSession", "LossSpec", "OnnxtrainError", "OptimizerSpec", "ParamGroup",
+    "PenaltySpec", "ScheduleSpec", "TrainingConfig", "TrainingSession", "communicator_from_environment", "launched_by_mpi", "loss_kinds", "make_config", "make_loss",
     "make_optimizer", "make_penalty", "make_schedule", "optimizer_kinds", "schedule_kinds", "__version__",
 ]
 
@@ -136,6 +140,16 @@ def make_config(*, trainable: Iterable[str] | None = None, loss: Any = "mse", op
     return cfg
 
 
+def _communicator(parallel: Union[None, bool, Communicator]) -> Communicator | None:
+    if parallel is None or parallel is False:
+        return None
+    if parallel is True:
+        return communicator_from_environment()
+    if isinstance(parallel, Communicator):
+        return parallel
+    raise TypeError(f"parallel: expected None, True/False or an onnxtrain.Communicator, got {type(parallel).__name__}")
+
+
 def _model_proto(data: bytes):
     import onnx  # only needed by the calls that return a ModelProto
 
@@ -163,6 +177,10 @@ class TrainingSession:
         device: 'cpu' or 'cuda'.
         inputs_requiring_grad: model inputs whose gradients ``run_backward`` also returns.
         config: a complete TrainingConfig instead of the arguments above.
+        parallel: data-parallel training (docs/distributed.md): True for ``communicator_from_environment()`` (the
+            MPI ranks under ``mpirun``, this process alone otherwise) or a Communicator. Rank 0's weights are
+            broadcast; each ``train_step`` averages the ranks' gradients and returns the loss of all their
+            batches; only rank 0 writes files. Each rank feeds its own shard (``DistributedSampler``).
 
     Feeds are dicts of numpy arrays keyed by input name; C-contiguous arrays of the expected dtype are read in
     place. The loss target is fed under ``target_name``. Errors name the input or option at fault: a wrong
@@ -172,22 +190,40 @@ class TrainingSession:
     def __init__(self, model: ModelLike, *, trainable: Iterable[str] | None = None, loss: Any = "mse",
                  optimizer: Any = "sgd", learning_rate: float | None = None, schedule: Any = None,
                  penalty: Any = None, prediction: str | None = None, device: Union[str, Device] = "cpu",
-                 inputs_requiring_grad: Iterable[str] | None = None, config: TrainingConfig | None = None):
+                 inputs_requiring_grad: Iterable[str] | None = None, config: TrainingConfig | None = None,
+                 parallel: Union[None, bool, Communicator] = None):
         if config is None:
             config = make_config(trainable=trainable, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
                                  schedule=schedule, penalty=penalty, prediction=prediction, device=device,
                                  inputs_requiring_grad=inputs_requiring_grad)
-        self._s = _onnxtrain.TrainingSession(model, config)
+        self._s = _onnxtrain.TrainingSession(model, config, _communicator(parallel))
         self.config = config
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: ModelLike) -> "TrainingSession":
+    def from_checkpoint(cls, checkpoint: ModelLike, parallel: Union[None, bool, Communicator] = None) -> "TrainingSession":
         """Rebuilds the session a checkpoint was saved from (path, bytes or ModelProto); training continues
-        bit-for-bit on CPU."""
+        bit-for-bit on CPU. ``parallel`` as in the constructor: any number of ranks can resume any checkpoint."""
         self = cls.__new__(cls)
-        self._s = _onnxtrain.TrainingSession.from_checkpoint(checkpoint)
+        self._s = _onnxtrain.TrainingSession.from_checkpoint(checkpoint, _communicator(parallel))
         self.config = None
         return self
+
+    @property
+    def communicator(self) -> Communicator | None:
+        """The Communicator of a data-parallel session, else None."""
+        return self._s.communicator
+
+    @property
+    def rank(self) -> int:
+        """This process's data-parallel rank (0 without a communicator)."""
+        c = self._s.communicator
+        return c.rank if c is not None else 0
+
+    @property
+    def world_size(self) -> int:
+        """Number of data-parallel ranks (1 without a communicator)."""
+        c = self._s.communicator
+        return c.size if c is not None else 1
 
     # Running.
     def train_step(self, feeds: Feeds | None = None, /, **inputs: Any) -> float:

@@ -5,6 +5,7 @@
 namespace onnxtrain::py_binding {
 void bind_specs(py::module_& m);
 void bind_sessions(py::module_& m);
+void bind_communicator(py::module_& m);
 }  // namespace onnxtrain::py_binding
 
 PYBIND11_MODULE(_onnxtrain, m) {
@@ -13,5 +14,6 @@ PYBIND11_MODULE(_onnxtrain, m) {
   m.attr("__version__") = ONNXTRAIN_VERSION;
   pb::register_exceptions(m);
   pb::bind_specs(m);
+  pb::bind_communicator(m);
   pb::bind_sessions(m);
 }

@@ -126,16 +126,18 @@ std::unique_ptr<PyTraining> make_training(const py::handle& model, TrainingConfi
   return p;
 }
 
-std::unique_ptr<PyTraining> from_checkpoint(const py::handle& checkpoint) {
+std::unique_ptr<PyTraining> from_checkpoint(const py::handle& checkpoint, std::shared_ptr<Communicator> parallel) {
   auto p = std::make_unique<PyTraining>();
+  DataParallelSpec dp;
+  dp.communicator = std::move(parallel);
   if (py::isinstance<py::str>(checkpoint) || py::hasattr(checkpoint, "__fspath__")) {
     p->io.source = fspath(checkpoint, "checkpoint");
     py::gil_scoped_release nogil;
-    p->s = std::make_unique<TrainingSession>(TrainingSession::from_checkpoint(p->io.source));
+    p->s = std::make_unique<TrainingSession>(TrainingSession::from_checkpoint(p->io.source, dp));
   } else {
     Model m = load_model_from(checkpoint, p->io.source);
     py::gil_scoped_release nogil;
-    p->s = std::make_unique<TrainingSession>(TrainingSession::from_checkpoint(m, p->io.source));
+    p->s = std::make_unique<TrainingSession>(TrainingSession::from_checkpoint(m, p->io.source, dp));
   }
   Model inference = p->s->export_inference();
   p->io.describe(inference.graph);
@@ -191,10 +193,17 @@ void bind_sessions(py::module_& m) {
 
 TrainingSession(model, config): model is a path, bytes or onnx.ModelProto; config a TrainingConfig.
 The feeds of train_step/gradients are the model's inputs plus the loss target (target_name).)");
-  ts.def(py::init([](const py::handle& model, TrainingConfig config) { return make_training(model, std::move(config)); }),
-         py::arg("model"), py::arg("config") = TrainingConfig{})
-      .def_static("from_checkpoint", &from_checkpoint, py::arg("checkpoint"),
-                  "Rebuilds the session a checkpoint (path, bytes or ModelProto) was saved from.")
+  ts.def(py::init([](const py::handle& model, TrainingConfig config, std::shared_ptr<Communicator> parallel) {
+           // Data-parallel when the communicator has more than one rank (docs/distributed.md).
+           config.parallel.communicator = std::move(parallel);
+           return make_training(model, std::move(config));
+         }),
+         py::arg("model"), py::arg("config") = TrainingConfig{}, py::arg("parallel") = nullptr)
+      .def_static("from_checkpoint", &from_checkpoint, py::arg("checkpoint"), py::arg("parallel") = nullptr,
+                  "Rebuilds the session a checkpoint (path, bytes or ModelProto) was saved from; parallel: a "
+                  "Communicator to resume data-parallel.")
+      .def_property_readonly("communicator", [](PyTraining& self) { return self.s->communicator(); },
+                             "The Communicator of a data-parallel session, else None.")
       .def("train_step", [](PyTraining& self, const py::handle& feeds) {
              Feeds f = to_feeds(feeds, self.io.feed_types, "train_step");
              return self.run([&](TrainingSession& s) { return s.train_step(f.tensors); });

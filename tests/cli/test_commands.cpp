@@ -179,6 +179,7 @@ TEST(Cli, CsvColumnsAndJsonLinesLog) {
             std::string::npos) << bad.out;
 }
 
+// CastLike: an op with a kernel but no gradient rule (Mod was one until it got a rule).
 TEST(Cli, InfoReportsOpsWithoutGradientRule) {
   auto dir = test::temp_dir("cli_info");
   std::string cmd = std::string(ONNXTRAIN_PYTHON) + " -c 'import onnx, numpy as np; from onnx import helper as h, TensorProto as T\n"

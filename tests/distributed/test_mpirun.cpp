@@ -14,33 +14,15 @@
 #include "common/test_env.h"
 #include "distributed/mpi.h"
 #include "dp_common.h"
+#include "launch.h"
 #include "graph/model_io.h"
 
 namespace onnxtrain {
 namespace {
 
-struct Launch {
-  int status = -1;  // exit status of mpirun (or of timeout: 137 when it had to kill it)
-  std::string output;
-  double seconds = 0;
-};
-
-// OpenMPI refuses root without these, and needs --oversubscribe for more ranks than the 2 cores.
-Launch mpirun(int np, const std::string& args, const std::string& options = "", const std::string& program = DIST_WORKER) {
-  const std::string cmd = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -s KILL 240 ") +
-                          ONNXTRAIN_MPIEXEC + " -np " + std::to_string(np) + " --oversubscribe -x OMP_NUM_THREADS=1 " +
-                          options + " " + program + " " + args + " 2>&1";
-  const auto start = std::chrono::steady_clock::now();
-  Launch l;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return l;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) l.output.append(buf, n);
-  const int st = pclose(p);
-  l.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return l;
-}
+using test::Launch;
+using test::max_relative;
+using test::mpirun;
 
 bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 
@@ -74,14 +56,6 @@ std::vector<float> read_floats(const std::filesystem::path& p) {
   std::vector<float> v;
   for (float x; in >> x;) v.push_back(x);
   return v;
-}
-
-// Largest |a - b| / |b| over the elements, with |b| floored at 1e-3 so near-zero weights do not dominate.
-double max_relative(std::span<const float> a, std::span<const float> b) {
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    m = std::max(m, std::fabs(double(a[i]) - b[i]) / std::max(1e-3, std::fabs(double(b[i]))));
-  return m;
 }
 
 constexpr double kTolerance = 1e-5;  // issue 9: relative, float32, after 20 steps

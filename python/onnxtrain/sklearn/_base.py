@@ -4,6 +4,7 @@ loss_curve_, validation_scores_, verbose output and pickling. Subclasses say how
 encode targets and how to score."""
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -12,13 +13,36 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state, gen_batches, shuffle as sk_shuffle
 
-from .. import TrainingSession
+from .. import TrainingSession, _onnxtrain
 
 try:  # scikit-learn >= 1.6
     from sklearn.utils.validation import validate_data as _validate_data
 except ImportError:  # pragma: no cover - older scikit-learn
     def _validate_data(estimator, *args, **kwargs):
         return estimator._validate_data(*args, **kwargs)
+
+
+def mpi_world_size() -> int:
+    """Ranks of the MPI job this process belongs to (1 outside mpirun). Read from the launcher's environment where
+    it says, so asking does not initialize MPI."""
+    if not _onnxtrain.launched_by_mpi():
+        return 1
+    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return _onnxtrain.communicator_from_environment().size
+
+
+def new_session(estimator, *args, **kwargs) -> TrainingSession:
+    """The estimator's TrainingSession. Estimators train in one process: under ``mpirun -np N`` (N > 1) every rank
+    would fit its own model on all the data, so they refuse with a message saying what to do instead."""
+    world = mpi_world_size()
+    if world > 1:
+        raise RuntimeError(
+            f"{type(estimator).__name__}.fit runs in one process, but this is one of {world} MPI ranks (mpirun): every "
+            "rank would fit its own model on all the data. Run it without mpirun, or train data-parallel with "
+            "onnxtrain.TrainingSession(..., parallel=True) and onnxtrain.DistributedSampler (docs/distributed.md).")
+    return TrainingSession(*args, **kwargs)
 
 
 def validate_data(estimator, *args, **kwargs):

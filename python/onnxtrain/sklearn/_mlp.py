@@ -29,8 +29,8 @@ from sklearn.utils._param_validation import Interval, Options, StrOptions
 from sklearn.utils.multiclass import _check_partial_fit_first_call, type_of_target, unique_labels
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, column_or_1d
 
-from .. import LossSpec, OptimizerSpec, ParamGroup, TrainingSession
-from ._base import SessionEstimator, store_params, validate_data
+from .. import LossSpec, OptimizerSpec, ParamGroup
+from ._base import SessionEstimator, new_session, store_params, validate_data
 
 _ONNX_ACTIVATION = {"relu": "Relu", "logistic": "Sigmoid", "tanh": "Tanh", "identity": None}
 _OPSET = 18
@@ -209,7 +209,7 @@ class _BaseMLP(SessionEstimator):
         # alpha/2 * ||W||^2 / n per batch has gradient alpha/n * W: coupled weight decay, intercepts exempt.
         opt.weight_decay = float(self.alpha) / batch
         opt.groups = [ParamGroup(match=["intercept_*"], weight_decay=0.0)]
-        self._session = TrainingSession(model, trainable=None, loss=self._loss_spec(), optimizer=opt,
+        self._session = new_session(self, model, trainable=None, loss=self._loss_spec(), optimizer=opt,
                                         device=self.device)
         self._sample_weight_dtype = coefs[0].dtype
         self._set_coefs(coefs, intercepts)

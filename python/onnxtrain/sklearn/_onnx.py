@@ -14,8 +14,8 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import _check_partial_fit_first_call
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, column_or_1d
 
-from .. import LossSpec, ScheduleSpec, TrainingSession, make_loss, make_optimizer, make_penalty, make_schedule
-from ._base import SessionEstimator, store_params, validate_data
+from .. import LossSpec, ScheduleSpec, make_loss, make_optimizer, make_penalty, make_schedule
+from ._base import SessionEstimator, new_session, store_params, validate_data
 
 _NP_OF_ONNX = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64}
 
@@ -141,7 +141,7 @@ class _OnnxEstimator(SessionEstimator):
         elif self.learning_rate is not None:
             opt.learning_rate = float(self.learning_rate)
         self._adaptive = schedule is not None and schedule.kind == "adaptive"
-        self._session = TrainingSession(pruned, trainable=self._trainable_names, loss=self._loss_spec(), optimizer=opt,
+        self._session = new_session(self, pruned, trainable=self._trainable_names, loss=self._loss_spec(), optimizer=opt,
                                         schedule=schedule, penalty=make_penalty(self.penalty),
                                         prediction=self._prediction, device=self.device)
         if weights is not None:

@@ -1,0 +1,51 @@
+#pragma once
+// Launching programs under mpirun from the tests in test_distributed (ONNXTRAIN_MPIEXEC, DIST_WORKER are
+// compile definitions of that target). Every launch runs under `timeout -s KILL`, so a hang fails the test
+// instead of blocking the suite.
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <span>
+#include <string>
+
+namespace onnxtrain::test {
+
+struct Launch {
+  int status = -1;  // exit status of mpirun (or of timeout: 137 when it had to kill it)
+  std::string output;
+  double seconds = 0;
+};
+
+// The output and exit status of a shell command (stderr included).
+inline Launch launch(const std::string& command) {
+  const auto start = std::chrono::steady_clock::now();
+  Launch l;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (!p) return l;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) l.output.append(buf, n);
+  const int st = pclose(p);
+  l.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return l;
+}
+
+// OpenMPI refuses root without these, and needs --oversubscribe for more ranks than the 2 cores.
+inline Launch mpirun(int np, const std::string& args, const std::string& options = "", const std::string& program = DIST_WORKER) {
+  return launch(std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -s KILL 240 ") +
+                ONNXTRAIN_MPIEXEC + " -np " + std::to_string(np) + " --oversubscribe -x OMP_NUM_THREADS=1 " + options + " " +
+                program + " " + args);
+}
+
+// Largest |a - b| / |b| over the elements, with |b| floored at 1e-3 so near-zero weights do not dominate.
+inline double max_relative(std::span<const float> a, std::span<const float> b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    m = std::max(m, std::fabs(double(a[i]) - b[i]) / std::max(1e-3, std::fabs(double(b[i]))));
+  return m;
+}
+
+}  // namespace onnxtrain::test
