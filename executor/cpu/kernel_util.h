@@ -13,6 +13,18 @@ namespace onnxtrain::cpu {
 constexpr int64_t kCheapGrain = 1 << 15;
 constexpr int64_t kCostlyGrain = 1 << 12;
 
+// Calls f(i) for every i in [0, n), split statically across the OpenMP threads when `parallel`. The serial case
+// is a plain loop rather than `omp parallel for if (false)`, for which libgomp still starts (and allocates) a
+// one-thread team on every call.
+template <class F> void parallel_for(int64_t n, bool parallel, F&& f) {
+  if (!parallel || n < 2) {
+    for (int64_t i = 0; i < n; ++i) f(i);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) f(i);
+}
+
 template <class T> struct Tag {
   using type = T;
 };

@@ -1,7 +1,11 @@
-// MatMul (numpy semantics) and Gemm on the CPU. float32 goes through one oneDNN matmul primitive built at
-// plan time for the concrete shapes: transposes are memory-descriptor strides, batch broadcasting is dims of
-// 1, Gemm's alpha is an output scale and beta*C a sum post-op over C written into the output first. run()
-// only swaps data handles and executes. float64 (and float32 shapes oneDNN refuses) use Eigen per batch.
+// MatMul (numpy semantics) and Gemm on the CPU. A float32 product that is one matrix product (no batch, or a
+// batch that folds into the rows of A because B is shared) calls oneDNN's row-major dnnl_sgemm: it takes
+// alpha, beta and the transposes directly and, unlike a primitive's execute(), builds no execution context on
+// the heap (5 operator new per call: most of the training step's allocations), and it picks its own thread
+// count from the size. Other batched float32 products go through one oneDNN matmul primitive built at plan
+// time for the concrete shapes: transposes are memory-descriptor strides, batch broadcasting is dims of 1,
+// Gemm's alpha is an output scale and beta*C a sum post-op over C written into the output first; run() only
+// swaps data handles and executes. float64 (and float32 shapes oneDNN refuses) use Eigen per batch.
 // GCC 12 flags Eigen's AVX-512 packet code with false -Wmaybe-uninitialized warnings at instantiation.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -13,6 +17,7 @@
 #include <cstring>
 #include <optional>
 #include <array>
+#include <type_traits>
 
 #include "executor/cpu/dnnl_context.h"
 #include "executor/cpu/kernel_util.h"
@@ -127,6 +132,24 @@ std::optional<DnnlMatmul> build_dnnl(const Geometry& g, float alpha, float beta_
 
 constexpr int64_t kDnnlMinMacs = 32 * 32 * 32;
 
+// Y = alpha * op(A) op(B) + beta * Y as one row-major sgemm, when the batch folds away: a single product, or
+// every untransposed A matrix right after the previous one and one B shared by all (a linear layer on [B, T, D]).
+struct Sgemm {
+  char ta, tb;
+  int64_t M, N, K, lda, ldb;
+};
+std::optional<Sgemm> plan_sgemm(const Geometry& g) {
+  const bool b_shared = std::all_of(g.b_batch.begin(), g.b_batch.end(), [](int64_t d) { return d == 1; });
+  const bool a_whole = g.a_batch == g.out_batch;
+  int64_t rows = g.M;
+  if (g.batch() != 1) {
+    if (!b_shared || !a_whole || g.trans_a) return std::nullopt;
+    rows = g.M * g.batch();
+  }
+  return Sgemm{g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', rows, g.N, g.K, g.trans_a ? g.M : g.K,
+               g.trans_b ? g.K : g.N};
+}
+
 template <class T> using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 template <class T> class MatMulKernel final : public Kernel {
@@ -137,7 +160,10 @@ template <class T> class MatMulKernel final : public Kernel {
       // oneDNN wins on real products, but each execute() also builds an execution context on the heap
       // (about a microsecond): small products stay in Eigen, which needs neither.
       const int64_t macs = g_.batch() * g_.M * g_.N * g_.K;
-      if (macs >= kDnnlMinMacs && g_.M > 0 && g_.N > 0 && g_.K > 0) dnnl_ = build_dnnl(g_, alpha, has_c_ ? beta : 0.0f);
+      if (macs >= kDnnlMinMacs && g_.M > 0 && g_.N > 0 && g_.K > 0) {
+        sgemm_ = plan_sgemm(g_);
+        if (!sgemm_) dnnl_ = build_dnnl(g_, alpha, has_c_ ? beta : 0.0f);
+      }
     }
   }
 
@@ -157,6 +183,15 @@ template <class T> class MatMulKernel final : public Kernel {
     if (g_.K == 0) {
       // An empty sum: alpha * 0 + beta * C.
       for (int64_t i = 0; i < g_.batch() * mn; ++i) y[i] = has_c_ ? beta_ * y[i] : T(0);
+      return;
+    }
+    if (sgemm_) {
+      const Sgemm& q = *sgemm_;
+      if constexpr (std::is_same_v<T, float>)
+        if (dnnl_sgemm(q.ta, q.tb, q.M, q.N, q.K, alpha_, a, q.lda, b, q.ldb, has_c_ ? beta_ : 0.0f, y, q.N) !=
+            dnnl_success)
+          throw Error("oneDNN sgemm failed for a [" + std::to_string(q.M) + "," + std::to_string(q.K) + "] x [" +
+                      std::to_string(q.K) + "," + std::to_string(q.N) + "] product");
       return;
     }
     if (dnnl_) {
@@ -193,13 +228,14 @@ template <class T> class MatMulKernel final : public Kernel {
     }
   }
 
-  bool uses_dnnl() const { return dnnl_.has_value(); }
+  bool uses_dnnl() const { return dnnl_.has_value() || sgemm_.has_value(); }
 
  private:
   Geometry g_;
   T alpha_, beta_;
   bool has_c_;
   int64_t c_rs_, c_cs_;
+  std::optional<Sgemm> sgemm_;
   std::optional<DnnlMatmul> dnnl_;
 };
 
