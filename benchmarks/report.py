@@ -32,12 +32,13 @@ import numpy as np
 RATE = {"w1": ("train_samples_per_s", "samples/s", True), "w2": ("train_samples_per_s", "samples/s", True),
         "w3": ("train_tokens_per_s", "tokens/s", True), "w4": ("us_per_step", "µs/step", False),
         "w1sgd": ("train_samples_per_s", "samples/s", True), "w1sk": ("train_samples_per_s", "samples/s", True)}
-FINAL_TOL = {"w1": 2e-2, "w1sgd": 2e-2, "w2": 1e-1, "w3": 1e-3, "w4": 1e-3, "w1sk": 2e-2}
+FINAL_TOL = {"w1": 2e-2, "w1sgd": 2e-2, "w2": 1e-1, "w3": 1e-3, "w4": 1e-3, "w1sk": 5e-2}
 EARLY_STEPS, EARLY_TOL = 10, 1e-4
-# W1-sk's "steps" are the 5 per-epoch values of loss_curve_ (half MSE, averaged over an epoch): both estimators
-# start from the same Glorot draw and shuffle alike, but their Adam epsilons differ in placement
-# (onnxtrain/sklearn/_mlp.py) and 512 float32 steps per epoch drift like W1's curves do.
-EARLY_TOL_OF = {"w1sk": 2e-2}
+# W1-sk's "steps" are the 5 per-epoch values of loss_curve_ (half MSE averaged over an epoch). Both estimators
+# start from the same Glorot draw and shuffle alike, but Adam's epsilon sits differently (onnxtrain/sklearn/_mlp.py)
+# and 2560 float32 steps drift like W1's curves do: measured 4e-3 on the curve and 2.1e-2 on the final MSE
+# (0.02330 vs 0.02281, 1 thread), hence bounds wider than W1's.
+EARLY_TOL_OF = {"w1sk": 1e-2}
 PEERS = [("torch", "PyTorch eager (PyPI)"), ("torch113", "PyTorch 1.13 (Debian)"),
          ("ort", "onnxruntime-training"), ("sklearn", "scikit-learn")]
 
