@@ -49,6 +49,10 @@ struct EigenTanh {
 struct EigenSigmoid {
   template <class A> static auto eval(const A& x) { return x.logistic(); }
 };
+// Exact (IEEE) like std::sqrt, but GCC keeps std::sqrt scalar for errno's sake.
+struct EigenSqrt {
+  template <class A> static auto eval(const A& x) { return x.sqrt(); }
+};
 struct EigenErf {
   template <class A> static auto eval(const A& x) { return x.erf(); }
 };
