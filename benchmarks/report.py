@@ -32,8 +32,13 @@ import numpy as np
 RATE = {"w1": ("train_samples_per_s", "samples/s", True), "w2": ("train_samples_per_s", "samples/s", True),
         "w3": ("train_tokens_per_s", "tokens/s", True), "w4": ("us_per_step", "µs/step", False),
         "w1sgd": ("train_samples_per_s", "samples/s", True), "w1sk": ("train_samples_per_s", "samples/s", True)}
-FINAL_TOL = {"w1": 2e-2, "w1sgd": 2e-2, "w2": 1e-1, "w3": 1e-3, "w4": 1e-3}
+FINAL_TOL = {"w1": 2e-2, "w1sgd": 2e-2, "w2": 1e-1, "w3": 1e-3, "w4": 1e-3, "w1sk": 5e-2}
 EARLY_STEPS, EARLY_TOL = 10, 1e-4
+# W1-sk's "steps" are the 5 per-epoch values of loss_curve_ (half MSE averaged over an epoch). Both estimators
+# start from the same Glorot draw and shuffle alike, but Adam's epsilon sits differently (onnxtrain/sklearn/_mlp.py)
+# and 2560 float32 steps drift like W1's curves do: measured 4e-3 on the curve and 2.1e-2 on the final MSE
+# (0.02330 vs 0.02281, 1 thread), hence bounds wider than W1's.
+EARLY_TOL_OF = {"w1sk": 1e-2}
 PEERS = [("torch", "PyTorch eager (PyPI)"), ("torch113", "PyTorch 1.13 (Debian)"),
          ("ort", "onnxruntime-training"), ("sklearn", "scikit-learn")]
 
@@ -73,6 +78,15 @@ def load_losses(base):
     return None
 
 
+def losses_of(base, final_rec):
+    """The per-step losses of a process's reference run, or for the scikit-learn estimators (W1-sk) the
+    per-epoch loss_curve_ both record."""
+    losses = load_losses(base)
+    if losses is None and final_rec.get("loss_curve_half_mse"):
+        losses = np.asarray(final_rec["loss_curve_half_mse"], dtype=np.float64)
+    return losses
+
+
 def fmt(v):
     return f"{v:.4g}" if v < 1e5 else f"{v:,.0f}"
 
@@ -96,8 +110,9 @@ def loss_check(w, ours, theirs):
         return {"ok": False, "why": "no common round"}
     out = {"final_rel_diff": max(final), "final_tol": FINAL_TOL[w]}
     if early:
-        out.update(early_curve_diff=max(early), early_tol=EARLY_TOL, curve_max_diff=max(curve))
-    ok = out["final_rel_diff"] <= FINAL_TOL[w] and (not early or out["early_curve_diff"] <= EARLY_TOL)
+        out.update(early_curve_diff=max(early), early_tol=EARLY_TOL_OF.get(w, EARLY_TOL), curve_max_diff=max(curve))
+    early_tol = EARLY_TOL_OF.get(w, EARLY_TOL)
+    ok = out["final_rel_diff"] <= FINAL_TOL[w] and (not early or out["early_curve_diff"] <= early_tol)
     out["ok"] = ok
     if not early:
         out["why"] = "no per-step losses to compare"
@@ -120,7 +135,7 @@ def collect(out):
         rss = metric(recs, "peak_rss_mb")
         runs.setdefault((w, t), {}).setdefault(sys_, {})[r] = {
             "value": rate["value"], "final": fin["value"], "rss": rss["value"] if rss else None,
-            "losses": load_losses(p[:-len(".jsonl")]), "rec": fin}
+            "losses": losses_of(p[:-len(".jsonl")], fin), "rec": fin}
     return runs
 
 
@@ -154,7 +169,7 @@ def main():
             rec = next(iter(rr.values()))["rec"]
             if rec.get("versions"):
                 versions[s] = rec["versions"]
-        cells = [f"{fmt(med['onnxtrain'])} {unit}" if ours else "pending (MLPRegressor not merged)"]
+        cells = [f"{fmt(med['onnxtrain'])} {unit}" if ours else "not run"]
         for s, label in PEERS:
             if s not in by_sys:
                 cells += ["", ""]
@@ -165,7 +180,7 @@ def main():
             opt = by_sys[s][min(by_sys[s])]["rec"].get("optimizer")
             note = " (nesterov in numpy)" if opt and "numpy" in opt else ""
             if not ours:
-                cells += [f"{fmt(med[s])} {unit}", "onnxtrain pending"]
+                cells += [f"{fmt(med[s])} {unit}", "onnxtrain not run"]
                 rows_json.append(row)
                 continue
             chk = loss_check(w, ours, by_sys[s])

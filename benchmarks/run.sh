@@ -99,6 +99,11 @@ run_one() {
   esac
   case $peer in
     onnxtrain)
+      if [ "$w" = w1sk ]; then  # our scikit-learn estimator, timed like the sklearn peer
+        PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" "$VENV_PY" "$here/torch_peer.py" \
+          "$here/w1sk_onnxtrain.py" --threads "$t" --out "$base.jsonl" >&2
+        return
+      fi
       "$bench" --workload "$w" --models "$shared/models" --data "$BENCH_DATA_DIR" --threads "$t" \
         --losses "$base.losses.txt" > "$base.jsonl" ;;
     torch)
@@ -121,7 +126,7 @@ for t in $THREADS; do
     case $w in
       w1|w2|w3|w4) systems="onnxtrain" ;;
       w1sgd) systems="onnxtrain" ;;
-      w1sk) systems="" ;;  # onnxtrain's MLPRegressor (python/) is not merged yet: sklearn alone for now
+      w1sk) systems="onnxtrain" ;;  # onnxtrain.sklearn.MLPRegressor (benchmarks/w1sk_onnxtrain.py)
       *) echo "run.sh: unknown workload $w (w1, w2, w3, w4, w1sk, w1sgd)" >&2; exit 1 ;;
     esac
     for p in $PEERS; do

@@ -95,7 +95,12 @@ BroadcastPlan plan_broadcast(std::span<const std::vector<int64_t>> inputs, std::
 }
 
 void parallel_chunks_impl(int64_t n, int64_t min_parallel, void (*fn)(void*, int64_t, int64_t), void* ctx) {
-#pragma omp parallel if (n > min_parallel)
+  // One thread: call directly. A one-thread `omp parallel` still makes (and allocates) a team on every call.
+  if (n <= min_parallel || omp_get_max_threads() < 2) {
+    fn(ctx, 0, n);
+    return;
+  }
+#pragma omp parallel
   {
     const int64_t nt = omp_get_num_threads();
     const int64_t t = omp_get_thread_num();

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "executor/broadcast.h"
+#include "executor/cpu/eigen_map.h"
 #include "executor/cpu/kernel_util.h"
 #include "executor/functor_attrs.h"
 #include "executor/kernel.h"
@@ -54,6 +55,16 @@ template <class Op> std::unique_ptr<Kernel> float_map(PrepareContext& ctx, Op op
   return k;
 }
 
+// Vectorised through Eigen (executor/cpu/eigen_map.h); the functor of the same name is the tests' reference.
+template <class Op> std::unique_ptr<Kernel> eigen_map(PrepareContext& ctx) {
+  expect_one_input(ctx);
+  const DType t = ctx.inputs[0].dtype;
+  cpu::set_output(ctx, 0, t, ctx.inputs[0].shape);
+  if (t == DType::Float32) return std::make_unique<cpu::EigenMapKernel<Op, float>>(kCostlyGrain);
+  if (t == DType::Float64) return std::make_unique<cpu::EigenMapKernel<Op, double>>(kCostlyGrain);
+  fail_dtype(ctx);
+}
+
 // An op without attributes.
 template <class Op> KernelFactory plain(int64_t grain) {
   return [grain](PrepareContext& ctx) { return float_map(ctx, Op{}, grain); };
@@ -71,8 +82,8 @@ std::unique_ptr<Kernel> make_celu(PrepareContext& ctx) {
 
 std::unique_ptr<Kernel> make_gelu(PrepareContext& ctx) {
   const std::string a = ctx.node.attr_string("approximate", "none");
-  if (a == "none") return float_map(ctx, GeluOp{}, kCostlyGrain);
-  if (a == "tanh") return float_map(ctx, GeluTanhOp{}, kCostlyGrain);
+  if (a == "none") return eigen_map<cpu::EigenGelu>(ctx);
+  if (a == "tanh") return eigen_map<cpu::EigenGeluTanh>(ctx);
   ctx.fail("attribute 'approximate' must be \"none\" or \"tanh\", got \"" + a + "\"");
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 // Plan-time helpers shared by the CPU kernel files in executor/cpu/. Kept out of executor/kernel.h because
 // they are conveniences of this backend's factories, not part of the kernel interface.
+#include <omp.h>
+
 #include <string>
 #include <vector>
 
@@ -12,6 +14,18 @@ namespace onnxtrain::cpu {
 // expensive ones (pow, fmod, erf) pay off sooner.
 constexpr int64_t kCheapGrain = 1 << 15;
 constexpr int64_t kCostlyGrain = 1 << 12;
+
+// Calls f(i) for every i in [0, n), split statically across the OpenMP threads when `parallel`. The serial case
+// (also: one thread) is a plain loop rather than `omp parallel for if (false)`, for which libgomp still starts
+// (and allocates) a one-thread team on every call.
+template <class F> void parallel_for(int64_t n, bool parallel, F&& f) {
+  if (!parallel || n < 2 || omp_get_max_threads() < 2) {
+    for (int64_t i = 0; i < n; ++i) f(i);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) f(i);
+}
 
 template <class T> struct Tag {
   using type = T;

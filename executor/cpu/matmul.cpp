@@ -1,20 +1,21 @@
-// MatMul (numpy semantics) and Gemm on the CPU. float32 goes through one oneDNN matmul primitive built at
-// plan time for the concrete shapes: transposes are memory-descriptor strides, batch broadcasting is dims of
-// 1, Gemm's alpha is an output scale and beta*C a sum post-op over C written into the output first. run()
-// only swaps data handles and executes. float64 (and float32 shapes oneDNN refuses) use Eigen per batch.
+// MatMul (numpy semantics) and Gemm on the CPU. Float32 products call oneDNN's row-major dnnl_sgemm, which takes
+// alpha, beta and the transposes directly and, unlike a primitive's execute(), builds no execution context on
+// the heap (5 operator new per call were most of a training step's allocations): the whole product in one call
+// when the batch folds into the rows of A, else one call per matrix with the batch split across threads.
+// Gemm's beta*C adds onto C broadcast into the output first. float64 and tiny products use Eigen.
 // GCC 12 flags Eigen's AVX-512 packet code with false -Wmaybe-uninitialized warnings at instantiation.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Core>
 #pragma GCC diagnostic pop
 #include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
 #include <optional>
-#include <array>
+#include <type_traits>
 
-#include "executor/cpu/dnnl_context.h"
 #include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
 #include "graph/error.h"
@@ -24,9 +25,6 @@ namespace {
 
 using cpu::required_input;
 using cpu::set_output;
-
-using cpu::dnnl_engine;
-using cpu::dnnl_stream;
 
 // One (batched) product Y[b] = alpha * op(A)[b] · op(B)[b] + beta * C, all sizes fixed at plan time.
 struct Geometry {
@@ -67,65 +65,56 @@ void fill_offsets(Geometry& g) {
   }
 }
 
-// The oneDNN primitive with its memory objects; handles are swapped per run. The C argument array is built
-// once: the C++ execute() copies its argument map into a fresh vector on every call.
-struct DnnlMatmul {
-  dnnl::matmul prim;
-  dnnl::memory a, b, y;
-  std::array<dnnl_exec_arg_t, 3> args;
-};
-
-std::optional<DnnlMatmul> build_dnnl(const Geometry& g, float alpha, float beta_sum) {
-  using dt = dnnl::memory::data_type;
-  using dims = dnnl::memory::dims;
-  const size_t nb = g.out_batch.size();
-  if (nb + 2 > static_cast<size_t>(DNNL_MAX_NDIMS)) return std::nullopt;
-  // Contiguous strides for the batch dims of an operand whose matrices hold `mat` elements.
-  auto batch_strides = [nb](const std::vector<int64_t>& bd, int64_t mat) {
-    dims s(nb);
-    int64_t acc = mat;
-    for (size_t i = nb; i-- > 0;) {
-      s[i] = acc;
-      acc *= bd[i];
-    }
-    return s;
-  };
-  dims a_dims(g.a_batch.begin(), g.a_batch.end()), b_dims(g.b_batch.begin(), g.b_batch.end());
-  dims y_dims(g.out_batch.begin(), g.out_batch.end());
-  dims a_str = batch_strides(g.a_batch, g.M * g.K), b_str = batch_strides(g.b_batch, g.K * g.N);
-  dims y_str = batch_strides(g.out_batch, g.M * g.N);
-  a_dims.insert(a_dims.end(), {g.M, g.K});
-  b_dims.insert(b_dims.end(), {g.K, g.N});
-  y_dims.insert(y_dims.end(), {g.M, g.N});
-  if (g.trans_a) a_str.insert(a_str.end(), {1, g.M});
-  else a_str.insert(a_str.end(), {g.K, 1});
-  if (g.trans_b) b_str.insert(b_str.end(), {1, g.K});
-  else b_str.insert(b_str.end(), {g.N, 1});
-  y_str.insert(y_str.end(), {g.N, 1});
-  try {
-    dnnl::memory::desc a_md(a_dims, dt::f32, a_str), b_md(b_dims, dt::f32, b_str), y_md(y_dims, dt::f32, y_str);
-    dnnl::primitive_attr attr;
-    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-    if (beta_sum != 0.0f) {
-      dnnl::post_ops po;
-      po.append_sum(beta_sum);
-      attr.set_post_ops(po);
-    }
-    dnnl::matmul::desc desc(a_md, b_md, y_md);
-    dnnl::matmul::primitive_desc pd(desc, attr, dnnl_engine());
-    DnnlMatmul m{dnnl::matmul(pd), dnnl::memory(a_md, dnnl_engine(), DNNL_MEMORY_NONE),
-                 dnnl::memory(b_md, dnnl_engine(), DNNL_MEMORY_NONE),
-                 dnnl::memory(y_md, dnnl_engine(), DNNL_MEMORY_NONE), {}};
-    // DNNL_MEMORY_NONE leaves the handles null until run() sets them.
-    m.args = {dnnl_exec_arg_t{DNNL_ARG_SRC, m.a.get()}, dnnl_exec_arg_t{DNNL_ARG_WEIGHTS, m.b.get()},
-              dnnl_exec_arg_t{DNNL_ARG_DST, m.y.get()}};
-    return m;
-  } catch (const dnnl::error&) {
-    return std::nullopt;  // an unsupported layout: the Eigen path computes the same thing
+// A row-major Y = alpha * op(A) op(B) + beta * Y for dnnl_sgemm.
+struct Sgemm {
+  char ta, tb;
+  int64_t M, N, K, lda, ldb;
+  void run(float alpha, const float* a, const float* b, float beta, float* y) const {
+    if (dnnl_sgemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, y, N) != dnnl_success)
+      throw Error("oneDNN sgemm failed for a [" + std::to_string(M) + "," + std::to_string(K) + "] x [" +
+                  std::to_string(K) + "," + std::to_string(N) + "] product");
   }
+};
+// One matrix of the batch, `rows` rows of A.
+Sgemm matrix_sgemm(const Geometry& g, int64_t rows) {
+  return {g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', rows, g.N, g.K, g.trans_a ? g.M : g.K, g.trans_b ? g.K : g.N};
+}
+// The whole product as one sgemm when the batch folds away: a single product, or every untransposed A matrix
+// right after the previous one and one B shared by all (a linear layer on [batch, tokens, features]).
+std::optional<Sgemm> folded_sgemm(const Geometry& g) {
+  if (g.batch() == 1) return matrix_sgemm(g, g.M);
+  const bool b_shared = std::all_of(g.b_batch.begin(), g.b_batch.end(), [](int64_t d) { return d == 1; });
+  if (!b_shared || g.a_batch != g.out_batch || g.trans_a) return std::nullopt;
+  return matrix_sgemm(g, g.M * g.batch());
 }
 
-constexpr int64_t kDnnlMinMacs = 32 * 32 * 32;
+// Below these sizes a product stays in Eigen, which allocates nothing for small blocks: sgemm mallocs a
+// workspace per call, which costs more than it saves on tiny products (W4's batch-1 layers), and per matrix of
+// a batch it would be one malloc per attention head (W3: ~1000 per step).
+constexpr int64_t kSgemmMinMacs = 32 * 32 * 32;
+constexpr int64_t kSgemmMinMacsPerMatrix = int64_t{1} << 18;
+
+// Products below this many multiply-adds (about 80 µs on one core) run on the calling thread alone. Two threads
+// save little there, and on a loaded machine a parallel region waits for a descheduled worker for a whole
+// time slice: a 2-thread digits-sized MLP step went from 1 ms to 40-200 ms that way. dnnl_sgemm and Eigen's
+// GEMM both size their thread teams from omp_get_max_threads() at the call, so lowering it around the call
+// is enough (it is a per-thread setting; nothing else runs on this thread meanwhile).
+constexpr int64_t kSerialMacs = int64_t{1} << 21;
+
+class SerialScope {
+ public:
+  explicit SerialScope(bool serial) : saved_(serial ? omp_get_max_threads() : 1) {
+    if (saved_ > 1) omp_set_num_threads(1);
+  }
+  ~SerialScope() {
+    if (saved_ > 1) omp_set_num_threads(saved_);
+  }
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+
+ private:
+  int saved_;
+};
 
 template <class T> using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
@@ -133,11 +122,11 @@ template <class T> class MatMulKernel final : public Kernel {
  public:
   MatMulKernel(Geometry g, T alpha, T beta, bool has_c, int64_t c_rs, int64_t c_cs)
       : g_(std::move(g)), alpha_(alpha), beta_(beta), has_c_(has_c && beta != T(0)), c_rs_(c_rs), c_cs_(c_cs) {
+    const int64_t macs = g_.M * g_.N * g_.K;
+    serial_ = g_.batch() * macs < kSerialMacs;
     if constexpr (std::is_same_v<T, float>) {
-      // oneDNN wins on real products, but each execute() also builds an execution context on the heap
-      // (about a microsecond): small products stay in Eigen, which needs neither.
-      const int64_t macs = g_.batch() * g_.M * g_.N * g_.K;
-      if (macs >= kDnnlMinMacs && g_.M > 0 && g_.N > 0 && g_.K > 0) dnnl_ = build_dnnl(g_, alpha, has_c_ ? beta : 0.0f);
+      if (g_.batch() * macs >= kSgemmMinMacs) folded_ = folded_sgemm(g_);
+      if (!folded_ && macs >= kSgemmMinMacsPerMatrix) per_matrix_ = matrix_sgemm(g_, g_.M);
     }
   }
 
@@ -159,48 +148,45 @@ template <class T> class MatMulKernel final : public Kernel {
       for (int64_t i = 0; i < g_.batch() * mn; ++i) y[i] = has_c_ ? beta_ * y[i] : T(0);
       return;
     }
-    if (dnnl_) {
-      dnnl_->a.set_data_handle(const_cast<T*>(a));
-      dnnl_->b.set_data_handle(const_cast<T*>(b));
-      dnnl_->y.set_data_handle(y);
-      dnnl::stream& s = dnnl_stream();
-      if (dnnl_primitive_execute(dnnl_->prim.get(), s.get(), static_cast<int>(dnnl_->args.size()),
-                                 dnnl_->args.data()) != dnnl_success)
-        throw Error("oneDNN matmul failed for a [" + std::to_string(g_.M) + "," + std::to_string(g_.K) + "] x [" +
-                    std::to_string(g_.K) + "," + std::to_string(g_.N) + "] product");
-      s.wait();
-      return;
-    }
-    for (int64_t bi = 0; bi < g_.batch(); ++bi) {
-      const T* pa = a + g_.a_off[static_cast<size_t>(bi)];
-      const T* pb = b + g_.b_off[static_cast<size_t>(bi)];
-      Eigen::Map<RowMat<T>> ym(y + bi * mn, g_.M, g_.N);
-      // A transposed operand is the plain row-major matrix it is stored as, transposed by Eigen.
-      Eigen::Map<const RowMat<T>> am(pa, g_.trans_a ? g_.K : g_.M, g_.trans_a ? g_.M : g_.K);
-      Eigen::Map<const RowMat<T>> bm(pb, g_.trans_b ? g_.N : g_.K, g_.trans_b ? g_.K : g_.N);
-      if (has_c_) ym *= beta_;
-      else ym.setZero();
-      // Eigen folds alpha into the left operand, and its matrix-vector path then copies that scaled operand
-      // into a heap temporary on every call (batch-1 steps); without a scale it reads the maps directly.
-      auto add = [&](const auto& lhs, const auto& rhs) {
-        if (alpha_ == T(1)) ym.noalias() += lhs * rhs;
-        else ym.noalias() += alpha_ * (lhs * rhs);
-      };
-      if (!g_.trans_a && !g_.trans_b) add(am, bm);
-      else if (g_.trans_a && !g_.trans_b) add(am.transpose(), bm);
-      else if (!g_.trans_a && g_.trans_b) add(am, bm.transpose());
-      else add(am.transpose(), bm.transpose());
-    }
+    const SerialScope serial(serial_);
+    if constexpr (std::is_same_v<T, float>)
+      if (folded_) return folded_->run(alpha_, a, b, has_c_ ? beta_ : 0.0f, y);
+    // Otherwise one product per matrix, the batch split across threads (inside the parallel region oneDNN and
+    // Eigen stay on their thread). oneDNN's batched matmul primitive would do this in one call, but every
+    // execute() builds an execution context with 5 operator new.
+    cpu::parallel_for(g_.batch(), !serial_ && g_.batch() > 1, [&](int64_t bi) {
+      product(a + g_.a_off[static_cast<size_t>(bi)], b + g_.b_off[static_cast<size_t>(bi)], y + bi * mn);
+    });
   }
 
-  bool uses_dnnl() const { return dnnl_.has_value(); }
-
  private:
+  void product(const T* pa, const T* pb, T* py) const {
+    if constexpr (std::is_same_v<T, float>)
+      if (per_matrix_) return per_matrix_->run(alpha_, pa, pb, has_c_ ? beta_ : 0.0f, py);
+    Eigen::Map<RowMat<T>> ym(py, g_.M, g_.N);
+    // A transposed operand is the plain row-major matrix it is stored as, transposed by Eigen.
+    Eigen::Map<const RowMat<T>> am(pa, g_.trans_a ? g_.K : g_.M, g_.trans_a ? g_.M : g_.K);
+    Eigen::Map<const RowMat<T>> bm(pb, g_.trans_b ? g_.N : g_.K, g_.trans_b ? g_.K : g_.N);
+    if (has_c_) ym *= beta_;
+    else ym.setZero();
+    // Eigen folds alpha into the left operand, and its matrix-vector path then copies that scaled operand
+    // into a heap temporary on every call (batch-1 steps); without a scale it reads the maps directly.
+    auto add = [&](const auto& lhs, const auto& rhs) {
+      if (alpha_ == T(1)) ym.noalias() += lhs * rhs;
+      else ym.noalias() += alpha_ * (lhs * rhs);
+    };
+    if (!g_.trans_a && !g_.trans_b) add(am, bm);
+    else if (g_.trans_a && !g_.trans_b) add(am.transpose(), bm);
+    else if (!g_.trans_a && g_.trans_b) add(am, bm.transpose());
+    else add(am.transpose(), bm.transpose());
+  }
+
   Geometry g_;
   T alpha_, beta_;
   bool has_c_;
   int64_t c_rs_, c_cs_;
-  std::optional<DnnlMatmul> dnnl_;
+  bool serial_ = true;
+  std::optional<Sgemm> folded_, per_matrix_;  // float32 only
 };
 
 std::unique_ptr<Kernel> make_kernel(PrepareContext& ctx, DType t, Geometry g, double alpha, double beta, bool has_c,

@@ -219,12 +219,11 @@ template <class T, RKind K> class ReduceKernel final : public Kernel {
           y[0] = r.post(acc, n, s);
           return;
         }
-#pragma omp parallel for if (par && nout > 1)
-        for (int64_t o = 0; o < nout; ++o) {
+        cpu::parallel_for(nout, par, [&](int64_t o) {
           const T s = sh(o);
           T acc = reduce_row<T, C>(x + o * n, n, r.init, [&](T v) { return r.pre(v, s); });
           y[o] = r.post(acc, n, s);
-        }
+        });
         return;
       case Layout::Columns: {
         // Whole rows of `inner` accumulate into the output slice, vectorised along inner; threads split
@@ -233,25 +232,23 @@ template <class T, RKind K> class ReduceKernel final : public Kernel {
         const int64_t inner = d.back();
         const int64_t blk = 256;
         const int64_t nblk = (inner + blk - 1) / blk;
-#pragma omp parallel for collapse(2) if (par)
-        for (int64_t o = 0; o < outer; ++o) {
-          for (int64_t b = 0; b < nblk; ++b) {
-            const int64_t j0 = b * blk, j1 = std::min(inner, j0 + blk);
-            T* yo = y + o * inner;
-            const T* xo = x + o * n * inner;
-            const T* so = shift ? shift + o * inner : nullptr;
-            for (int64_t j = j0; j < j1; ++j) yo[j] = r.init;
-            for (int64_t k = 0; k < n; ++k) {
-              const T* xr = xo + k * inner;
-              if (so) {
-                for (int64_t j = j0; j < j1; ++j) yo[j] = r.combine(yo[j], r.pre(xr[j], so[j]));
-              } else {
-                for (int64_t j = j0; j < j1; ++j) yo[j] = r.combine(yo[j], r.pre(xr[j], T(0)));
-              }
+        cpu::parallel_for(outer * nblk, par, [&](int64_t t) {
+          const int64_t o = t / nblk, b = t % nblk;
+          const int64_t j0 = b * blk, j1 = std::min(inner, j0 + blk);
+          T* yo = y + o * inner;
+          const T* xo = x + o * n * inner;
+          const T* so = shift ? shift + o * inner : nullptr;
+          for (int64_t j = j0; j < j1; ++j) yo[j] = r.init;
+          for (int64_t k = 0; k < n; ++k) {
+            const T* xr = xo + k * inner;
+            if (so) {
+              for (int64_t j = j0; j < j1; ++j) yo[j] = r.combine(yo[j], r.pre(xr[j], so[j]));
+            } else {
+              for (int64_t j = j0; j < j1; ++j) yo[j] = r.combine(yo[j], r.pre(xr[j], T(0)));
             }
-            for (int64_t j = j0; j < j1; ++j) yo[j] = r.post(yo[j], n, so ? so[j] : T(0));
           }
-        }
+          for (int64_t j = j0; j < j1; ++j) yo[j] = r.post(yo[j], n, so ? so[j] : T(0));
+        });
         return;
       }
       case Layout::General: {
@@ -385,8 +382,7 @@ template <class T, bool IsMax> class ArgKernel final : public Kernel {
     const T* x = in[0]->ptr<T>();
     int64_t* y = out[0]->ptr<int64_t>();
     const bool par = outer_ * n_ * inner_ >= kParallelThreshold;
-#pragma omp parallel for if (par)
-    for (int64_t o = 0; o < outer_; ++o) {
+    cpu::parallel_for(outer_, par, [&](int64_t o) {
       const T* xo = x + o * n_ * inner_;
       int64_t* yo = y + o * inner_;
       for (int64_t j = 0; j < inner_; ++j) {
@@ -402,7 +398,7 @@ template <class T, bool IsMax> class ArgKernel final : public Kernel {
         }
         yo[j] = bi;
       }
-    }
+    });
   }
 
  private:

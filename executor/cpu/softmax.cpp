@@ -5,14 +5,14 @@
 // inner == 1 (the usual last-axis case) is the contiguous-rows fast path, parallel over rows. Otherwise a task
 // is a block of up to kBlock neighbouring lanes, walked axis element by axis element so every access is a
 // contiguous run of the block (no transpose, no strided gathers). Sums are accumulated in double: rows of
-// thousands of float terms (vocabularies) otherwise lose digits.
-#include <omp.h>
-
+// thousands of float terms (vocabularies) otherwise lose digits. exp runs through Eigen's packet maths
+// (executor/cpu/eigen_map.h): scalar expf was most of these kernels' time.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
 
+#include "executor/cpu/eigen_map.h"
 #include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
 #include "graph/error.h"
@@ -49,12 +49,11 @@ template <class Body> void for_each_block(const Layout& l, Body&& body) {
   const int64_t blocks = l.inner == 1 ? 1 : (l.inner + kBlock - 1) / kBlock;
   const int64_t tasks = l.outer * blocks;
   const bool parallel = tasks > 1 && l.outer * l.len * l.inner > kParallelWork;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t t = 0; t < tasks; ++t) {
+  cpu::parallel_for(tasks, parallel, [&](int64_t t) {
     const int64_t o = t / blocks, b = t % blocks;
     const int64_t i0 = b * kBlock;
     body(o * l.len * l.inner + i0, std::min<int64_t>(kBlock, l.inner - i0));
-  }
+  });
 }
 
 // ---- forward ---------------------------------------------------------------------------------------------
@@ -76,50 +75,44 @@ template <class T, bool Log> class SoftmaxKernel final : public Kernel {
   }
 
  private:
+  using A = cpu::EigenArray<T>;
+  using CMap = Eigen::Map<const A>;
+  using Map = Eigen::Map<A>;
+
   static void row(const T* x, T* y, int64_t n) {
-    T m = -std::numeric_limits<T>::infinity();
-    for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
-    double s = 0;
+    const CMap xs(x, n);
+    Map ys(y, n);
+    const T m = xs.maxCoeff();
+    ys = (xs - m).exp();
+    const double s = cpu::sum_as_double(y, n);
     if constexpr (Log) {
-      for (int64_t j = 0; j < n; ++j) s += std::exp(x[j] - m);
       // (x - m) - log(s), not x - (m + log(s)): m + log(s) rounds away log(s)'s digits when m is large.
-      const T ls = static_cast<T>(std::log(s));
-      for (int64_t j = 0; j < n; ++j) y[j] = (x[j] - m) - ls;
+      ys = (xs - m) - static_cast<T>(std::log(s));
     } else {
-      for (int64_t j = 0; j < n; ++j) {
-        y[j] = std::exp(x[j] - m);
-        s += y[j];
-      }
-      const T inv = static_cast<T>(1.0 / s);
-      for (int64_t j = 0; j < n; ++j) y[j] *= inv;
+      ys *= static_cast<T>(1.0 / s);
     }
   }
 
   static void block(const T* x, T* y, int64_t n, int64_t stride, int64_t w) {
-    T m[kBlock];
+    T mb[kBlock];
     double s[kBlock];
-    std::fill(m, m + w, -std::numeric_limits<T>::infinity());
+    Map m(mb, w);
+    m.setConstant(-std::numeric_limits<T>::infinity());
     std::fill(s, s + w, 0.0);
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t i = 0; i < w; ++i) m[i] = std::max(m[i], x[j * stride + i]);
+    for (int64_t j = 0; j < n; ++j) m = m.max(CMap(x + j * stride, w));
+    for (int64_t j = 0; j < n; ++j) {
+      Map yj(y + j * stride, w);
+      yj = (CMap(x + j * stride, w) - m).exp();
+      for (int64_t i = 0; i < w; ++i) s[i] += yj[i];
+    }
+    T fb[kBlock];
+    Map f(fb, w);
     if constexpr (Log) {
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t i = 0; i < w; ++i) s[i] += std::exp(x[j * stride + i] - m[i]);
-      T ls[kBlock];
-      for (int64_t i = 0; i < w; ++i) ls[i] = static_cast<T>(std::log(s[i]));
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t i = 0; i < w; ++i) y[j * stride + i] = (x[j * stride + i] - m[i]) - ls[i];
+      for (int64_t i = 0; i < w; ++i) fb[i] = static_cast<T>(std::log(s[i]));
+      for (int64_t j = 0; j < n; ++j) Map(y + j * stride, w) = (CMap(x + j * stride, w) - m) - f;
     } else {
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t i = 0; i < w; ++i) {
-          const T e = std::exp(x[j * stride + i] - m[i]);
-          y[j * stride + i] = e;
-          s[i] += e;
-        }
-      T inv[kBlock];
-      for (int64_t i = 0; i < w; ++i) inv[i] = static_cast<T>(1.0 / s[i]);
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t i = 0; i < w; ++i) y[j * stride + i] *= inv[i];
+      for (int64_t i = 0; i < w; ++i) fb[i] = static_cast<T>(1.0 / s[i]);
+      for (int64_t j = 0; j < n; ++j) Map(y + j * stride, w) *= f;
     }
   }
 
@@ -160,17 +153,16 @@ template <class T, bool Log> class SoftmaxGradKernel final : public Kernel {
   }
 
  private:
+  using A = cpu::EigenArray<T>;
+  using CMap = Eigen::Map<const A>;
+  using Map = Eigen::Map<A>;
+
   static void row(const T* dy, const T* y, T* dx, int64_t n) {
-    double s = 0;
-    if constexpr (Log) {
-      for (int64_t j = 0; j < n; ++j) s += dy[j];
-      const T ts = static_cast<T>(s);
-      for (int64_t j = 0; j < n; ++j) dx[j] = dy[j] - std::exp(y[j]) * ts;
-    } else {
-      for (int64_t j = 0; j < n; ++j) s += static_cast<double>(dy[j]) * y[j];
-      const T ts = static_cast<T>(s);
-      for (int64_t j = 0; j < n; ++j) dx[j] = y[j] * (dy[j] - ts);
-    }
+    const CMap dys(dy, n), ys(y, n);
+    if constexpr (Log)
+      Map(dx, n) = dys - ys.exp() * static_cast<T>(cpu::sum_as_double(dy, n));
+    else
+      Map(dx, n) = ys * (dys - static_cast<T>(cpu::dot_as_double(dy, y, n)));
   }
 
   static void block(const T* dy, const T* y, T* dx, int64_t n, int64_t stride, int64_t w) {
@@ -184,16 +176,16 @@ template <class T, bool Log> class SoftmaxGradKernel final : public Kernel {
         else
           s[i] += static_cast<double>(dy[k]) * y[k];
       }
-    T ts[kBlock];
-    for (int64_t i = 0; i < w; ++i) ts[i] = static_cast<T>(s[i]);
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t i = 0; i < w; ++i) {
-        const int64_t k = j * stride + i;
-        if constexpr (Log)
-          dx[k] = dy[k] - std::exp(y[k]) * ts[i];
-        else
-          dx[k] = y[k] * (dy[k] - ts[i]);
-      }
+    T tb[kBlock];
+    for (int64_t i = 0; i < w; ++i) tb[i] = static_cast<T>(s[i]);
+    const CMap ts(tb, w);
+    for (int64_t j = 0; j < n; ++j) {
+      const CMap dyj(dy + j * stride, w), yj(y + j * stride, w);
+      if constexpr (Log)
+        Map(dx + j * stride, w) = dyj - yj.exp() * ts;
+      else
+        Map(dx + j * stride, w) = yj * (dyj - ts);
+    }
   }
 
   Layout l_;

@@ -1,15 +1,12 @@
 // Unary elementwise ops on the CPU: one flat loop over contiguous memory, threaded for large tensors. The
-// transcendental float ops go through Eigen's vectorised exp/log/tanh/logistic, which GCC cannot vectorise
-// from std:: calls; the rest call the shared functors in executor/functors.h.
-// GCC 12 reports false "may be used uninitialized" warnings inside its own AVX-512 intrinsics when Eigen
-// vectorises; they are noise, not a problem in this file.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <Eigen/Core>
+// transcendental float ops (and sqrt) go through Eigen's vectorised versions (executor/cpu/eigen_map.h),
+// which GCC cannot vectorise from std:: calls; the rest call the shared functors in executor/functors.h.
 #include <cstring>
 #include <limits>
 #include <memory>
 
 #include "executor/broadcast.h"
+#include "executor/cpu/eigen_map.h"
 #include "executor/cpu/kernel_util.h"
 #include "executor/functor_attrs.h"
 #include "executor/kernel.h"
@@ -38,25 +35,6 @@ template <class Op, class TI, class TO> class UnaryKernel final : public Kernel 
  private:
   Op op_;
   int64_t grain_;
-};
-
-enum class EigenFn { Exp, Log, Tanh, Sigmoid };
-
-template <class T, EigenFn F> class EigenUnaryKernel final : public Kernel {
- public:
-  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    const T* x = in[0]->ptr<T>();
-    T* y = out[0]->ptr<T>();
-    parallel_chunks(out[0]->numel(), kCostlyGrain, [&](int64_t s, int64_t e) {
-      using A = Eigen::Array<T, Eigen::Dynamic, 1>;
-      Eigen::Map<const A> xs(x + s, e - s);
-      Eigen::Map<A> ys(y + s, e - s);
-      if constexpr (F == EigenFn::Exp) ys = xs.exp();
-      if constexpr (F == EigenFn::Log) ys = xs.log();
-      if constexpr (F == EigenFn::Tanh) ys = xs.tanh();
-      if constexpr (F == EigenFn::Sigmoid) ys = xs.logistic();
-    });
-  }
 };
 
 // Bounds come from attributes (opset 6-10) or from optional scalar inputs read at run time (11+).
@@ -109,13 +87,13 @@ template <class Op, class... Ts> KernelFactory functor_unary(int64_t grain, Op (
 }
 
 // Eigen-vectorised for float32 and float64; the functor stays the reference the tests compare against.
-template <EigenFn F> KernelFactory eigen_unary() {
-  return [](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
+template <class Op> KernelFactory eigen_unary(int64_t grain = kCostlyGrain) {
+  return [grain](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
     expect_one_input(ctx);
     const DType t = ctx.inputs[0].dtype;
     same_as_input(ctx, t);
-    if (t == DType::Float32) return std::make_unique<EigenUnaryKernel<float, F>>();
-    if (t == DType::Float64) return std::make_unique<EigenUnaryKernel<double, F>>();
+    if (t == DType::Float32) return std::make_unique<cpu::EigenMapKernel<Op, float>>(grain);
+    if (t == DType::Float64) return std::make_unique<cpu::EigenMapKernel<Op, double>>(grain);
     fail_dtype(ctx);
   };
 }
@@ -199,15 +177,15 @@ void register_cpu_unary(KernelRegistry& r) {
   add(r, "Abs", 6, num, functor_unary<AbsOp, float, double, int64_t, int32_t>(kCheapGrain));
   add(r, "Sign", 9, num, functor_unary<SignOp, float, double, int64_t, int32_t>(kCheapGrain));
   add(r, "Relu", 6, num, functor_unary<ReluOp, float, double, int64_t, int32_t>(kCheapGrain));
-  add(r, "Sigmoid", 6, flt, eigen_unary<EigenFn::Sigmoid>());
-  add(r, "Tanh", 6, flt, eigen_unary<EigenFn::Tanh>());
-  add(r, "Exp", 6, flt, eigen_unary<EigenFn::Exp>());
-  add(r, "Log", 6, flt, eigen_unary<EigenFn::Log>());
-  add(r, "Sqrt", 6, flt, functor_unary<SqrtOp, float, double>(kCheapGrain));
+  add(r, "Sigmoid", 6, flt, eigen_unary<cpu::EigenSigmoid>());
+  add(r, "Tanh", 6, flt, eigen_unary<cpu::EigenTanh>());
+  add(r, "Exp", 6, flt, eigen_unary<cpu::EigenExp>());
+  add(r, "Log", 6, flt, eigen_unary<cpu::EigenLog>());
+  add(r, "Sqrt", 6, flt, eigen_unary<cpu::EigenSqrt>(kCheapGrain));
   add(r, "Reciprocal", 6, flt, functor_unary<ReciprocalOp, float, double>(kCheapGrain));
   add(r, "Floor", 6, flt, functor_unary<FloorOp, float, double>(kCheapGrain));
   add(r, "Ceil", 6, flt, functor_unary<CeilOp, float, double>(kCheapGrain));
-  add(r, "Erf", 9, flt, functor_unary<ErfOp, float, double>(kCostlyGrain));
+  add(r, "Erf", 9, flt, eigen_unary<cpu::EigenErf>());
   add(r, "Softplus", 1, flt, functor_unary<SoftplusOp, float, double>(kCostlyGrain));
   add(r, "LeakyRelu", 6, flt, functor_unary<LeakyReluOp, float, double>(kCheapGrain, leaky_relu_op));
   add(r, "Elu", 6, flt, functor_unary<EluOp, float, double>(kCostlyGrain, elu_op));

@@ -64,3 +64,51 @@ def test_a_loss_mismatch_is_reported_and_not_timed(tmp_path):
     for r in doc["rows"]:
         if r["system"] != "onnxtrain":
             assert not r["loss_check"]["ok"] and "ratio" not in r
+
+
+def write_w1sk(d, system, value, final, curve):
+    """A W1-sk process as w1_mlp_sklearn.py / w1sk_onnxtrain.py write it: the per-epoch loss_curve_ rides in the
+    records, there is no per-step losses file."""
+    extra = {"loss_curve_half_mse": list(curve)}
+    recs = [{"workload": "w1sk", "peer": system, "threads": 2, "metric": "train_samples_per_s", "value": value, **extra},
+            {"workload": "w1sk", "peer": system, "threads": 2, "metric": "final_train_loss", "value": final, **extra}]
+    with open(os.path.join(d, f"{system}_w1sk_t2_r1.jsonl"), "w") as f:
+        f.write("\n".join(json.dumps(r) for r in recs) + "\n")
+
+
+def test_w1sk_compares_the_estimators_per_epoch_curves(tmp_path):
+    curve = [0.031, 0.021, 0.018, 0.016, 0.0139]
+    write_w1sk(tmp_path, "onnxtrain", 240000.0, 0.02330, curve)
+    write_w1sk(tmp_path, "sklearn", 80000.0, 0.02281, [v * 1.003 for v in curve])  # as measured: 0.3%, 2.1%
+    out, doc = run_report(tmp_path)
+    assert "**3.00×**" in out
+    row = next(r for r in doc["rows"] if r["system"] == "sklearn")
+    assert row["loss_check"]["ok"] and abs(row["loss_check"]["early_curve_diff"] - 0.003 * curve[0] / np.mean(
+        [v * 1.003 for v in curve])) < 1e-6
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    write_w1sk(bad, "onnxtrain", 240000.0, 0.02330, curve)
+    write_w1sk(bad, "sklearn", 80000.0, 0.02281, [v * 1.05 for v in curve])  # a different training run
+    out, doc = run_report(bad)
+    assert "loss mismatch: not compared" in out
+
+
+SHARED_PEERS = os.path.join(os.path.dirname(REPO), "shared", "bench", "peers")
+
+
+def test_w1sk_onnxtrain_script_records_what_report_reads(tmp_path, python_env):
+    import pytest
+    if not os.path.isfile(os.path.join(SHARED_PEERS, "bench_data.py")):
+        pytest.skip(f"{SHARED_PEERS} not found (the shared benchmark folder)")
+    out = tmp_path / "onnxtrain_w1sk_t1_r1.jsonl"
+    env = dict(python_env, OMP_NUM_THREADS="1")
+    subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "torch_peer.py"),
+                    os.path.join(REPO, "benchmarks", "w1sk_onnxtrain.py"), "--threads", "1", "--out", str(out)],
+                   env=env, check=True, capture_output=True, text=True)
+    recs = {r["metric"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert recs["train_samples_per_s"]["value"] > 0 and recs["peak_rss_mb"]["value"] > 0
+    curve = recs["final_train_loss"]["loss_curve_half_mse"]
+    assert len(curve) == 5 and curve[-1] < curve[0]
+    # Same hyper-parameters as scikit-learn's run: the final MSE lands where sklearn's does (0.0228, measured).
+    assert 0.015 < recs["final_train_loss"]["value"] < 0.035

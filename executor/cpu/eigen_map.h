@@ -1,0 +1,91 @@
+#pragma once
+// Vectorised elementwise maps for the CPU kernels. GCC does not vectorise calls to std::exp/erf/tanh/log, so a
+// scalar loop over the functors of executor/functors.h spends most of its time in libm (scalar erff was 12% of
+// the transformer workload). Eigen's packet maths evaluates the same functions 8-16 floats at a time, within a
+// few ulp. The functors stay the reference: the node tests compare these kernels against them.
+// GCC 12 warns falsely inside its own AVX-512 intrinsics when Eigen vectorises; that is noise.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <Eigen/Core>
+#include <unsupported/Eigen/SpecialFunctions>
+#pragma GCC diagnostic pop
+
+#include <cmath>
+#include <numbers>
+
+#include "executor/broadcast.h"
+#include "executor/kernel.h"
+
+namespace onnxtrain::cpu {
+
+template <class T> using EigenArray = Eigen::Array<T, Eigen::Dynamic, 1>;
+
+// y = Op::eval(x) over contiguous memory, threaded above `grain` elements. Op::eval takes an Eigen array
+// expression and returns one.
+template <class Op, class T> class EigenMapKernel final : public Kernel {
+ public:
+  explicit EigenMapKernel(int64_t grain) : grain_(grain) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* x = in[0]->ptr<T>();
+    T* y = out[0]->ptr<T>();
+    parallel_chunks(out[0]->numel(), grain_, [&](int64_t s, int64_t e) {
+      Eigen::Map<EigenArray<T>>(y + s, e - s) = Op::eval(Eigen::Map<const EigenArray<T>>(x + s, e - s));
+    });
+  }
+
+ private:
+  int64_t grain_;
+};
+
+struct EigenExp {
+  template <class A> static auto eval(const A& x) { return x.exp(); }
+};
+struct EigenLog {
+  template <class A> static auto eval(const A& x) { return x.log(); }
+};
+struct EigenTanh {
+  template <class A> static auto eval(const A& x) { return x.tanh(); }
+};
+struct EigenSigmoid {
+  template <class A> static auto eval(const A& x) { return x.logistic(); }
+};
+// Exact (IEEE) like std::sqrt, but GCC keeps std::sqrt scalar for errno's sake.
+struct EigenSqrt {
+  template <class A> static auto eval(const A& x) { return x.sqrt(); }
+};
+struct EigenErf {
+  template <class A> static auto eval(const A& x) { return x.erf(); }
+};
+// GeluOp and GeluTanhOp of executor/functors.h.
+struct EigenGelu {
+  template <class A, class T = typename A::Scalar> static auto eval(const A& x) {
+    return T(0.5) * x * (T(1) + (x * T(std::numbers::sqrt2 / 2)).erf());
+  }
+};
+struct EigenGeluTanh {
+  template <class A, class T = typename A::Scalar> static auto eval(const A& x) {
+    return T(0.5) * x * (T(1) + (T(0.79788456080286535588) * (x + T(0.044715) * x.square() * x)).tanh());
+  }
+};
+
+// Sum of n values in double, in four interleaved partial sums so the additions do not wait on each other
+// (a single chain runs at one add per 4 cycles). Softmax rows of thousands of floats lose digits in float.
+template <class T> double sum_as_double(const T* p, int64_t n) {
+  double a[4] = {0, 0, 0, 0};
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4)
+    for (int k = 0; k < 4; ++k) a[k] += static_cast<double>(p[j + k]);
+  for (; j < n; ++j) a[0] += static_cast<double>(p[j]);
+  return (a[0] + a[1]) + (a[2] + a[3]);
+}
+// The same for the dot product of two rows.
+template <class T> double dot_as_double(const T* p, const T* q, int64_t n) {
+  double a[4] = {0, 0, 0, 0};
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4)
+    for (int k = 0; k < 4; ++k) a[k] += static_cast<double>(p[j + k]) * static_cast<double>(q[j + k]);
+  for (; j < n; ++j) a[0] += static_cast<double>(p[j]) * static_cast<double>(q[j]);
+  return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+}  // namespace onnxtrain::cpu
