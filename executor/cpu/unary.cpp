@@ -1,5 +1,5 @@
 // Unary elementwise ops on the CPU: one flat loop over contiguous memory, threaded for large tensors. The
-// transcendental float ops (and sqrt) go through Eigen's vectorised versions (executor/cpu/eigen_map.h),
+// transcendental float ops go through Eigen's vectorised versions (executor/cpu/eigen_map.h),
 // which GCC cannot vectorise from std:: calls; the rest call the shared functors in executor/functors.h.
 #include <cstring>
 #include <limits>
@@ -87,13 +87,13 @@ template <class Op, class... Ts> KernelFactory functor_unary(int64_t grain, Op (
 }
 
 // Eigen-vectorised for float32 and float64; the functor stays the reference the tests compare against.
-template <class Op> KernelFactory eigen_unary(int64_t grain = kCostlyGrain) {
-  return [grain](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
+template <class Op> KernelFactory eigen_unary() {
+  return [](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
     expect_one_input(ctx);
     const DType t = ctx.inputs[0].dtype;
     same_as_input(ctx, t);
-    if (t == DType::Float32) return std::make_unique<cpu::EigenMapKernel<Op, float>>(grain);
-    if (t == DType::Float64) return std::make_unique<cpu::EigenMapKernel<Op, double>>(grain);
+    if (t == DType::Float32) return std::make_unique<cpu::EigenMapKernel<Op, float>>(kCostlyGrain);
+    if (t == DType::Float64) return std::make_unique<cpu::EigenMapKernel<Op, double>>(kCostlyGrain);
     fail_dtype(ctx);
   };
 }
@@ -181,7 +181,7 @@ void register_cpu_unary(KernelRegistry& r) {
   add(r, "Tanh", 6, flt, eigen_unary<cpu::EigenTanh>());
   add(r, "Exp", 6, flt, eigen_unary<cpu::EigenExp>());
   add(r, "Log", 6, flt, eigen_unary<cpu::EigenLog>());
-  add(r, "Sqrt", 6, flt, eigen_unary<cpu::EigenSqrt>(kCheapGrain));
+  add(r, "Sqrt", 6, flt, functor_unary<SqrtOp, float, double>(kCheapGrain));
   add(r, "Reciprocal", 6, flt, functor_unary<ReciprocalOp, float, double>(kCheapGrain));
   add(r, "Floor", 6, flt, functor_unary<FloorOp, float, double>(kCheapGrain));
   add(r, "Ceil", 6, flt, functor_unary<CeilOp, float, double>(kCheapGrain));
