@@ -1,4 +1,5 @@
 #include "gradients/fused.h"
+#include "gradients/fused_body.h"
 
 #include <cmath>
 #include <numbers>
@@ -7,28 +8,13 @@ namespace onnxtrain {
 
 namespace {
 
-Node op(std::string name, std::string type, std::vector<std::string> in, std::string out,
-        std::map<std::string, Attribute> attrs = {}) {
-  Node n;
-  n.name = std::move(name);
-  n.op_type = std::move(type);
-  n.inputs = std::move(in);
-  n.outputs = {std::move(out)};
-  n.attributes = std::move(attrs);
-  return n;
-}
+using fused_body::constant_like;
+using fused_body::op;
 
 // A float constant cast to Y's element type (CastLike, opset 15+), so one body serves every float type.
 void constant_like_y(Function& f, const std::string& name, float v) {
   f.nodes.push_back(op(name + "_f", "Constant", {}, name + "_f", {{"value", TensorData::scalar<float>(v)}}));
   f.nodes.push_back(op(name, "CastLike", {name + "_f", "Y"}, name));
-}
-
-// A double constant cast to `like`'s element type: exact in float64, correctly rounded in float32, so the
-// body matches the native kernel in either precision.
-void constant_like(Function& f, const std::string& name, double v, const std::string& like) {
-  f.nodes.push_back(op(name + "_d", "Constant", {}, name + "_d", {{"value", TensorData::scalar<double>(v)}}));
-  f.nodes.push_back(op(name, "CastLike", {name + "_d", like}, name));
 }
 
 Function make(const std::string& name, const std::string& doc) {
@@ -152,50 +138,6 @@ std::vector<Function> fused_grad_functions() {
   log_softmax.nodes.push_back(op("dX", "Sub", {"dY", "scaled"}, "dX"));
   out.push_back(std::move(log_softmax));
 
-  // LayerNormalizationGrad(dY, X, Scale, Mean, InvStdDev) -> (dX, dScale, dBias), last axis only (as above, a
-  // body cannot read the axis attribute). Mean and InvStdDev come in, so epsilon is not needed either.
-  Function ln;
-  ln.name = "LayerNormalizationGrad";
-  ln.domain = kFusedGradDomain;
-  ln.inputs = {"dY", "X", "Scale", "Mean", "InvStdDev"};
-  ln.outputs = {"dX", "dScale", "dBias"};
-  ln.opset_imports = {{"", 17}};
-  ln.doc = "Gradient of LayerNormalization (axis=-1) given its Mean and InvStdDev: with xhat = (X - Mean) * "
-           "InvStdDev and g = dY * Scale, dX = InvStdDev * (g - mean(g) - xhat * mean(g * xhat)), "
-           "dScale = sum over rows of dY * xhat, dBias = sum over rows of dY.";
-  {
-    const int64_t zero = 0;
-    auto& nodes = ln.nodes;
-    // Means as ReduceSum / D: ReduceSum takes its axes as an input at every opset from 13, while ReduceMean's
-    // moved from an attribute to an input at 18, and a body runs at its caller's opset, whichever that is.
-    last_axis(ln);
-    nodes.push_back(op("d_int", "Shape", {"X"}, "d_int", {{"start", int64_t{-1}}}));
-    nodes.push_back(op("d", "CastLike", {"d_int", "dY"}, "d"));
-    auto mean_last = [&](const std::string& in, const std::string& out) {
-      nodes.push_back(op(out + "_sum", "ReduceSum", {in, "axes"}, out + "_sum", {{"keepdims", int64_t{1}}}));
-      nodes.push_back(op(out, "Div", {out + "_sum", "d"}, out));
-    };
-    nodes.push_back(op("centered", "Sub", {"X", "Mean"}, "centered"));
-    nodes.push_back(op("xhat", "Mul", {"centered", "InvStdDev"}, "xhat"));
-    nodes.push_back(op("g", "Mul", {"dY", "Scale"}, "g"));
-    mean_last("g", "mean_g");
-    nodes.push_back(op("g_xhat", "Mul", {"g", "xhat"}, "g_xhat"));
-    mean_last("g_xhat", "mean_g_xhat");
-    nodes.push_back(op("proj", "Mul", {"xhat", "mean_g_xhat"}, "proj"));
-    nodes.push_back(op("g_centered", "Sub", {"g", "mean_g"}, "g_centered"));
-    nodes.push_back(op("g_orth", "Sub", {"g_centered", "proj"}, "g_orth"));
-    nodes.push_back(op("dX", "Mul", {"InvStdDev", "g_orth"}, "dX"));
-    // Rows are every axis but the last, whatever X's rank: flatten to (rows, D) and sum axis 0.
-    nodes.push_back(op("rows_axis", "Constant", {}, "rows_axis",
-                       {{"value", TensorData::from<int64_t>({1}, std::span<const int64_t>(&zero, 1))}}));
-    nodes.push_back(op("dy_xhat", "Mul", {"dY", "xhat"}, "dy_xhat"));
-    nodes.push_back(op("dy_xhat_2d", "Flatten", {"dy_xhat"}, "dy_xhat_2d", {{"axis", int64_t{-1}}}));
-    nodes.push_back(op("dScale", "ReduceSum", {"dy_xhat_2d", "rows_axis"}, "dScale", {{"keepdims", int64_t{0}}}));
-    nodes.push_back(op("dy_2d", "Flatten", {"dY"}, "dy_2d", {{"axis", int64_t{-1}}}));
-    nodes.push_back(op("dBias", "ReduceSum", {"dy_2d", "rows_axis"}, "dBias", {{"keepdims", int64_t{0}}}));
-  }
-  out.push_back(std::move(ln));
-
   // MaxPoolGrad(dY, X) -> dX carries MaxPool's attributes; the body passes them on by reference.
   {
     Function f = make("MaxPoolGrad", "Gradient of MaxPool (with its attributes): each dY is added at its window's "
@@ -229,6 +171,7 @@ std::vector<Function> fused_grad_functions() {
     out.push_back(std::move(f));
   }
 
+  for (Function& f : fused_norm_functions()) out.push_back(std::move(f));
   return out;
 }
 
@@ -241,6 +184,7 @@ std::vector<std::pair<std::string, std::string>> fused_grad_uses() {
           {"Gelu", "GeluGrad"},
           {"Gelu", "GeluTanhGrad"},
           {"LayerNormalization", "LayerNormalizationGrad"},
+          {"BatchNormalization", "BatchNormalizationGrad"},
           {"MaxPool", "MaxPoolGrad"}};
 }
 

@@ -15,9 +15,14 @@
 //   MaxPoolGrad(dY, X) -> dX, with MaxPool's attributes (kernel_shape, strides, pads, dilations, ceil_mode,
 //   auto_pad): dY added at each window's first maximum. Its body refers to those attributes (ONNX
 //   ref_attr_name) and scatters with ScatterElements(reduction='add'), so it needs opset 16.
-//   LayerNormalizationGrad(dY, X, Scale, Mean, InvStdDev) -> (dX, dScale, dBias): the exception to the
-//   (dY, Y) -> dX form. Mean and InvStdDev are LayerNormalization's optional outputs (one per row); the
-//   body covers axis = -1 only, and gradients/rules/norm.cpp emits the op only then.
+//   LayerNormalizationGrad(dY, X, Scale, Mean, InvStdDev) -> (dX, dScale, dBias), attribute axis: an exception
+//   to the (dY, Y) -> dX form. Mean and InvStdDev are LayerNormalization's optional outputs (one per row);
+//   Scale has the normalised shape (X's dims from axis on). The body (gradients/fused_norm.cpp) flattens at
+//   the referenced axis, so it serves every axis; rules always set axis (a body has no attribute defaults).
+//   BatchNormalizationGrad(dY, X, Scale) -> (dX, dScale, dBias), attribute epsilon: training-mode
+//   BatchNormalization through Y, X (N, C, ...), Scale [C]. The batch statistics are recomputed from X
+//   (opset 14+ BatchNormalization does not output them), in the kernel's two read passes per channel. The
+//   body needs opset 15 (CastLike, Shape's start/end); rules always set epsilon.
 #include <string>
 #include <utility>
 #include <vector>

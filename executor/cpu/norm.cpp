@@ -29,18 +29,28 @@ int64_t prod(const std::vector<int64_t>& s, size_t from, size_t to) {
   return p;
 }
 
-// Mean and 1/sqrt(var + eps) of n contiguous values.
-template <class T> void row_stats(const T* x, int64_t n, double eps, double& mean, double& inv_std) {
+// Mean and population variance of `runs` runs of `len` contiguous values, `stride` apart: one run for a
+// LayerNormalization/InstanceNormalization/GroupNormalization row, a channel's N planes for BatchNormalization.
+struct Moments {
+  double mean = 0, var = 0;
+  double inv_std(double eps) const { return 1.0 / std::sqrt(var + eps); }
+};
+template <class T> Moments moments(const T* x, int64_t runs, int64_t len, int64_t stride) {
+  const double count = static_cast<double>(runs * len);
+  if (count == 0) return {};
   double s = 0;
-  for (int64_t j = 0; j < n; ++j) s += x[j];
-  mean = n ? s / static_cast<double>(n) : 0.0;
+  for (int64_t i = 0; i < runs; ++i)
+    for (int64_t j = 0; j < len; ++j) s += x[i * stride + j];
+  Moments m;
+  m.mean = s / count;
   double v = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    const double d = x[j] - mean;
-    v += d * d;
-  }
-  v = n ? v / static_cast<double>(n) : 0.0;
-  inv_std = 1.0 / std::sqrt(v + eps);
+  for (int64_t i = 0; i < runs; ++i)
+    for (int64_t j = 0; j < len; ++j) {
+      const double d = x[i * stride + j] - m.mean;
+      v += d * d;
+    }
+  m.var = v / count;
+  return m;
 }
 
 void expect_float(const PrepareContext& ctx, size_t i, DType t, const char* name) {
@@ -112,12 +122,11 @@ template <class T, class U> class LayerNormKernel final : public Kernel {
     const int64_t n = len_;
     const int64_t* si = si_.empty() ? nullptr : si_.data();
     const int64_t* bi = bi_.empty() ? nullptr : bi_.data();
-#pragma omp parallel for schedule(static) if (rows_ > 1 && rows_ * n > kParallelWork)
-    for (int64_t r = 0; r < rows_; ++r) {
+    cpu::parallel_for(rows_, rows_ * n > kParallelWork, [&](int64_t r) {
       const T* xr = x + r * n;
       T* yr = y + r * n;
-      double m, is;
-      row_stats(xr, n, eps_, m, is);
+      const Moments mo = moments(xr, 1, n, n);
+      const double m = mo.mean, is = mo.inv_std(eps_);
       const T tm = static_cast<T>(m), ti = static_cast<T>(is);
       if (mean_out) mean_out[r] = static_cast<U>(m);
       if (inv_out) inv_out[r] = static_cast<U>(is);
@@ -133,7 +142,7 @@ template <class T, class U> class LayerNormKernel final : public Kernel {
           yr[j] = v;
         }
       }
-    }
+    });
   }
 
  private:
@@ -190,12 +199,11 @@ template <class T> class RowNormKernel final : public Kernel {
     const T* b = in[2]->ptr<T>();
     T* y = out[0]->ptr<T>();
     const int64_t n = len_, plane = plane_, per_row = plane ? len_ / plane : 0;
-#pragma omp parallel for schedule(static) if (rows_ > 1 && rows_ * n > kParallelWork)
-    for (int64_t r = 0; r < rows_; ++r) {
+    cpu::parallel_for(rows_, rows_ * n > kParallelWork, [&](int64_t r) {
       const T* xr = x + r * n;
       T* yr = y + r * n;
-      double m, is;
-      row_stats(xr, n, eps_, m, is);
+      const Moments mo = moments(xr, 1, n, n);
+      const double m = mo.mean, is = mo.inv_std(eps_);
       for (int64_t p = 0; p < per_row; ++p) {
         const int64_t c = (r * per_row + p) % channels_;
         // y = x * a + k with a = scale * inv_std, k = bias - mean * a: one multiply-add per element.
@@ -205,7 +213,7 @@ template <class T> class RowNormKernel final : public Kernel {
         T* yp = yr + p * plane;
         for (int64_t j = 0; j < plane; ++j) yp[j] = xp[j] * a + k;
       }
-    }
+    });
   }
 
  private:
@@ -275,45 +283,27 @@ template <class T> class BatchNormKernel final : public Kernel {
     T* run_mean = training_ && out.size() > 1 && out[1] ? out[1]->ptr<T>() : nullptr;
     T* run_var = training_ && out.size() > 2 && out[2] ? out[2]->ptr<T>() : nullptr;
     const int64_t n = n_, c = c_, plane = plane_;
-    const bool par_stats = c > 1 && n * c * plane > kParallelWork;
-#pragma omp parallel for schedule(static) if (par_stats)
-    for (int64_t ch = 0; ch < c; ++ch) {
+    cpu::parallel_for(c, n * c * plane > kParallelWork, [&](int64_t ch) {
       double m = mean[ch], v = var[ch];
       if (training_) {
-        const double count = static_cast<double>(n * plane);
-        double sum = 0;
-        for (int64_t i = 0; i < n; ++i) {
-          const T* p = x + (i * c + ch) * plane;
-          for (int64_t j = 0; j < plane; ++j) sum += p[j];
-        }
-        const double bm = count ? sum / count : 0.0;
-        double sq = 0;
-        for (int64_t i = 0; i < n; ++i) {
-          const T* p = x + (i * c + ch) * plane;
-          for (int64_t j = 0; j < plane; ++j) {
-            const double d = p[j] - bm;
-            sq += d * d;
-          }
-        }
-        const double bv = count ? sq / count : 0.0;  // population variance, as the ONNX reference
-        if (run_mean) run_mean[ch] = static_cast<T>(m * momentum_ + bm * (1 - momentum_));
-        if (run_var) run_var[ch] = static_cast<T>(v * momentum_ + bv * (1 - momentum_));
-        m = bm;
-        v = bv;
+        const Moments bm = moments(x + ch * plane, n, plane, c * plane);  // population variance, as ONNX's
+        if (run_mean) run_mean[ch] = static_cast<T>(m * momentum_ + bm.mean * (1 - momentum_));
+        if (run_var) run_var[ch] = static_cast<T>(v * momentum_ + bm.var * (1 - momentum_));
+        m = bm.mean;
+        v = bm.var;
       }
       const double a = s[ch] / std::sqrt(v + eps_);
       a_[ch] = static_cast<T>(a);
       k_[ch] = static_cast<T>(b[ch] - m * a);
-    }
+    });
     const int64_t planes = n * c;
-#pragma omp parallel for schedule(static) if (planes > 1 && planes * plane > kParallelWork)
-    for (int64_t r = 0; r < planes; ++r) {
+    cpu::parallel_for(planes, planes * plane > kParallelWork, [&](int64_t r) {
       const int64_t ch = r % c;
       const T a = a_[ch], k = k_[ch];
       const T* xp = x + r * plane;
       T* yp = y + r * plane;
       for (int64_t j = 0; j < plane; ++j) yp[j] = xp[j] * a + k;
-    }
+    });
   }
 
  private:
@@ -349,6 +339,87 @@ std::unique_ptr<Kernel> make_batch_norm(PrepareContext& ctx) {
   return float_kernel(ctx, x.dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
     return std::make_unique<BatchNormKernel<typename decltype(tag)::type>>(x.shape[0], c, plane, eps, momentum,
                                                                             training);
+  });
+}
+
+// ---- onnxtrain.BatchNormalizationGrad ----------------------------------------------------------------------
+// (dY, X, Scale) -> (dX, dScale, dBias), attribute epsilon: the gradient of training-mode BatchNormalization
+// through its Y. The batch statistics are recomputed from X (opset 14+ BatchNormalization does not output
+// them). Per channel, over its N planes (M elements), with xc = x - mean and rstd = (var + eps)^-1/2:
+//   dBias = sum dY,  dScale = rstd * sum(dY * xc),
+//   dX = scale * rstd * (dY - dBias / M - xc * rstd * dScale / M).
+// One task per channel: two read passes (sums of x and dY; then of xc^2 and dY * xc) and the write pass,
+// with the channel's data still in cache. Nothing is allocated per run.
+
+template <class T> class BatchNormGradKernel final : public Kernel {
+ public:
+  BatchNormGradKernel(int64_t n, int64_t c, int64_t plane, double eps) : n_(n), c_(c), plane_(plane), eps_(eps) {}
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* dy = in[0]->ptr<T>();
+    const T* x = in[1]->ptr<T>();
+    const T* s = in[2]->ptr<T>();
+    T* dx = out[0]->ptr<T>();
+    T* dscale = out.size() > 1 && out[1] ? out[1]->ptr<T>() : nullptr;
+    T* dbias = out.size() > 2 && out[2] ? out[2]->ptr<T>() : nullptr;
+    const int64_t n = n_, c = c_, plane = plane_, stride = c * plane;
+    const double count = static_cast<double>(n * plane);
+    cpu::parallel_for(c, n * c * plane > kParallelWork, [&](int64_t ch) {
+      const int64_t first = ch * plane;
+      double sx = 0, sdy = 0;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = first + i * stride, e = j + plane; j < e; ++j) {
+          sx += x[j];
+          sdy += dy[j];
+        }
+      const double mean = count ? sx / count : 0.0;
+      double sxx = 0, sdyx = 0;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = first + i * stride, e = j + plane; j < e; ++j) {
+          const double d = x[j] - mean;
+          sxx += d * d;
+          sdyx += dy[j] * d;
+        }
+      const double rstd = 1.0 / std::sqrt((count ? sxx / count : 0.0) + eps_);
+      if (dbias) dbias[ch] = static_cast<T>(sdy);
+      if (dscale) dscale[ch] = static_cast<T>(sdyx * rstd);
+      if (!count) return;
+      // dX = a * (dY - mean(dY)) + b * xc, with b = -a * rstd^2 * mean(dY * xc).
+      const double a = s[ch] * rstd;
+      const T ta = static_cast<T>(a), tm = static_cast<T>(mean), tdm = static_cast<T>(sdy / count),
+              tb = static_cast<T>(-a * rstd * rstd * sdyx / count);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = first + i * stride, e = j + plane; j < e; ++j)
+          dx[j] = ta * (dy[j] - tdm) + tb * (x[j] - tm);
+    });
+  }
+
+ private:
+  int64_t n_, c_, plane_;
+  double eps_;
+};
+
+std::unique_ptr<Kernel> make_batch_norm_grad(PrepareContext& ctx) {
+  const char* names[] = {"dY", "X", "Scale"};
+  const KernelInput& dy = cpu::required_input(ctx, 0, names[0]);
+  for (size_t i = 1; i < 3; ++i) {
+    cpu::required_input(ctx, i, names[i]);
+    expect_float(ctx, i, dy.dtype, names[i]);
+  }
+  const KernelInput& x = ctx.inputs[1];
+  if (x.shape != dy.shape)
+    ctx.fail("dY " + shape_string(dy.shape) + " and X " + shape_string(x.shape) + " must have the same shape");
+  if (x.shape.size() < 2) ctx.fail("input X must have rank >= 2 (N, C, ...), got " + shape_string(x.shape));
+  const int64_t c = x.shape[1];
+  expect_vector(ctx, 2, "Scale", c);
+  if (ctx.outputs.empty() || ctx.outputs.size() > 3)
+    ctx.fail("expected 1 to 3 outputs (dX, dScale, dBias), got " + std::to_string(ctx.outputs.size()));
+  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+  cpu::set_output(ctx, 0, x.dtype, x.shape);
+  for (size_t i = 1; i < ctx.outputs.size(); ++i) cpu::set_output(ctx, i, x.dtype, {c});
+  const int64_t plane = prod(x.shape, 2, x.shape.size());
+  return float_kernel(ctx, x.dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
+    return std::make_unique<BatchNormGradKernel<typename decltype(tag)::type>>(x.shape[0], c, plane, eps);
   });
 }
 
@@ -463,6 +534,7 @@ void register_cpu_norm(KernelRegistry& r) {
   cpu::add(r, "GroupNormalization", 18, flt, make_group_norm);
   cpu::add(r, "BatchNormalization", 9, flt, make_batch_norm);
   cpu::add(r, "onnxtrain", "LayerNormalizationGrad", 1, flt, make_layer_norm_grad);
+  cpu::add(r, "onnxtrain", "BatchNormalizationGrad", 1, flt, make_batch_norm_grad);
 }
 
 }  // namespace onnxtrain

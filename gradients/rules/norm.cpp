@@ -5,9 +5,10 @@
 // All four share one identity. With xhat = (x - mean) * rstd over a set of axes (M elements) and dxhat the
 // gradient reaching xhat,
 //   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
-// LayerNormalization over the last axis uses the fused onnxtrain.LayerNormalizationGrad instead (see
-// try_fused_layer_norm); other axes keep this decomposition, since the fused op's function body cannot take
-// an axis attribute (the IR has no attribute references).
+// LayerNormalization uses the fused onnxtrain.LayerNormalizationGrad, and training-mode BatchNormalization the
+// fused onnxtrain.BatchNormalizationGrad, where they apply (see try_fused_layer_norm and batch_norm); the other
+// cases keep the decomposition.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,23 @@ bool has_output(RuleContext& c, size_t i) {
   return i < c.node().outputs.size() && !c.node().outputs[i].empty();
 }
 
+// Whether a gradient reaches output i: false when the node has no such output, or when dY(i) is the zero fill
+// (a ConstantOfShape of 0) the engine makes for an output nothing downstream differentiates. Exporters keep
+// BatchNormalization's running statistics outputs, which rarely feed the loss; their terms are then skipped.
+bool gradient_reaches(RuleContext& c, size_t i) {
+  if (!has_output(c, i)) return false;
+  const std::string name = c.dY(i).name;
+  const std::vector<Node>& nodes = c.builder().graph().nodes;
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    if (std::find(it->outputs.begin(), it->outputs.end(), name) == it->outputs.end()) continue;
+    if (it->op_type != "ConstantOfShape" || !it->domain.empty()) return true;
+    auto v = it->attributes.find("value");
+    const TensorData* t = v == it->attributes.end() ? nullptr : std::get_if<TensorData>(&v->second);
+    return t && std::any_of(t->bytes.begin(), t->bytes.end(), [](std::byte b) { return b != std::byte{0}; });
+  }
+  return true;  // a graph input or initializer
+}
+
 // [-1, 1, ..., 1] with `ones` ones: a per-channel vector laid along axis 1 of an (N, C, ...) tensor.
 Expr per_channel(RuleContext& c, const Expr& v, int64_t ones) {
   std::vector<int64_t> s(1 + ones, 1);
@@ -92,34 +110,36 @@ std::vector<int64_t> spatial_axes(int64_t r) {
 
 double epsilon(RuleContext& c) { return c.node().attr_float("epsilon", 1e-5f); }
 
-// The fused onnxtrain.LayerNormalizationGrad applies when its body can: the last axis, Scale of shape [D],
-// and no Mean/InvStdDev outputs on the node (their gradients are not part of the fused op). It needs the
-// statistics, which exporters do not emit, so the rule recomputes them: for float X with a second
-// LayerNormalization node (one fused pass in any runtime; its Y is unused), for double X with standard ops,
-// since LayerNormalization's Mean and InvStdDev are float (stash_type) and would lose double's precision.
+// The fused onnxtrain.LayerNormalizationGrad applies when Scale has the normalised shape and the node has no
+// Mean/InvStdDev outputs (their gradients are not part of the fused op). It needs the statistics, which
+// exporters do not emit, so the rule recomputes them: for float X with a second LayerNormalization node (one
+// fused pass in any runtime; its Y is unused), for double X with standard ops, since LayerNormalization's
+// Mean and InvStdDev are float (stash_type) and would lose double's precision.
 bool try_fused_layer_norm(RuleContext& c, int64_t axis, int64_t r) {
-  if (axis != r - 1 || has_output(c, 1) || has_output(c, 2)) return false;
+  if (has_output(c, 1) || has_output(c, 2)) return false;
   const TypeInfo xt = rules::input_type(c, 0), st = rules::input_type(c, 1);
   auto xd = rules::static_dims(xt), sd = rules::static_dims(st);
-  if (!xd || !sd || sd->size() != 1 || (*sd)[0] != xd->back()) return false;
+  if (!xd || !sd || *sd != std::vector<int64_t>(xd->begin() + axis, xd->end())) return false;
   Expr x = c.X(0), s = c.X(1);
   Expr mean, inv_std;
   if (x.dtype() == DType::Float32) {
     // Mean and InvStdDev have the stash type, float, which is X's type only for float X.
     std::vector<Expr> ins{x, s};  // no bias: only the statistics are read
     TypeInfo stat = x.type;
-    stat.shape->back() = Dim::of(1);
-    std::map<std::string, Attribute> attrs{{"axis", int64_t{-1}}, {"epsilon", c.node().attr_float("epsilon", 1e-5f)}};
+    for (int64_t i = axis; i < r; ++i) (*stat.shape)[i] = Dim::of(1);
+    std::map<std::string, Attribute> attrs{{"axis", axis}, {"epsilon", c.node().attr_float("epsilon", 1e-5f)}};
     std::vector<Expr> st = apply_n(c.builder(), "LayerNormalization", ins, {x.type, stat, stat}, attrs);
     mean = st[1];
     inv_std = st[2];
   } else {
-    const Normalized n = normalize(c, x, {r - 1}, epsilon(c));
+    std::vector<int64_t> axes;
+    for (int64_t i = axis; i < r; ++i) axes.push_back(i);
+    const Normalized n = normalize(c, x, axes, epsilon(c));
     mean = n.mean;
     inv_std = n.rstd;
   }
   std::vector<Expr> g = apply_n(c.builder(), "LayerNormalizationGrad", {c.dY(0), x, s, mean, inv_std},
-                                {x.type, s.type, s.type}, {}, kFusedGradDomain);
+                                {x.type, s.type, s.type}, {{"axis", axis}}, kFusedGradDomain);
   c.set_dX(0, g[0]);
   c.set_dX(1, g[1]);
   if (c.needs_dX(2)) {
@@ -207,8 +227,8 @@ void batch_norm(RuleContext& c) {
     c.fail("opset " + std::to_string(c.opset()) + " training outputs are not supported (use opset 14+ training_mode)");
   Expr g = c.dY(0);
   auto sum_outer = [&](const Expr& v) { return rules::reduce_sum(v, outer, false, c.opset()); };
-  if (c.needs_dX(2)) c.set_dX(2, sum_outer(g));
   if (!training) {
+    if (c.needs_dX(2)) c.set_dX(2, sum_outer(g));
     Expr rstd = 1.0 / sqrt(c.X(4) + eps);  // per channel, [C]
     Expr rstd_c = per_channel(c, rstd, r - 2);
     Expr xc = x - per_channel(c, c.X(3), r - 2);
@@ -223,14 +243,31 @@ void batch_norm(RuleContext& c) {
     return;
   }
   const double momentum = c.node().attr_float("momentum", 0.9f);
-  const bool has_mean = has_output(c, 1), has_var = has_output(c, 2);
+  const bool has_mean = gradient_reaches(c, 1), has_var = gradient_reaches(c, 2);
   if (c.needs_dX(3)) c.set_dX(3, has_mean ? c.dY(1) * momentum : zeros_like(c.X(3)));
   if (c.needs_dX(4)) c.set_dX(4, has_var ? c.dY(2) * momentum : zeros_like(c.X(4)));
-  if (!c.needs_dX(0) && !c.needs_dX(1)) return;
+  if (!c.needs_dX(0) && !c.needs_dX(1) && !c.needs_dX(2)) return;
+  Expr dx;
+  if (c.opset() >= 15) {
+    // The fused op gives Y's share of every gradient; its body needs opset 15 (gradients/fused.h).
+    Expr s = c.X(1);
+    std::vector<Expr> f = apply_n(c.builder(), "BatchNormalizationGrad", {g, x, s}, {x.type, s.type, s.type},
+                                  {{"epsilon", static_cast<float>(eps)}}, kFusedGradDomain);
+    c.set_dX(1, f[1]);
+    c.set_dX(2, f[2]);
+    dx = f[0];
+    if (!c.needs_dX(0) || (!has_mean && !has_var)) {
+      c.set_dX(0, dx);
+      return;
+    }
+  }
   const Normalized n = normalize(c, x, outer, eps);
-  if (c.needs_dX(1)) c.set_dX(1, sum_outer(g * n.xhat));
-  if (!c.needs_dX(0)) return;
-  Expr dx = backward(c, n, g * per_channel(c, c.X(1), r - 2), outer);
+  if (!dx.valid()) {
+    if (c.needs_dX(2)) c.set_dX(2, sum_outer(g));
+    if (c.needs_dX(1)) c.set_dX(1, sum_outer(g * n.xhat));
+    if (!c.needs_dX(0)) return;
+    dx = backward(c, n, g * per_channel(c, c.X(1), r - 2), outer);
+  }
   // running_mean = m * momentum + mean(x) * (1 - momentum); running_var likewise with the population var,
   // whose derivative is 2 (x - mean) / M.
   if (has_mean) dx = dx + per_channel(c, c.dY(1), r - 2) * ((1.0 - momentum) * n.inv_n);

@@ -91,6 +91,37 @@ std::vector<Case> cases() {
   v.push_back({"Adam", node("Adam", {"r", "t", "x0", "x1", "x2", "x3"}, 3, {}, "ai.onnx.preview.training"), 17,
                {randn({10}, 34), randn({10}, 35), randn({10}, 36), Tensor::from_vector<float>({10}, std::vector<float>(10, 0.5f))},
                {{"r", TensorData::from<float>({}, std::vector<float>{0.1f})}, {"t", TensorData::from<int64_t>({}, std::vector<int64_t>{3})}}});
+  // Normalisation and softmax (executor/cuda/norm.cu, softmax.cu). Variances fed to inference-mode
+  // BatchNormalization must be positive.
+  auto positive = [](std::vector<int64_t> shape, uint32_t seed) {
+    Tensor t = randn(std::move(shape), seed);
+    for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = 0.5f + std::abs(t.ptr<float>()[i]);
+    return t;
+  };
+  const auto axis = [](int64_t a) { return std::map<std::string, Attribute>{{"axis", a}}; };
+  v.push_back({"SoftmaxInnerAxis", node("Softmax", {"x0"}, 1, axis(1)), 17, {randn({2, 5, 3}, 40)}, {}});
+  v.push_back({"LogSoftmaxLastAxis", node("LogSoftmax", {"x0"}, 1, axis(-1)), 17, {randn({4, 33}, 41)}, {}});
+  v.push_back({"SoftmaxOpset11Coerced", node("Softmax", {"x0"}, 1, axis(1)), 11, {randn({2, 3, 4}, 42)}, {}});
+  v.push_back({"SoftmaxGrad", node("SoftmaxGrad", {"x0", "x1"}, 1, axis(0), "onnxtrain"), 17,
+               {randn({3, 4}, 43), positive({3, 4}, 44)}, {}});
+  v.push_back({"LogSoftmaxGrad", node("LogSoftmaxGrad", {"x0", "x1"}, 1, {}, "onnxtrain"), 17,
+               {randn({5, 7}, 45), randn({5, 7}, 46)}, {}});
+  v.push_back({"LayerNormBroadcastScaleStats", node("LayerNormalization", {"x0", "x1", "x2"}, 3, axis(-2)), 17,
+               {randn({2, 3, 4}, 47), randn({1, 4}, 48), randn({3, 1}, 49)}, {}});
+  v.push_back({"InstanceNorm", node("InstanceNormalization", {"x0", "x1", "x2"}), 17,
+               {randn({2, 3, 5}, 50), randn({3}, 51), randn({3}, 52)}, {}});
+  v.push_back({"GroupNormOpset21", node("GroupNormalization", {"x0", "x1", "x2"}, 1, {{"num_groups", int64_t{2}}}), 21,
+               {randn({2, 4, 3}, 53), randn({4}, 54), randn({4}, 55)}, {}});
+  v.push_back({"BatchNormTraining", node("BatchNormalization", {"x0", "x1", "x2", "x3", "x4"}, 3,
+                                         {{"training_mode", int64_t{1}}, {"momentum", 0.8f}}), 15,
+               {randn({3, 2, 4, 5}, 56), randn({2}, 57), randn({2}, 58), randn({2}, 59), positive({2}, 60)}, {}});
+  v.push_back({"BatchNormInference", node("BatchNormalization", {"x0", "x1", "x2", "x3", "x4"}), 15,
+               {randn({3, 2, 4}, 61), randn({2}, 62), randn({2}, 63), randn({2}, 64), positive({2}, 65)}, {}});
+  v.push_back({"LayerNormGrad", node("LayerNormalizationGrad", {"x0", "x1", "x2", "x3", "x4"}, 3, axis(1), "onnxtrain"),
+               17, {randn({2, 3, 4}, 66), randn({2, 3, 4}, 67), randn({3, 4}, 68), randn({2, 1, 1}, 69),
+                    positive({2, 1, 1}, 70)}, {}});
+  v.push_back({"BatchNormGrad", node("BatchNormalizationGrad", {"x0", "x1", "x2"}, 3, {{"epsilon", 1e-3f}}, "onnxtrain"),
+               17, {randn({4, 3, 2, 5}, 71), randn({4, 3, 2, 5}, 72), randn({3}, 73)}, {}});
   // Where's condition is fed as a bool tensor.
   Tensor c = Tensor::empty(DType::Bool, {3, 4});
   for (int64_t i = 0; i < 12; ++i) c.ptr<bool>()[i] = i % 3 == 0;

@@ -31,9 +31,6 @@ std::string key(const KernelDef& d) {
 const std::set<std::string> kNotYetOnCuda = {
     // cuDNN-backed families not written yet
     "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-    "BatchNormalization", "InstanceNormalization", "LayerNormalization", "GroupNormalization",
-    "onnxtrain.LayerNormalizationGrad", "Softmax", "LogSoftmax", "onnxtrain.SoftmaxGrad",
-    "onnxtrain.LogSoftmaxGrad",
     // reductions
     "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceL2",
     "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin",

@@ -393,6 +393,8 @@ std::vector<RuleCase> build() {
     v.push_back(make("LayerNormalization_last_axis", "LayerNormalization", {{2, 3, 4}, {4}, {4}}));
     v.push_back(make("LayerNormalization_axis1_no_bias", "LayerNormalization", {{2, 3, 4}, {3, 4}},
                      {{"axis", int64_t{1}}, {"epsilon", 0.1f}}));
+    v.push_back(make("LayerNormalization_axis0_fused", "LayerNormalization", {{2, 3, 2}, {2, 3, 2}, {2, 3, 2}},
+                     {{"axis", int64_t{0}}}));
     v.push_back(make("LayerNormalization_broadcast_scale", "LayerNormalization", {{2, 3, 4}, {1, 4}, {3, 1}},
                      {{"axis", int64_t{-2}}}));
     // stash_type 11 makes Mean and InvStdDev double, so the checker differentiates them too.
@@ -421,6 +423,15 @@ std::vector<RuleCase> build() {
     v.push_back(c);
     c = make("BatchNormalization_training_running_stats", "BatchNormalization", {{3, 2, 4}, {2}, {2}, {2}, {2}},
              {{"training_mode", int64_t{1}}, {"momentum", 0.8f}}, bn, 15);
+    c.num_outputs = 3;
+    v.push_back(c);
+    // Rank 4 through the fused BatchNormalizationGrad (opset 15+), and opset 14's decomposition.
+    c = make("BatchNormalization_training_4d_fused", "BatchNormalization", {{3, 2, 2, 3}, {2}, {2}, {2}, {2}},
+             {{"training_mode", int64_t{1}}, {"epsilon", 0.01f}}, bn, 17);
+    c.num_outputs = 3;
+    v.push_back(c);
+    c = make("BatchNormalization_training_opset14", "BatchNormalization", {{3, 2, 4}, {2}, {2}, {2}, {2}},
+             {{"training_mode", int64_t{1}}}, bn, 14);
     c.num_outputs = 3;
     v.push_back(c);
   }

@@ -272,13 +272,14 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
     names.push_back(f.name);
     EXPECT_EQ(f.domain, kFusedGradDomain);
     // LayerNormalizationGrad has another signature, and the GELU and MaxPool gradients read X (gradients/fused.h).
-    const bool ln = f.name == "LayerNormalizationGrad";
+    const bool ln = f.name == "LayerNormalizationGrad", bn = f.name == "BatchNormalizationGrad";
     const bool from_x = f.name.rfind("Gelu", 0) == 0 || f.name == "MaxPoolGrad";
     const std::vector<std::string> ins = ln       ? std::vector<std::string>{"dY", "X", "Scale", "Mean", "InvStdDev"}
+                                         : bn     ? std::vector<std::string>{"dY", "X", "Scale"}
                                          : from_x ? std::vector<std::string>{"dY", "X"}
                                                   : std::vector<std::string>{"dY", "Y"};
     const std::vector<std::string> outs =
-        ln ? std::vector<std::string>{"dX", "dScale", "dBias"} : std::vector<std::string>{"dX"};
+        ln || bn ? std::vector<std::string>{"dX", "dScale", "dBias"} : std::vector<std::string>{"dX"};
     EXPECT_EQ(f.inputs, ins);
     EXPECT_EQ(f.outputs, outs);
     EXPECT_EQ(f.opset_imports.at(""), 17);
@@ -292,7 +293,7 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
     EXPECT_TRUE(std::count(defined.begin(), defined.end(), "dX")) << f.name;
   }
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"GeluGrad", "GeluTanhGrad", "LayerNormalizationGrad", "LogSoftmaxGrad",
+  EXPECT_EQ(names, (std::vector<std::string>{"BatchNormalizationGrad", "GeluGrad", "GeluTanhGrad", "LayerNormalizationGrad", "LogSoftmaxGrad",
                                               "MaxPoolGrad", "ReluGrad", "SigmoidGrad", "SoftmaxGrad", "TanhGrad"}));
 
   // A model calling each function passes the ONNX checker, and ONNX infers the functions' output types.
@@ -307,8 +308,11 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
     n.name = f.name;
     n.op_type = f.name;
     n.domain = kFusedGradDomain;
-    if (f.name == "LayerNormalizationGrad") {
-      n.inputs = {"dy", "y", "scale", "stat", "stat"};
+    if (f.name == "LayerNormalizationGrad" || f.name == "BatchNormalizationGrad") {  // BN: N = 2, C = 3
+      const bool ln = f.name == "LayerNormalizationGrad";
+      n.inputs = ln ? std::vector<std::string>{"dy", "y", "scale", "stat", "stat"}
+                    : std::vector<std::string>{"dy", "y", "scale"};
+      n.attributes = {{ln ? "axis" : "epsilon", ln ? Attribute{int64_t{-1}} : Attribute{1e-5f}}};
       n.outputs = {f.name + "_out", f.name + "_dscale", f.name + "_dbias"};
       m.graph.outputs.push_back({n.outputs[1], {DType::Float32, Shape{d(3)}}});
       m.graph.outputs.push_back({n.outputs[2], {DType::Float32, Shape{d(3)}}});

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <random>
+#include <stdexcept>
 
 #include "executor/executor.h"
 #include "gradients/fused.h"
@@ -19,27 +20,66 @@ Tensor random_tensor(std::vector<int64_t> shape, std::mt19937& rng, double lo, d
   return t;
 }
 
+// Runs f's op once through its native kernel and once through its inlined body, on the same feeds.
+void expect_both_ways(const std::vector<Function>& fns, const Function& f, std::map<std::string, Attribute> attrs,
+                      const std::map<std::string, Tensor>& feeds) {
+  Graph g;
+  Node n;
+  n.name = "fused";
+  n.op_type = f.name;
+  n.domain = f.domain;
+  n.inputs = f.inputs;
+  n.outputs = f.outputs;
+  n.attributes = std::move(attrs);
+  g.nodes.push_back(n);
+  for (const std::string& in : f.inputs) {
+    Shape s;
+    for (int64_t d : feeds.at(in).shape) s.push_back(Dim::of(d));
+    g.inputs.push_back({in, {DType::Float64, s}});
+  }
+  for (const std::string& out : f.outputs) g.outputs.push_back({out, {DType::Float64, std::nullopt}});
+  const std::map<std::string, int64_t> opsets{{"", 17}, {f.domain, 1}};
+  ExecutorOptions native, body;
+  native.functions = body.functions = fns;
+  body.prefer_function_bodies = true;
+  Executor a(g, opsets, std::make_shared<TensorStore>(), native);
+  Executor b(g, opsets, std::make_shared<TensorStore>(), body);
+  ASSERT_EQ(a.graph().nodes.size(), 1u) << "the native run must not inline";
+  ASSERT_GT(b.graph().nodes.size(), 1u) << "the body run must inline";
+  std::vector<Tensor> ra = a.run(feeds), rb = b.run(feeds);
+  ASSERT_EQ(ra.size(), f.outputs.size());
+  ASSERT_EQ(rb.size(), f.outputs.size());
+  for (size_t o = 0; o < ra.size(); ++o) {
+    SCOPED_TRACE(f.outputs[o]);
+    ASSERT_EQ(ra[o].shape, rb[o].shape);
+    for (int64_t i = 0; i < ra[o].numel(); ++i)
+      EXPECT_NEAR(ra[o].ptr<double>()[i], rb[o].ptr<double>()[i], 1e-12) << i;
+  }
+}
+
+const Function& function_named(const std::vector<Function>& fns, const std::string& name) {
+  auto it = std::find_if(fns.begin(), fns.end(), [&](const Function& f) { return f.name == name; });
+  if (it == fns.end()) throw std::runtime_error("no fused function " + name);
+  return *it;
+}
+
 TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
   const std::vector<Function> fns = fused_grad_functions();
   ASSERT_FALSE(fns.empty());
   std::mt19937 rng(5);
   for (const Function& f : fns) {
     SCOPED_TRACE(f.name);
-    Graph g;
-    Node n;
-    n.name = "fused";
-    n.op_type = f.name;
-    n.domain = f.domain;
-    n.inputs = f.inputs;
-    n.outputs = f.outputs;
     // MaxPoolGrad carries MaxPool's attributes (its body reads them by reference): overlapping windows with
-    // asymmetric padding, so the body's scatter must add. X [2, 3, 7, 6] pools to dY [2, 3, 4, 6].
+    // asymmetric padding, so the body's scatter must add. X [2, 3, 7, 6] pools to dY [2, 3, 4, 6]. The
+    // normalisation grads' bodies read axis / epsilon by reference too.
     const bool pool = f.name == "MaxPoolGrad";
+    std::map<std::string, Attribute> attrs;
     if (pool)
-      n.attributes = {{"kernel_shape", std::vector<int64_t>{3, 2}},
-                      {"strides", std::vector<int64_t>{2, 1}},
-                      {"pads", std::vector<int64_t>{1, 0, 1, 1}}};
-    g.nodes.push_back(n);
+      attrs = {{"kernel_shape", std::vector<int64_t>{3, 2}},
+               {"strides", std::vector<int64_t>{2, 1}},
+               {"pads", std::vector<int64_t>{1, 0, 1, 1}}};
+    if (f.name == "LayerNormalizationGrad") attrs = {{"axis", int64_t{-1}}};
+    if (f.name == "BatchNormalizationGrad") attrs = {{"epsilon", 0.01f}};  // X [3, 5]: N = 3, C = 5
     // Inputs by name: (dY, Y) for the elementwise-style ops. Y in (0, 1) suits every op: a sigmoid or softmax
     // output, a positive relu output; log-softmax wants Y < 0. LayerNormalizationGrad takes (dY, X, Scale,
     // Mean, InvStdDev) with one statistic per row (InvStdDev positive).
@@ -63,30 +103,32 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
         t = random_tensor({3, 5}, rng, -4, 4);
       else
         t = random_tensor({3, 5}, rng, -1, 1);
-      Shape s;
-      for (int64_t d : t.shape) s.push_back(Dim::of(d));
-      g.inputs.push_back({in, {DType::Float64, s}});
       feeds[in] = std::move(t);
     }
-    for (const std::string& out : f.outputs) g.outputs.push_back({out, {DType::Float64, std::nullopt}});
-    const std::map<std::string, int64_t> opsets{{"", 17}, {f.domain, 1}};
-    ExecutorOptions native, body;
-    native.functions = body.functions = fns;
-    body.prefer_function_bodies = true;
-    Executor a(g, opsets, std::make_shared<TensorStore>(), native);
-    Executor b(g, opsets, std::make_shared<TensorStore>(), body);
-    ASSERT_EQ(a.graph().nodes.size(), 1u) << "the native run must not inline";
-    ASSERT_GT(b.graph().nodes.size(), 1u) << "the body run must inline";
-    std::vector<Tensor> ra = a.run(feeds), rb = b.run(feeds);
-    ASSERT_EQ(ra.size(), f.outputs.size());
-    ASSERT_EQ(rb.size(), f.outputs.size());
-    for (size_t o = 0; o < ra.size(); ++o) {
-      SCOPED_TRACE(f.outputs[o]);
-      ASSERT_EQ(ra[o].shape, rb[o].shape);
-      for (int64_t i = 0; i < ra[o].numel(); ++i)
-        EXPECT_NEAR(ra[o].ptr<double>()[i], rb[o].ptr<double>()[i], 1e-12) << i;
-    }
+    expect_both_ways(fns, f, attrs, feeds);
   }
+}
+
+// LayerNormalizationGrad at an inner axis: X [2, 3, 4] normalised over its last two dims.
+TEST(FusedBothWays, LayerNormGradInnerAxis) {
+  const std::vector<Function> fns = fused_grad_functions();
+  std::mt19937 rng(6);
+  std::map<std::string, Tensor> feeds{{"dY", random_tensor({2, 3, 4}, rng, -1, 1)},
+                                      {"X", random_tensor({2, 3, 4}, rng, -2, 2)},
+                                      {"Scale", random_tensor({3, 4}, rng, 0.5, 1.5)},
+                                      {"Mean", random_tensor({2, 1, 1}, rng, -0.5, 0.5)},
+                                      {"InvStdDev", random_tensor({2, 1, 1}, rng, 0.5, 2)}};
+  expect_both_ways(fns, function_named(fns, "LayerNormalizationGrad"), {{"axis", int64_t{1}}}, feeds);
+}
+
+// BatchNormalizationGrad on a 4-D input with a non-zero mean (N = 2, C = 3, 4 x 5 planes).
+TEST(FusedBothWays, BatchNormGrad4d) {
+  const std::vector<Function> fns = fused_grad_functions();
+  std::mt19937 rng(7);
+  std::map<std::string, Tensor> feeds{{"dY", random_tensor({2, 3, 4, 5}, rng, -1, 1)},
+                                      {"X", random_tensor({2, 3, 4, 5}, rng, 1, 4)},
+                                      {"Scale", random_tensor({3}, rng, -1.5, 1.5)}};
+  expect_both_ways(fns, function_named(fns, "BatchNormalizationGrad"), {{"epsilon", 1e-5f}}, feeds);
 }
 
 TEST(FusedBothWays, EveryFusedOpARuleEmitsHasABodyAndAKernel) {

@@ -7,6 +7,7 @@
 //   standard ops): the float32 gradients must match the float64 ones, which the checker verifies.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -18,18 +19,18 @@
 namespace onnxtrain {
 namespace {
 
-void check_group_norm(int64_t opset, std::vector<int64_t> xshape, int64_t groups, int64_t nparams) {
+// Gradients of sum(Y * R), Y the node's first output, with respect to every input, against central
+// differences in float64; `fused_op`, when given, must appear in the gradient graph.
+void check_numeric(Node n, int64_t opset, const std::vector<std::vector<int64_t>>& shapes, size_t outputs,
+                   const std::string& fused_op = {}) {
+  const std::vector<int64_t> xshape = shapes[0];
   std::mt19937 rng(77 + opset);
   Model m;
   m.opset_imports[""] = opset;
   m.opset_imports["onnxtrain"] = 1;
   Graph& g = m.graph;
-  const std::vector<std::vector<int64_t>> shapes{xshape, {nparams}, {nparams}};
   std::vector<std::string> wrt;
-  Node n;
   n.name = "under_test";
-  n.op_type = "GroupNormalization";
-  n.attributes = {{"num_groups", groups}, {"epsilon", 1e-3f}};
   for (size_t i = 0; i < shapes.size(); ++i) {
     Shape s;
     for (int64_t d : shapes[i]) s.push_back(Dim::of(d));
@@ -38,10 +39,10 @@ void check_group_norm(int64_t opset, std::vector<int64_t> xshape, int64_t groups
     n.inputs.push_back(name);
     wrt.push_back(name);
   }
-  n.outputs = {"y0"};
+  for (size_t o = 0; o < outputs; ++o) n.outputs.push_back("y" + std::to_string(o));
   g.nodes.push_back(n);
   infer_shapes(m);
-  g.value_info["y0"] = g.inputs[0].type;  // what ONNX's inference does not provide
+  g.value_info["y0"] = g.inputs[0].type;  // what ONNX's inference does not provide for GroupNormalization
 
   GraphBuilder gb(g, "check/");
   TensorData r;
@@ -57,6 +58,9 @@ void check_group_norm(int64_t opset, std::vector<int64_t> xshape, int64_t groups
   req.outputs = {obj.name};
   req.output_grads = {seed.name};
   auto grads = build_gradients(g, m.opset_imports, req).grads;
+  if (!fused_op.empty())
+    EXPECT_TRUE(std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& x) { return x.op_type == fused_op; }))
+        << fused_op << " not in the gradient graph";
   g.outputs.push_back({obj.name, obj.type});
   for (const std::string& w : wrt) g.outputs.push_back({grads.at(w), *g.type_of(w)});
 
@@ -170,6 +174,22 @@ TEST(LayerNormGrad, Float32FusedPathMatchesFloat64) {
     ASSERT_EQ(g32[k].size(), g64[k].size());
     for (size_t i = 0; i < g32[k].size(); ++i) EXPECT_NEAR(g32[k][i], g64[k][i], 1e-4 * (1 + std::abs(g64[k][i]))) << k << "[" << i << "]";
   }
+}
+
+void check_group_norm(int64_t opset, std::vector<int64_t> xshape, int64_t groups, int64_t nparams) {
+  Node n;
+  n.op_type = "GroupNormalization";
+  n.attributes = {{"num_groups", groups}, {"epsilon", 1e-3f}};
+  check_numeric(n, opset, {xshape, {nparams}, {nparams}}, 1);
+}
+
+// Training-mode BatchNormalization whose running statistics reach no loss (as in exported models): the rule
+// leaves out their terms and uses onnxtrain.BatchNormalizationGrad alone.
+TEST(BatchNormGrad, TrainingFusedWithoutRunningStatGradients) {
+  Node n;
+  n.op_type = "BatchNormalization";
+  n.attributes = {{"training_mode", int64_t{1}}, {"epsilon", 1e-2f}};
+  check_numeric(n, 15, {{3, 2, 3, 2}, {2}, {2}, {2}, {2}}, 3, "BatchNormalizationGrad");
 }
 
 TEST(GroupNormGrad, Opset21PerChannel) { check_group_norm(21, {2, 4, 3}, 2, 4); }

@@ -1,0 +1,437 @@
+// BatchNormalization, InstanceNormalization, LayerNormalization, GroupNormalization and the fused
+// onnxtrain.LayerNormalizationGrad / BatchNormalizationGrad on CUDA.
+//
+// Every op here normalises "groups" of elements: a LayerNormalization/InstanceNormalization/GroupNormalization
+// row, or a BatchNormalization channel (N planes, C planes apart). One thread block handles one group: it
+// reduces the group's sums in double (as the CPU kernels do), then writes the group's outputs with the same
+// per-element expressions, in the same element type, as executor/cpu/norm.cpp. BatchNormalization does not go
+// through cuDNN: cuDNN's training pass updates the running variance with the unbiased (n - 1) batch variance,
+// where ONNX (and the CPU kernel) use the population variance.
+#include <memory>
+
+#include "executor/cuda/common.h"
+#include "executor/cuda/device_util.cuh"
+
+namespace onnxtrain::cuda {
+namespace {
+
+// Group g is `runs` runs of `len` contiguous elements, `stride` apart, starting at g * step.
+struct Group {
+  int64_t runs, len, stride, step;
+  __device__ int64_t count() const { return runs * len; }
+  __device__ int64_t at(int64_t g, int64_t e) const { return g * step + (e / len) * stride + e % len; }
+};
+
+// Sums each of v[0..K) over the block; every thread gets the totals. All threads of the block must call it.
+template <int K> __device__ void block_sum(double (&v)[K]) {
+  __shared__ double part[K][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
+  for (int k = 0; k < K; ++k)
+    for (int o = 16; o > 0; o >>= 1) v[k] += __shfl_down_sync(0xffffffffu, v[k], o);
+  if (lane == 0)
+    for (int k = 0; k < K; ++k) part[k][warp] = v[k];
+  __syncthreads();
+  if (warp == 0) {
+    for (int k = 0; k < K; ++k) {
+      v[k] = lane < warps ? part[k][lane] : 0.0;
+      for (int o = 16; o > 0; o >>= 1) v[k] += __shfl_down_sync(0xffffffffu, v[k], o);
+    }
+    if (lane == 0)
+      for (int k = 0; k < K; ++k) part[k][0] = v[k];
+  }
+  __syncthreads();
+  for (int k = 0; k < K; ++k) v[k] = part[k][0];
+  __syncthreads();  // part is reused by the next call
+}
+
+// Mean and population variance of group g (the variance about the mean, in a second pass, as on the CPU).
+template <class T> __device__ void moments(const T* x, const Group& G, int64_t g, double& mean, double& var) {
+  const int64_t n = G.count();
+  double s[1] = {0.0};
+  for (int64_t e = threadIdx.x; e < n; e += blockDim.x) s[0] += x[G.at(g, e)];
+  block_sum(s);
+  mean = n ? s[0] / static_cast<double>(n) : 0.0;
+  double q[1] = {0.0};
+  for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
+    const double d = x[G.at(g, e)] - mean;
+    q[0] += d * d;
+  }
+  block_sum(q);
+  var = n ? q[0] / static_cast<double>(n) : 0.0;
+}
+
+unsigned grid_for(int64_t groups) { return static_cast<unsigned>(groups < 1 ? 1 : (groups > (1 << 20) ? 1 << 20 : groups)); }
+
+// ---- forward ------------------------------------------------------------------------------------------------
+
+// Scale and bias offsets within a row: direct (the row's shape) or broadcast to it.
+struct RowParams {
+  bool direct;
+  Strides<2> sb;
+  __device__ void offsets(int64_t j, int64_t (&off)[2]) const {
+    if (direct) {
+      off[0] = off[1] = j;
+    } else {
+      sb.offsets(j, off);
+    }
+  }
+};
+
+template <class T, class U>
+__global__ void layer_norm_kernel(Group G, int64_t rows, double eps, RowParams p, const T* x, const T* s, const T* b,
+                                  T* y, U* mean_out, U* inv_out) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    double m, v;
+    moments(x, G, r, m, v);
+    const double is = 1.0 / sqrt(v + eps);
+    if (threadIdx.x == 0) {
+      if (mean_out) mean_out[r] = static_cast<U>(m);
+      if (inv_out) inv_out[r] = static_cast<U>(is);
+    }
+    const T tm = static_cast<T>(m), ti = static_cast<T>(is);
+    for (int64_t j = threadIdx.x; j < G.len; j += blockDim.x) {
+      int64_t off[2];
+      p.offsets(j, off);
+      const int64_t i = r * G.len + j;
+      T val = (x[i] - tm) * ti * s[off[0]];
+      if (b) val += b[off[1]];
+      y[i] = val;
+    }
+  }
+}
+
+template <class T, class U> class LayerNormKernel final : public Kernel {
+ public:
+  LayerNormKernel(int64_t rows, int64_t len, double eps, RowParams p) : rows_(rows), len_(len), eps_(eps), p_(p) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    if (rows_ == 0) return;
+    const T* b = in.size() > 2 && in[2] ? in[2]->ptr<T>() : nullptr;
+    U* mean_out = out.size() > 1 && out[1] ? out[1]->ptr<U>() : nullptr;
+    U* inv_out = out.size() > 2 && out[2] ? out[2]->ptr<U>() : nullptr;
+    layer_norm_kernel<T, U><<<grid_for(rows_), kBlock, 0, stream()>>>(Group{1, len_, len_, len_}, rows_, eps_, p_,
+                                                                       in[0]->ptr<T>(), in[1]->ptr<T>(), b,
+                                                                       out[0]->ptr<T>(), mean_out, inv_out);
+    check_launch("LayerNormalization kernel");
+  }
+
+ private:
+  int64_t rows_, len_;
+  double eps_;
+  RowParams p_;
+};
+
+std::unique_ptr<Kernel> make_layer_norm(PrepareContext& ctx, const KernelFactory& host) {
+  host_prepare(ctx, host);
+  const std::vector<int64_t>& x = ctx.inputs[0].shape;
+  const auto rank = static_cast<int64_t>(x.size());
+  const int64_t axis = cpu::normalize_axis(ctx, ctx.node.attr_int("axis", -1), rank);
+  const std::vector<int64_t> row(x.begin() + axis, x.end());
+  const int64_t rows = numel_of(std::vector<int64_t>(x.begin(), x.begin() + axis)), len = numel_of(row);
+  const bool has_b = cpu::has_input(ctx, 2);
+  const std::vector<int64_t>& ss = ctx.inputs[1].shape;
+  const std::vector<int64_t>& bs = has_b ? ctx.inputs[2].shape : ss;
+  RowParams p{ss == row && bs == row, {}};
+  if (!p.direct) p.sb = strides_of<2>(plan_broadcast(std::vector<std::vector<int64_t>>{ss, bs}, row));
+  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+  const bool double_stats = ctx.node.attr_int("stash_type", 1) == 11;
+  std::unique_ptr<Kernel> k;
+  dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (double_stats) k = std::make_unique<LayerNormKernel<T, double>>(rows, len, eps, p);
+    else k = std::make_unique<LayerNormKernel<T, float>>(rows, len, eps, p);
+  });
+  if (!k) cpu::fail_dtype(ctx);
+  return k;
+}
+
+// InstanceNormalization and GroupNormalization: rows of `len`; the affine parameter changes every `plane`
+// elements, element i using parameter (i / plane) % channels.
+template <class T>
+__global__ void row_norm_kernel(Group G, int64_t rows, int64_t plane, int64_t channels, double eps, const T* x,
+                                const T* s, const T* b, T* y) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    double m, v;
+    moments(x, G, r, m, v);
+    const double is = 1.0 / sqrt(v + eps);
+    for (int64_t j = threadIdx.x; j < G.len; j += blockDim.x) {
+      const int64_t i = r * G.len + j, c = (i / plane) % channels;
+      const T a = static_cast<T>(s[c] * is), k = static_cast<T>(b[c] - m * s[c] * is);
+      y[i] = x[i] * a + k;
+    }
+  }
+}
+
+template <class T> class RowNormKernel final : public Kernel {
+ public:
+  RowNormKernel(int64_t rows, int64_t len, int64_t plane, int64_t channels, double eps)
+      : rows_(rows), len_(len), plane_(plane), channels_(channels), eps_(eps) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    if (rows_ == 0 || len_ == 0) return;
+    row_norm_kernel<T><<<grid_for(rows_), kBlock, 0, stream()>>>(Group{1, len_, len_, len_}, rows_, plane_, channels_,
+                                                                  eps_, in[0]->ptr<T>(), in[1]->ptr<T>(),
+                                                                  in[2]->ptr<T>(), out[0]->ptr<T>());
+    check_launch("Instance/GroupNormalization kernel");
+  }
+
+ private:
+  int64_t rows_, len_, plane_, channels_;
+  double eps_;
+};
+
+std::unique_ptr<Kernel> row_norm(PrepareContext& ctx, int64_t rows, int64_t len, int64_t plane, int64_t channels) {
+  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+  std::unique_ptr<Kernel> k;
+  dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
+    k = std::make_unique<RowNormKernel<typename decltype(tag)::type>>(rows, len, plane, channels, eps);
+  });
+  if (!k) cpu::fail_dtype(ctx);
+  return k;
+}
+
+int64_t spatial_of(const std::vector<int64_t>& x) { return numel_of(std::vector<int64_t>(x.begin() + 2, x.end())); }
+
+std::unique_ptr<Kernel> make_instance_norm(PrepareContext& ctx, const KernelFactory& host) {
+  host_prepare(ctx, host);
+  const std::vector<int64_t>& x = ctx.inputs[0].shape;
+  const int64_t plane = spatial_of(x);
+  return row_norm(ctx, x[0] * x[1], plane, plane, x[1]);
+}
+
+std::unique_ptr<Kernel> make_group_norm(PrepareContext& ctx, const KernelFactory& host) {
+  host_prepare(ctx, host);
+  const std::vector<int64_t>& x = ctx.inputs[0].shape;
+  const int64_t g = ctx.node.attr_int("num_groups", 1), c = x[1], spatial = spatial_of(x);
+  const int64_t len = (c / g) * spatial;
+  const bool per_channel = ctx.opset >= 21;  // opset 18: one scale/bias per group
+  return row_norm(ctx, x[0] * g, len, per_channel ? spatial : len, per_channel ? c : g);
+}
+
+// BatchNormalization: one block per channel. Training mode normalises with the batch statistics and writes
+// the running statistics (momentum blends, population variance); inference mode reads mean and var.
+template <class T>
+__global__ void batch_norm_kernel(Group G, int64_t channels, double eps, double momentum, bool training, const T* x,
+                                  const T* s, const T* b, const T* mean, const T* var, T* y, T* run_mean, T* run_var) {
+  for (int64_t ch = blockIdx.x; ch < channels; ch += gridDim.x) {
+    double m = mean[ch], v = var[ch];
+    if (training) {
+      double bm, bv;
+      moments(x, G, ch, bm, bv);
+      if (threadIdx.x == 0) {
+        if (run_mean) run_mean[ch] = static_cast<T>(m * momentum + bm * (1 - momentum));
+        if (run_var) run_var[ch] = static_cast<T>(v * momentum + bv * (1 - momentum));
+      }
+      m = bm;
+      v = bv;
+    }
+    const double a = s[ch] / sqrt(v + eps);
+    const T ta = static_cast<T>(a), tk = static_cast<T>(b[ch] - m * a);
+    for (int64_t e = threadIdx.x; e < G.count(); e += blockDim.x) {
+      const int64_t i = G.at(ch, e);
+      y[i] = x[i] * ta + tk;
+    }
+  }
+}
+
+template <class T> class BatchNormKernel final : public Kernel {
+ public:
+  BatchNormKernel(Group g, int64_t c, double eps, double momentum, bool training)
+      : g_(g), c_(c), eps_(eps), momentum_(momentum), training_(training) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    if (c_ == 0) return;
+    T* run_mean = training_ && out.size() > 1 && out[1] ? out[1]->ptr<T>() : nullptr;
+    T* run_var = training_ && out.size() > 2 && out[2] ? out[2]->ptr<T>() : nullptr;
+    batch_norm_kernel<T><<<grid_for(c_), kBlock, 0, stream()>>>(g_, c_, eps_, momentum_, training_, in[0]->ptr<T>(),
+                                                                 in[1]->ptr<T>(), in[2]->ptr<T>(), in[3]->ptr<T>(),
+                                                                 in[4]->ptr<T>(), out[0]->ptr<T>(), run_mean, run_var);
+    check_launch("BatchNormalization kernel");
+  }
+
+ private:
+  Group g_;
+  int64_t c_;
+  double eps_, momentum_;
+  bool training_;
+};
+
+// Channel ch of an (N, C, spatial...) tensor: N planes of `spatial`, C * spatial apart.
+Group channel_groups(const std::vector<int64_t>& x) {
+  const int64_t plane = spatial_of(x);
+  return Group{x[0], plane, x[1] * plane, plane};
+}
+
+std::unique_ptr<Kernel> make_batch_norm(PrepareContext& ctx, const KernelFactory& host) {
+  host_prepare(ctx, host);
+  const std::vector<int64_t>& x = ctx.inputs[0].shape;
+  const bool training = ctx.opset >= 14 && ctx.node.attr_int("training_mode", 0) != 0;
+  const double eps = ctx.node.attr_float("epsilon", 1e-5f), momentum = ctx.node.attr_float("momentum", 0.9f);
+  std::unique_ptr<Kernel> k;
+  dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
+    k = std::make_unique<BatchNormKernel<typename decltype(tag)::type>>(channel_groups(x), x[1], eps, momentum,
+                                                                         training);
+  });
+  if (!k) cpu::fail_dtype(ctx);
+  return k;
+}
+
+// ---- fused gradients ----------------------------------------------------------------------------------------
+
+// LayerNormalizationGrad: per row (one block), with xh = (x - mean) * inv and g = dY * scale,
+// dX = inv * (g - mean(g) - xh * mean(g * xh)). dScale and dBias are column sums over the rows, one thread
+// per column.
+template <class T>
+__global__ void layer_norm_grad_kernel(int64_t rows, int64_t n, const T* dy, const T* x, const T* s, const T* mean,
+                                       const T* inv, T* dx) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const double m = mean[r], is = inv[r];
+    double acc[2] = {0.0, 0.0};
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const int64_t i = r * n + j;
+      const double xh = (x[i] - m) * is, g = static_cast<double>(dy[i]) * s[j];
+      acc[0] += g;
+      acc[1] += g * xh;
+    }
+    block_sum(acc);
+    const double a = acc[0] / static_cast<double>(n), b = acc[1] / static_cast<double>(n);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const int64_t i = r * n + j;
+      const double xh = (x[i] - m) * is;
+      dx[i] = static_cast<T>(is * (static_cast<double>(dy[i]) * s[j] - a - xh * b));
+    }
+  }
+}
+
+template <class T>
+__global__ void layer_norm_param_grad_kernel(int64_t rows, int64_t n, const T* dy, const T* x, const T* mean,
+                                             const T* inv, T* dscale, T* dbias) {
+  for (int64_t j = global_index(); j < n; j += grid_stride()) {
+    double ds = 0, db = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = r * n + j;
+      ds += dy[i] * ((x[i] - static_cast<double>(mean[r])) * inv[r]);
+      db += dy[i];
+    }
+    if (dscale) dscale[j] = static_cast<T>(ds);
+    if (dbias) dbias[j] = static_cast<T>(db);
+  }
+}
+
+template <class T> class LayerNormGradKernel final : public Kernel {
+ public:
+  LayerNormGradKernel(int64_t rows, int64_t len) : rows_(rows), len_(len) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    if (len_ == 0) return;
+    const T *dy = in[0]->ptr<T>(), *x = in[1]->ptr<T>(), *mean = in[3]->ptr<T>(), *inv = in[4]->ptr<T>();
+    if (rows_ > 0) {
+      layer_norm_grad_kernel<T><<<grid_for(rows_), kBlock, 0, stream()>>>(rows_, len_, dy, x, in[2]->ptr<T>(), mean,
+                                                                         inv, out[0]->ptr<T>());
+      check_launch("LayerNormalizationGrad kernel");
+    }
+    T* dscale = out.size() > 1 && out[1] ? out[1]->ptr<T>() : nullptr;
+    T* dbias = out.size() > 2 && out[2] ? out[2]->ptr<T>() : nullptr;
+    if (!dscale && !dbias) return;
+    layer_norm_param_grad_kernel<T><<<blocks_for(len_), kBlock, 0, stream()>>>(rows_, len_, dy, x, mean, inv, dscale,
+                                                                               dbias);
+    check_launch("LayerNormalizationGrad scale/bias kernel");
+  }
+
+ private:
+  int64_t rows_, len_;
+};
+
+std::unique_ptr<Kernel> make_layer_norm_grad(PrepareContext& ctx, const KernelFactory& host) {
+  host_prepare(ctx, host);
+  const std::vector<int64_t>& x = ctx.inputs[1].shape;
+  const int64_t axis = cpu::normalize_axis(ctx, ctx.node.attr_int("axis", -1), static_cast<int64_t>(x.size()));
+  const int64_t rows = numel_of(std::vector<int64_t>(x.begin(), x.begin() + axis));
+  const int64_t len = numel_of(std::vector<int64_t>(x.begin() + axis, x.end()));
+  std::unique_ptr<Kernel> k;
+  dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
+    k = std::make_unique<LayerNormGradKernel<typename decltype(tag)::type>>(rows, len);
+  });
+  if (!k) cpu::fail_dtype(ctx);
+  return k;
+}
+
+// BatchNormalizationGrad: per channel (one block), the CPU kernel's sums and expressions
+// (executor/cpu/norm.cpp): dBias = sum dY, dScale = rstd * sum(dY * xc),
+// dX = scale * rstd * (dY - mean(dY)) - scale * rstd^3 * mean(dY * xc) * xc.
+template <class T>
+__global__ void batch_norm_grad_kernel(Group G, int64_t channels, double eps, const T* dy, const T* x, const T* s,
+                                       T* dx, T* dscale, T* dbias) {
+  const int64_t n = G.count();
+  const double count = static_cast<double>(n);
+  for (int64_t ch = blockIdx.x; ch < channels; ch += gridDim.x) {
+    double s1[2] = {0.0, 0.0};
+    for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
+      const int64_t i = G.at(ch, e);
+      s1[0] += x[i];
+      s1[1] += dy[i];
+    }
+    block_sum(s1);
+    const double mean = n ? s1[0] / count : 0.0, sdy = s1[1];
+    double s2[2] = {0.0, 0.0};
+    for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
+      const int64_t i = G.at(ch, e);
+      const double d = x[i] - mean;
+      s2[0] += d * d;
+      s2[1] += dy[i] * d;
+    }
+    block_sum(s2);
+    const double rstd = 1.0 / sqrt((n ? s2[0] / count : 0.0) + eps), sdyx = s2[1];
+    if (threadIdx.x == 0) {
+      if (dbias) dbias[ch] = static_cast<T>(sdy);
+      if (dscale) dscale[ch] = static_cast<T>(sdyx * rstd);
+    }
+    if (!n) continue;
+    const double a = s[ch] * rstd;
+    const T ta = static_cast<T>(a), tm = static_cast<T>(mean), tdm = static_cast<T>(sdy / count),
+            tb = static_cast<T>(-a * rstd * rstd * sdyx / count);
+    for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
+      const int64_t i = G.at(ch, e);
+      dx[i] = ta * (dy[i] - tdm) + tb * (x[i] - tm);
+    }
+  }
+}
+
+template <class T> class BatchNormGradKernel final : public Kernel {
+ public:
+  BatchNormGradKernel(Group g, int64_t c, double eps) : g_(g), c_(c), eps_(eps) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    if (c_ == 0) return;
+    T* dscale = out.size() > 1 && out[1] ? out[1]->ptr<T>() : nullptr;
+    T* dbias = out.size() > 2 && out[2] ? out[2]->ptr<T>() : nullptr;
+    batch_norm_grad_kernel<T><<<grid_for(c_), kBlock, 0, stream()>>>(g_, c_, eps_, in[0]->ptr<T>(), in[1]->ptr<T>(),
+                                                                      in[2]->ptr<T>(), out[0]->ptr<T>(), dscale, dbias);
+    check_launch("BatchNormalizationGrad kernel");
+  }
+
+ private:
+  Group g_;
+  int64_t c_;
+  double eps_;
+};
+
+std::unique_ptr<Kernel> make_batch_norm_grad(PrepareContext& ctx, const KernelFactory& host) {
+  host_prepare(ctx, host);
+  const std::vector<int64_t>& x = ctx.inputs[1].shape;
+  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+  std::unique_ptr<Kernel> k;
+  dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
+    k = std::make_unique<BatchNormGradKernel<typename decltype(tag)::type>>(channel_groups(x), x[1], eps);
+  });
+  if (!k) cpu::fail_dtype(ctx);
+  return k;
+}
+
+}  // namespace
+
+void register_cuda_norm(KernelRegistry& r) {
+  twin(r, "LayerNormalization", make_layer_norm);
+  twin(r, "InstanceNormalization", make_instance_norm);
+  twin(r, "GroupNormalization", make_group_norm);
+  twin(r, "BatchNormalization", make_batch_norm);
+  twin(r, "onnxtrain", "LayerNormalizationGrad", make_layer_norm_grad);
+  twin(r, "onnxtrain", "BatchNormalizationGrad", make_batch_norm_grad);
+}
+
+}  // namespace onnxtrain::cuda
