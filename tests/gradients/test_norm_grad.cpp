@@ -58,9 +58,10 @@ void check_numeric(Node n, int64_t opset, const std::vector<std::vector<int64_t>
   req.outputs = {obj.name};
   req.output_grads = {seed.name};
   auto grads = build_gradients(g, m.opset_imports, req).grads;
-  if (!fused_op.empty())
+  if (!fused_op.empty()) {
     EXPECT_TRUE(std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& x) { return x.op_type == fused_op; }))
         << fused_op << " not in the gradient graph";
+  }
   g.outputs.push_back({obj.name, obj.type});
   for (const std::string& w : wrt) g.outputs.push_back({grads.at(w), *g.type_of(w)});
 
