@@ -66,24 +66,31 @@ struct EigenGeluTanh {
   }
 };
 
-// Sum of n values in double, in four interleaved partial sums so the additions do not wait on each other
-// (a single chain runs at one add per 4 cycles). Softmax rows of thousands of floats lose digits in float.
+// Sum of n values in double (softmax rows of thousands of floats lose digits in float), in kLanes interleaved
+// partial sums: the compiler keeps them in 2-4 vector registers, so the additions are not one dependent
+// chain. (Four partial sums fill a single AVX register, and that chain was LogSoftmaxGrad's slowest part:
+// docs/performance.md.)
+inline constexpr int64_t kLanes = 16;
 template <class T> double sum_as_double(const T* p, int64_t n) {
-  double a[4] = {0, 0, 0, 0};
+  double a[kLanes] = {};
   int64_t j = 0;
-  for (; j + 4 <= n; j += 4)
-    for (int k = 0; k < 4; ++k) a[k] += static_cast<double>(p[j + k]);
+  for (; j + kLanes <= n; j += kLanes)
+    for (int64_t k = 0; k < kLanes; ++k) a[k] += static_cast<double>(p[j + k]);
   for (; j < n; ++j) a[0] += static_cast<double>(p[j]);
-  return (a[0] + a[1]) + (a[2] + a[3]);
+  double s = 0;
+  for (double v : a) s += v;
+  return s;
 }
 // The same for the dot product of two rows.
 template <class T> double dot_as_double(const T* p, const T* q, int64_t n) {
-  double a[4] = {0, 0, 0, 0};
+  double a[kLanes] = {};
   int64_t j = 0;
-  for (; j + 4 <= n; j += 4)
-    for (int k = 0; k < 4; ++k) a[k] += static_cast<double>(p[j + k]) * static_cast<double>(q[j + k]);
+  for (; j + kLanes <= n; j += kLanes)
+    for (int64_t k = 0; k < kLanes; ++k) a[k] += static_cast<double>(p[j + k]) * static_cast<double>(q[j + k]);
   for (; j < n; ++j) a[0] += static_cast<double>(p[j]) * static_cast<double>(q[j]);
-  return (a[0] + a[1]) + (a[2] + a[3]);
+  double s = 0;
+  for (double v : a) s += v;
+  return s;
 }
 
 }  // namespace onnxtrain::cpu
