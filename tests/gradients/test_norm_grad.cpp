@@ -99,8 +99,9 @@ void check_numeric(Node n, int64_t opset, const std::vector<std::vector<int64_t>
 
 // Gradients of sum(LayerNormalization(X, Scale, B) * R) w.r.t. X, Scale, B with inputs of type t, and whether
 // the backward graph used the fused op.
-std::vector<std::vector<double>> layer_norm_grads(DType t, bool& fused) {
-  const std::vector<int64_t> xs{4, 3, 8}, ps{8};
+std::vector<std::vector<double>> layer_norm_grads(DType t, bool& fused, int64_t axis = -1) {
+  const std::vector<int64_t> xs{4, 3, 8};
+  const std::vector<int64_t> ps(xs.begin() + (axis < 0 ? axis + 3 : axis), xs.end());
   std::mt19937 rng(11);
   std::uniform_real_distribution<double> u(-1, 1);
   std::vector<std::vector<double>> vals;
@@ -136,7 +137,7 @@ std::vector<std::vector<double>> layer_norm_grads(DType t, bool& fused) {
   n.op_type = "LayerNormalization";
   n.inputs = {"X", "S", "B"};
   n.outputs = {"Y"};
-  n.attributes = {{"epsilon", 1e-3f}};
+  n.attributes = {{"epsilon", 1e-3f}, {"axis", axis}};
   g.nodes.push_back(n);
   Tensor r = tensor(vals[3], xs);
   g.initializers["R"] = r.to_data();
@@ -163,10 +164,10 @@ std::vector<std::vector<double>> layer_norm_grads(DType t, bool& fused) {
   return res;
 }
 
-TEST(LayerNormGrad, Float32FusedPathMatchesFloat64) {
+void expect_float32_matches_float64(int64_t axis) {
   bool fused32 = false, fused64 = false;
-  auto g32 = layer_norm_grads(DType::Float32, fused32);
-  auto g64 = layer_norm_grads(DType::Float64, fused64);
+  auto g32 = layer_norm_grads(DType::Float32, fused32, axis);
+  auto g64 = layer_norm_grads(DType::Float64, fused64, axis);
   EXPECT_TRUE(fused32);
   EXPECT_TRUE(fused64);
   ASSERT_EQ(g32.size(), 3u);
@@ -176,6 +177,10 @@ TEST(LayerNormGrad, Float32FusedPathMatchesFloat64) {
     for (size_t i = 0; i < g32[k].size(); ++i) EXPECT_NEAR(g32[k][i], g64[k][i], 1e-4 * (1 + std::abs(g64[k][i]))) << k << "[" << i << "]";
   }
 }
+
+TEST(LayerNormGrad, Float32FusedPathMatchesFloat64) { expect_float32_matches_float64(-1); }
+// An inner axis: the statistics node and the fused op normalise the last two dims ([3, 8] rows).
+TEST(LayerNormGrad, Float32FusedPathMatchesFloat64InnerAxis) { expect_float32_matches_float64(1); }
 
 void check_group_norm(int64_t opset, std::vector<int64_t> xshape, int64_t groups, int64_t nparams) {
   Node n;
