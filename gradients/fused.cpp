@@ -111,17 +111,20 @@ std::vector<Function> fused_grad_functions() {
     out.push_back(std::move(f));
   }
 
-  // The axis is the last one: the kernels take an `axis` attribute, but a body cannot refer to attributes
-  // (the IR has no attribute references), so the rules emit these ops only with the default axis=-1.
-  auto last_axis = [](Function& f) {
-    const int64_t minus_one = -1;
-    TensorData axes = TensorData::from<int64_t>({1}, std::span<const int64_t>(&minus_one, 1));
-    f.nodes.push_back(op("axes", "Constant", {}, "axes", {{"value", std::move(axes)}}));
+  // The softmax axis comes from the calling node's `axis` attribute by reference (rules always set it): a
+  // scalar Constant made 1-D for ReduceSum's axes input.
+  auto axis_ref = [](Function& f) {
+    f.attributes = {"axis"};
+    Node axis = op("axis", "Constant", {}, "axis");
+    axis.attribute_refs["value_int"] = {"axis", 2};  // AttributeProto INT
+    f.nodes.push_back(std::move(axis));
+    fused_body::int64s(f, "zero", {0});
+    f.nodes.push_back(op("axes", "Unsqueeze", {"axis", "zero"}, "axes"));
   };
   Function softmax = make("SoftmaxGrad",
-                          "Gradient of Softmax (opset 13+, last axis) from its output: "
-                          "dX = Y * (dY - ReduceSum(dY * Y, axis=-1, keepdims=1)).");
-  last_axis(softmax);
+                          "Gradient of Softmax (opset 13+ semantics, attribute axis, required) from its output: "
+                          "dX = Y * (dY - ReduceSum(dY * Y, axis, keepdims=1)).");
+  axis_ref(softmax);
   softmax.nodes.push_back(op("dy_y", "Mul", {"dY", "Y"}, "dy_y"));
   softmax.nodes.push_back(op("dot", "ReduceSum", {"dy_y", "axes"}, "dot", {{"keepdims", int64_t{1}}}));
   softmax.nodes.push_back(op("centered", "Sub", {"dY", "dot"}, "centered"));
@@ -129,9 +132,9 @@ std::vector<Function> fused_grad_functions() {
   out.push_back(std::move(softmax));
 
   Function log_softmax = make("LogSoftmaxGrad",
-                              "Gradient of LogSoftmax (opset 13+, last axis) from its output: "
-                              "dX = dY - Exp(Y) * ReduceSum(dY, axis=-1, keepdims=1).");
-  last_axis(log_softmax);
+                              "Gradient of LogSoftmax (opset 13+ semantics, attribute axis, required) from its "
+                              "output: dX = dY - Exp(Y) * ReduceSum(dY, axis, keepdims=1).");
+  axis_ref(log_softmax);
   log_softmax.nodes.push_back(op("total", "ReduceSum", {"dY", "axes"}, "total", {{"keepdims", int64_t{1}}}));
   log_softmax.nodes.push_back(op("probs", "Exp", {"Y"}, "probs"));
   log_softmax.nodes.push_back(op("scaled", "Mul", {"probs", "total"}, "scaled"));

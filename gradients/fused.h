@@ -5,9 +5,9 @@
 //   ReluGrad(dY, Y)    = dY where Y > 0, else 0
 //   SigmoidGrad(dY, Y) = dY * Y * (1 - Y)
 //   TanhGrad(dY, Y)    = dY * (1 - Y * Y)
-//   SoftmaxGrad(dY, Y)    = Y * (dY - sum(dY * Y, axis))     (function body for axis = -1 only: the IR has
-//   LogSoftmaxGrad(dY, Y) = dY - exp(Y) * sum(dY, axis)       no attribute references, so rules emit these
-//                                                              fused ops only for the last axis)
+//   SoftmaxGrad(dY, Y)    = Y * (dY - sum(dY * Y, axis))     (attribute axis, opset 13 semantics: one axis;
+//   LogSoftmaxGrad(dY, Y) = dY - exp(Y) * sum(dY, axis)       the bodies read it by reference, so rules
+//                                                              always set it)
 //   GeluGrad(dY, X)     = dY * (Phi(X) + X * phi(X))                   (Gelu, approximate='none')
 //   GeluTanhGrad(dY, X) = dY * d/dx[X/2 (1 + tanh(k (X + 0.044715 X^3)))]  (Gelu, approximate='tanh')
 // Inputs are (dY, Y) (or (dY, X)) of the same floating type and shape; the single output dX has that type

@@ -1,9 +1,10 @@
-// Gradients of activations. Relu, Sigmoid, Tanh, and Softmax/LogSoftmax over the last axis use the fused
+// Gradients of activations. Relu, Sigmoid, Tanh, and Softmax/LogSoftmax over one axis use the fused
 // onnxtrain ops (gradients/fused.h), which read only the forward output, so the input can be freed after the
 // forward pass; Gelu's fused gradients read its input.
 #include <cmath>
 #include <numbers>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include "gradients/fused.h"
@@ -34,14 +35,12 @@ std::vector<int64_t> softmax_axes(RuleContext& c) {
   return axes;
 }
 
-// The fused SoftmaxGrad/LogSoftmaxGrad are emitted only for the innermost axis (their default, axis=-1):
-// their function bodies cannot take an axis attribute (the IR has no attribute references), and the last
-// axis is the case that matters (attention, classifiers). Other axes keep the standard-op form.
-bool is_last_axis(RuleContext& c, const std::vector<int64_t>& axes) {
-  if (axes.size() != 1) return false;
-  if (axes[0] == -1) return true;
-  auto rank = c.Y(0).rank();  // Y, not X: reading X would keep it alive for the backward pass
-  return rank && axes[0] == static_cast<int64_t>(*rank) - 1;
+// The fused SoftmaxGrad/LogSoftmaxGrad normalise over one axis (opset 13 semantics), which covers every
+// opset 13+ node and the opset 1-12 nodes whose coerced 2-D view has a single axis from `axis` on. They get
+// the axis explicitly: their bodies read it by reference and have no default.
+std::optional<Expr> fused_softmax(RuleContext& c, const std::string& op, const std::vector<int64_t>& axes) {
+  if (axes.size() != 1) return std::nullopt;
+  return apply(c.builder(), op, {c.dY(0), c.Y(0)}, c.dY(0).type, {{"axis", axes[0]}}, kFusedGradDomain);
 }
 
 Expr zero(const Expr& a) { return scalar(*a.b, a.dtype(), 0.0); }
@@ -69,14 +68,14 @@ void register_activation_rules(GradientRegistry& r) {
     // dx = y * (dy - sum(dy * y))
     Expr y = c.Y(0), dy = c.dY(0);
     const std::vector<int64_t> axes = softmax_axes(c);
-    if (is_last_axis(c, axes)) return c.set_dX(0, fused(c, "SoftmaxGrad"));
+    if (auto f = fused_softmax(c, "SoftmaxGrad", axes)) return c.set_dX(0, *f);
     c.set_dX(0, y * (dy - rules::reduce_sum(dy * y, axes, true, c.opset())));
   });
   r.add("LogSoftmax", [](RuleContext& c) {
     // dx = dy - softmax(x) * sum(dy), with softmax(x) = exp(y)
     Expr y = c.Y(0), dy = c.dY(0);
     const std::vector<int64_t> axes = softmax_axes(c);
-    if (is_last_axis(c, axes)) return c.set_dX(0, fused(c, "LogSoftmaxGrad"));
+    if (auto f = fused_softmax(c, "LogSoftmaxGrad", axes)) return c.set_dX(0, *f);
     c.set_dX(0, dy - exp(y) * rules::reduce_sum(dy, axes, true, c.opset()));
   });
 

@@ -78,7 +78,7 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
       attrs = {{"kernel_shape", std::vector<int64_t>{3, 2}},
                {"strides", std::vector<int64_t>{2, 1}},
                {"pads", std::vector<int64_t>{1, 0, 1, 1}}};
-    if (f.name == "LayerNormalizationGrad") attrs = {{"axis", int64_t{-1}}};
+    if (f.name == "LayerNormalizationGrad" || f.name.find("Softmax") != std::string::npos) attrs = {{"axis", int64_t{-1}}};
     if (f.name == "BatchNormalizationGrad") attrs = {{"epsilon", 0.01f}};  // X [3, 5]: N = 3, C = 5
     // Inputs by name: (dY, Y) for the elementwise-style ops. Y in (0, 1) suits every op: a sigmoid or softmax
     // output, a positive relu output; log-softmax wants Y < 0. LayerNormalizationGrad takes (dY, X, Scale,
@@ -119,6 +119,18 @@ TEST(FusedBothWays, LayerNormGradInnerAxis) {
                                       {"Mean", random_tensor({2, 1, 1}, rng, -0.5, 0.5)},
                                       {"InvStdDev", random_tensor({2, 1, 1}, rng, 0.5, 2)}};
   expect_both_ways(fns, function_named(fns, "LayerNormalizationGrad"), {{"axis", int64_t{1}}}, feeds);
+}
+
+// SoftmaxGrad and LogSoftmaxGrad over a middle axis of [2, 4, 3].
+TEST(FusedBothWays, SoftmaxGradsInnerAxis) {
+  const std::vector<Function> fns = fused_grad_functions();
+  std::mt19937 rng(8);
+  for (const char* name : {"SoftmaxGrad", "LogSoftmaxGrad"}) {
+    SCOPED_TRACE(name);
+    std::map<std::string, Tensor> feeds{{"dY", random_tensor({2, 4, 3}, rng, -1, 1)},
+                                        {"Y", random_tensor({2, 4, 3}, rng, -2, -0.1)}};
+    expect_both_ways(fns, function_named(fns, name), {{"axis", int64_t{1}}}, feeds);
+  }
 }
 
 // BatchNormalizationGrad on a 4-D input with a non-zero mean (N = 2, C = 3, 4 x 5 planes).
