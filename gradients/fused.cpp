@@ -228,6 +228,7 @@ std::vector<Function> fused_grad_functions() {
     n.push_back(op("dX", "Reshape", {"scattered", "shape"}, "dX"));
     out.push_back(std::move(f));
   }
+  add_gather_grad_functions(out);
 
   return out;
 }
@@ -241,7 +242,8 @@ std::vector<std::pair<std::string, std::string>> fused_grad_uses() {
           {"Gelu", "GeluGrad"},
           {"Gelu", "GeluTanhGrad"},
           {"LayerNormalization", "LayerNormalizationGrad"},
-          {"MaxPool", "MaxPoolGrad"}};
+          {"MaxPool", "MaxPoolGrad"},
+          {"Gather", "GatherGrad"}};
 }
 
 }  // namespace onnxtrain

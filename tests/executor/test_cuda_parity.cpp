@@ -91,6 +91,10 @@ std::vector<Case> cases() {
   v.push_back({"Adam", node("Adam", {"r", "t", "x0", "x1", "x2", "x3"}, 3, {}, "ai.onnx.preview.training"), 17,
                {randn({10}, 34), randn({10}, 35), randn({10}, 36), Tensor::from_vector<float>({10}, std::vector<float>(10, 0.5f))},
                {{"r", TensorData::from<float>({}, std::vector<float>{0.1f})}, {"t", TensorData::from<int64_t>({}, std::vector<int64_t>{3})}}});
+  v.push_back({"GatherGrad", node("GatherGrad", {"x0", "x1", "s"}, 1, {{"axis", int64_t{1}}}, "onnxtrain"), 17,
+               {randn({3, 6, 2}, 37), Tensor::from_vector<int64_t>({6}, {4, 0, -1, 4, 2, 4})}, {{"s", ints({3, 5, 2})}}});
+  v.push_back({"SumToShape", node("SumToShape", {"x0", "s"}, 1, {}, "onnxtrain"), 17, {randn({2, 3, 4, 5}, 38)},
+               {{"s", ints({3, 1, 5})}}});
   // Where's condition is fed as a bool tensor.
   Tensor c = Tensor::empty(DType::Bool, {3, 4});
   for (int64_t i = 0; i < 12; ++i) c.ptr<bool>()[i] = i % 3 == 0;

@@ -39,6 +39,17 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
       n.attributes = {{"kernel_shape", std::vector<int64_t>{3, 2}},
                       {"strides", std::vector<int64_t>{2, 1}},
                       {"pads", std::vector<int64_t>{1, 0, 1, 1}}};
+    // GatherGrad and SumToShape take int64 inputs: indices (repeated, negative) fed at run time, and the
+    // target shape as an initializer, since the output's shape depends on its value.
+    const bool gather = f.name == "GatherGrad", sum_to = f.name == "SumToShape";
+    if (gather) n.attributes = {{"axis", int64_t{-2}}};
+    std::map<std::string, Tensor> int_feeds;
+    if (gather) {
+      int_feeds["indices"] = Tensor::from_vector<int64_t>({2, 2}, {4, -1, 0, 4});
+      g.initializers["shape"] = TensorData::from<int64_t>({3}, std::span<const int64_t>(std::vector<int64_t>{3, 5, 2}));
+    }
+    if (sum_to)
+      g.initializers["shape"] = TensorData::from<int64_t>({2}, std::span<const int64_t>(std::vector<int64_t>{3, 1}));
     g.nodes.push_back(n);
     // Inputs by name: (dY, Y) for the elementwise-style ops. Y in (0, 1) suits every op: a sigmoid or softmax
     // output, a positive relu output; log-softmax wants Y < 0. LayerNormalizationGrad takes (dY, X, Scale,
@@ -47,7 +58,14 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
     std::map<std::string, Tensor> feeds;
     for (const std::string& in : f.inputs) {
       Tensor t;
-      if (in == "Y")
+      if (g.initializers.count(in)) continue;
+      if (int_feeds.count(in))
+        t = std::move(int_feeds[in]);
+      else if (in == "dY" && gather)
+        t = random_tensor({3, 2, 2, 2}, rng, -1, 1);
+      else if (in == "dY" && sum_to)
+        t = random_tensor({2, 3, 4}, rng, -1, 1);
+      else if (in == "Y")
         t = log_domain ? random_tensor({3, 5}, rng, -3, -0.1) : random_tensor({3, 5}, rng, -0.5, 1);
       else if (in == "Scale")
         t = random_tensor({5}, rng, 0.5, 1.5);
@@ -65,7 +83,7 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
         t = random_tensor({3, 5}, rng, -1, 1);
       Shape s;
       for (int64_t d : t.shape) s.push_back(Dim::of(d));
-      g.inputs.push_back({in, {DType::Float64, s}});
+      g.inputs.push_back({in, {t.dtype, s}});
       feeds[in] = std::move(t);
     }
     for (const std::string& out : f.outputs) g.outputs.push_back({out, {DType::Float64, std::nullopt}});
