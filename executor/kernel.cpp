@@ -4,6 +4,10 @@
 
 #include "graph/error.h"
 
+namespace onnxtrain {
+void register_cpu_gather_grad(KernelRegistry& r);  // executor/cpu/gather_grad.cpp: GatherGrad, SumToShape
+}
+
 #ifdef ONNXTRAIN_WITH_CUDA
 namespace onnxtrain {
 void register_cuda_kernels(KernelRegistry& r);  // executor/cuda/registry.cpp

@@ -95,6 +95,5 @@ void register_cpu_norm(KernelRegistry& r);           // Batch/Instance/Layer/Gro
 void register_cpu_conv(KernelRegistry& r);           // Conv, ConvTranspose, pooling (oneDNN)
 void register_cpu_misc(KernelRegistry& r);           // Einsum, Dropout, CumSum, loss ops, ...
 void register_cpu_resize(KernelRegistry& r);         // Resize (nearest, linear, cubic)
-void register_cpu_gather_grad(KernelRegistry& r);    // onnxtrain.GatherGrad, onnxtrain.SumToShape
 
 }  // namespace onnxtrain

@@ -47,7 +47,6 @@ void register_cuda_unary(KernelRegistry& r);
 void register_cuda_training_ops(KernelRegistry& r);
 void register_cuda_movement(KernelRegistry& r);
 void register_cuda_blas(KernelRegistry& r);
-void register_cuda_gather_grad(KernelRegistry& r);  // onnxtrain.GatherGrad, SumToShape
 
 }  // namespace onnxtrain::cuda
 

@@ -4,6 +4,8 @@
 namespace onnxtrain {
 namespace cuda {
 
+void register_cuda_gather_grad(KernelRegistry& r);  // gather_grad.cu: GatherGrad, SumToShape
+
 void twin(KernelRegistry& r, const std::string& domain, const std::string& op, CudaFactory f) {
   std::vector<KernelDef> defs;
   for (const KernelDef& d : r.all())
