@@ -125,30 +125,45 @@ TEST(DynamicBroadcast, StaticShapesNeedNoRunTimeSum) {
                            [](const Node& n) { return n.op_type == "SumToShape"; }));
 }
 
-// One fused node with its int64 inputs as initializers; returns the error message of planning/running it.
-std::string fused_error(const std::string& op, std::vector<int64_t> dy_shape, std::vector<int64_t> shape,
-                        std::vector<int64_t> indices = {}, std::map<std::string, Attribute> attrs = {}) {
+// One fused node: dY fed, the target shape an initializer; GatherGrad's indices an initializer when given,
+// else fed as int64 [m].
+Graph fused_graph(const std::string& op, DType t, const std::vector<int64_t>& dy_shape, const std::vector<int64_t>& shape,
+                  std::map<std::string, Attribute> attrs, const std::vector<int64_t>* const_indices, int64_t m = 0) {
+  auto i64 = [](const std::vector<int64_t>& v) {
+    return TensorData::from<int64_t>({static_cast<int64_t>(v.size())}, std::span<const int64_t>(v));
+  };
+  auto known = [](const std::vector<int64_t>& v) {
+    Shape s;
+    for (int64_t d : v) s.push_back(Dim::of(d));
+    return s;
+  };
   Graph g;
-  Node n;
+  g.nodes.emplace_back();
+  Node& n = g.nodes.back();
   n.name = "fused";
   n.op_type = op;
   n.domain = kFusedGradDomain;
   n.attributes = std::move(attrs);
   n.inputs = {"dY"};
+  g.inputs.push_back({"dY", {t, known(dy_shape)}});
   if (op == "GatherGrad") {
     n.inputs.push_back("indices");
-    g.initializers["indices"] = TensorData::from<int64_t>({static_cast<int64_t>(indices.size())}, std::span<const int64_t>(indices));
+    if (const_indices) g.initializers["indices"] = i64(*const_indices);
+    else g.inputs.push_back({"indices", {DType::Int64, known({m})}});
   }
   n.inputs.push_back("shape");
-  g.initializers["shape"] = TensorData::from<int64_t>({static_cast<int64_t>(shape.size())}, std::span<const int64_t>(shape));
+  g.initializers["shape"] = i64(shape);
   n.outputs = {"dX"};
-  g.nodes.push_back(n);
-  Shape s;
-  for (int64_t d : dy_shape) s.push_back(Dim::of(d));
-  g.inputs.push_back({"dY", {DType::Float32, s}});
-  g.outputs.push_back({"dX", {DType::Float32, std::nullopt}});
+  g.outputs.push_back({"dX", {t, std::nullopt}});
+  return g;
+}
+
+// The error message of planning and running one fused node on a dY of ones ("" when it succeeds).
+std::string fused_error(const std::string& op, std::vector<int64_t> dy_shape, std::vector<int64_t> shape,
+                        std::vector<int64_t> indices = {}, std::map<std::string, Attribute> attrs = {}) {
   try {
-    Executor ex(g, {{"", 17}, {kFusedGradDomain, 1}}, std::make_shared<TensorStore>());
+    Executor ex(fused_graph(op, DType::Float32, dy_shape, shape, std::move(attrs), &indices),
+                {{"", 17}, {kFusedGradDomain, 1}}, std::make_shared<TensorStore>());
     std::map<std::string, Tensor> feeds;
     feeds["dY"] = Tensor::empty(DType::Float32, dy_shape);
     std::fill(feeds["dY"].span<float>().begin(), feeds["dY"].span<float>().end(), 1.0f);
@@ -178,18 +193,8 @@ TEST(DynamicBroadcast, GatherGradMatchesSerialScatterAdd) {
   std::uniform_int_distribution<int64_t> pick(-n, n - 1);
   std::vector<int64_t> idx(m);
   for (int64_t& v : idx) v = pick(rng) / 7;  // few distinct rows, both signs
-  Graph g;
-  Node node;
-  node.name = "gg";
-  node.op_type = "GatherGrad";
-  node.domain = kFusedGradDomain;
-  node.attributes = {{"axis", int64_t{1}}};
-  node.inputs = {"dY", "indices", "shape"};
-  node.outputs = {"dX"};
-  g.nodes.push_back(node);
-  g.initializers["shape"] = TensorData::from<int64_t>({3}, std::span<const int64_t>(std::vector<int64_t>{outer, n, inner}));
-  g.inputs = {{"dY", {DType::Float64, dims({"3", "700", "33"})}}, {"indices", {DType::Int64, dims({"700"})}}};
-  g.outputs = {{"dX", {DType::Float64, std::nullopt}}};
+  Graph g = fused_graph("GatherGrad", DType::Float64, {outer, m, inner}, {outer, n, inner}, {{"axis", int64_t{1}}},
+                        nullptr, m);
   Executor ex(g, {{"", 17}, {kFusedGradDomain, 1}}, std::make_shared<TensorStore>());
   std::map<std::string, Tensor> feeds{{"dY", random({outer, m, inner}, rng)},
                                       {"indices", Tensor::from_vector<int64_t>({m}, idx)}};
