@@ -4,6 +4,10 @@
 
 #include "graph/error.h"
 
+namespace onnxtrain {
+void register_cpu_gather_grad(KernelRegistry& r);  // executor/cpu/gather_grad.cpp: GatherGrad, SumToShape
+}
+
 #ifdef ONNXTRAIN_WITH_CUDA
 namespace onnxtrain {
 void register_cuda_kernels(KernelRegistry& r);  // executor/cuda/registry.cpp
@@ -63,6 +67,7 @@ const KernelRegistry& default_kernels() {
     register_cpu_conv(r);
     register_cpu_misc(r);
     register_cpu_resize(r);
+    register_cpu_gather_grad(r);
 #ifdef ONNXTRAIN_WITH_CUDA
     register_cuda_kernels(r);  // after the CPU kernels: each CUDA def copies its CPU twin's key
 #endif

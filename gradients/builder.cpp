@@ -38,42 +38,6 @@ bool schema_says_differentiable(const Node& n, size_t i, int64_t opset) {
   return p.GetDifferentiationCategory() != onnx::OpSchema::NonDifferentiable;
 }
 
-// Sums a gradient computed in the broadcast shape back to the shape of the input it belongs to. ONNX only
-// broadcasts dimensions that are 1 (or missing), so those are exactly the axes to sum.
-Expr sum_to_shape(Expr g, const Expr& x, const Node& n, int64_t opset) {
-  if (!g.shape() || !x.shape()) {
-    if (g.type.shape == x.type.shape) return g;
-    fail(n.describe(), "cannot tell whether the gradient of '" + x.name +
-                           "' was broadcast: its rank is unknown (run shape inference, or give the model input shapes)");
-  }
-  const Shape& gs = *g.shape();
-  const Shape& xs = *x.shape();
-  if (gs.size() < xs.size())
-    fail(n.describe(), "gradient of '" + x.name + "' has rank " + std::to_string(gs.size()) + " but the input has rank " +
-                           std::to_string(xs.size()));
-  const size_t lead = gs.size() - xs.size();
-  std::vector<int64_t> axes;
-  for (size_t a = 0; a < gs.size(); ++a) {
-    if (a < lead) {
-      axes.push_back(static_cast<int64_t>(a));
-      continue;
-    }
-    const Dim& xd = xs[a - lead];
-    const Dim& gd = gs[a];
-    if (xd.known() && xd.value == 1 && !(gd.known() && gd.value == 1)) axes.push_back(static_cast<int64_t>(a));
-  }
-  if (axes.empty()) return g;
-  Expr r = rules::reduce_sum(g, axes, /*keepdims=*/true, opset);  // the form valid at the model's opset
-  if (lead == 0) return r;
-  bool static_shape = std::all_of(xs.begin(), xs.end(), [](const Dim& d) { return d.known(); });
-  if (static_shape) {
-    std::vector<int64_t> dims;
-    for (const Dim& d : xs) dims.push_back(d.value);
-    return reshape(r, int64s(*g.b, dims), xs);
-  }
-  return reshape_like(r, x);
-}
-
 }  // namespace
 
 namespace {
@@ -258,7 +222,7 @@ GradientResult build_gradients(Graph& g, const std::map<std::string, int64_t>& o
     const auto& dx = ctx.results();
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       if (!needs[i] || i >= dx.size() || !dx[i]) continue;
-      pending[n.inputs[i]].push_back(sum_to_shape(*dx[i], xs[i], n, opset_for(opsets, "")));
+      pending[n.inputs[i]].push_back(rules::sum_to_shape(*dx[i], xs[i], n, opset_for(opsets, "")));
     }
   }
 

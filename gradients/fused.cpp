@@ -173,6 +173,7 @@ std::vector<Function> fused_grad_functions() {
     n.push_back(op("dX", "Reshape", {"scattered", "shape"}, "dX"));
     out.push_back(std::move(f));
   }
+  add_gather_grad_functions(out);
 
   for (Function& f : fused_norm_functions()) out.push_back(std::move(f));
   return out;
@@ -188,7 +189,8 @@ std::vector<std::pair<std::string, std::string>> fused_grad_uses() {
           {"Gelu", "GeluTanhGrad"},
           {"LayerNormalization", "LayerNormalizationGrad"},
           {"BatchNormalization", "BatchNormalizationGrad"},
-          {"MaxPool", "MaxPoolGrad"}};
+          {"MaxPool", "MaxPoolGrad"},
+          {"Gather", "GatherGrad"}};
 }
 
 }  // namespace onnxtrain

@@ -23,6 +23,10 @@
 //   BatchNormalization through Y, X (N, C, ...), Scale [C]. The batch statistics are recomputed from X
 //   (opset 14+ BatchNormalization does not output them), in the kernel's two read passes per channel. The
 //   body needs opset 15 (CastLike, Shape's start/end); rules always set epsilon.
+//   GatherGrad(dY, indices, shape) -> dX, with Gather's axis (required): dY added into zeros of `shape` at the
+//   gathered positions (Gather's data gradient; repeated and negative indices allowed). Body needs opset 16.
+//   SumToShape(dY, shape) -> dX: dY summed back to `shape` after numpy broadcasting; the engine emits it where
+//   symbolic dims leave open whether an input was broadcast. Both bodies: gradients/fused_gather.cpp.
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +39,7 @@ inline constexpr const char* kFusedGradDomain = "onnxtrain";
 
 // Function bodies for every fused gradient op, in domain kFusedGradDomain, importing ai.onnx opset 17.
 std::vector<Function> fused_grad_functions();
+void add_gather_grad_functions(std::vector<Function>& out);  // GatherGrad, SumToShape (fused_gather.cpp)
 
 // The forward ops whose gradient rules emit each fused op: (forward ai.onnx op, fused op). docs/ops.md lists
 // these; a test checks that every fused op named here has a body and a CPU kernel.

@@ -239,14 +239,27 @@ Metadata config_to_metadata(const TrainingConfig& config) {
   return std::move(w.out);
 }
 
-TrainingConfig config_from_metadata(const Metadata& metadata, const std::string& source) {
+namespace {
+// A model's metadata as a map; every reader of our keys goes through this, so a key given twice is an
+// error everywhere rather than a silent pick of one of them.
+std::map<std::string, std::string> metadata_map(const Metadata& metadata, const std::string& source) {
   std::map<std::string, std::string> in;
   for (const auto& [k, v] : metadata)
     if (!in.emplace(k, v).second) fail(source, "metadata key '" + k + "' is given twice");
+  return in;
+}
+
+TrainingConfig read_config(Reader& r) {
   TrainingConfig c;
-  Reader r{in, source};
   visit_config(c, r);
   return c;
+}
+}  // namespace
+
+TrainingConfig config_from_metadata(const Metadata& metadata, const std::string& source) {
+  const std::map<std::string, std::string> in = metadata_map(metadata, source);
+  Reader r{in, source};
+  return read_config(r);
 }
 
 Model TrainingSession::checkpoint() const {
@@ -422,17 +435,18 @@ TrainingSession TrainingSession::from_checkpoint(const std::filesystem::path& pa
 
 TrainingSession TrainingSession::from_checkpoint(const Model& ckpt, const std::string& source,
                                                  DataParallelSpec parallel) {
-  std::map<std::string, std::string> meta;
-  for (const auto& [k, v] : ckpt.metadata) meta[k] = v;
-  const std::string fmt_key = std::string(kCheckpointKeyPrefix) + "format";
-  if (!meta.count(fmt_key))
-    fail(source, "is an ONNX model but not an onnxtrain checkpoint (no '" + fmt_key + "' metadata)");
-  if (meta[fmt_key] != kCheckpointFormat)
-    fail(source, "checkpoint format '" + meta[fmt_key] + "' is not supported (this build reads format " +
+  const std::map<std::string, std::string> meta = metadata_map(ckpt.metadata, source);
+  Reader r{meta, source};
+  const std::string* format = r.get("format");
+  if (!format)
+    fail(source, "is an ONNX model but not an onnxtrain checkpoint (no '" + std::string(kCheckpointKeyPrefix) +
+                     "format' metadata)");
+  if (*format != kCheckpointFormat)
+    fail(source, "checkpoint format '" + *format + "' is not supported (this build reads format " +
                      kCheckpointFormat + ")");
   if (ckpt.training_info.size() != 1 || ckpt.training_info[0].algorithm.name != kAlgorithmName)
     fail(source, "checkpoint has no onnxtrain training step (training_info[0].algorithm '" + kAlgorithmName + "')");
-  TrainingConfig config = config_from_metadata(ckpt.metadata, source);
+  TrainingConfig config = read_config(r);
   config.parallel = std::move(parallel);
 
   // The inference model as the session first saw it: our metadata, functions and training info removed.
@@ -464,16 +478,14 @@ TrainingSession TrainingSession::from_checkpoint(const Model& ckpt, const std::s
                        ", expected " + dst.describe());
     std::memcpy(dst.data, src.bytes.data(), dst.nbytes());
   }
-  const std::string micro_key = std::string(kCheckpointKeyPrefix) + "micro_batches";
-  if (meta.count(micro_key)) {
-    Reader r{meta, source};
-    const int64_t micro = r.to_int("micro_batches", meta[micro_key]);
+  if (r.get("micro_batches")) {
+    int64_t micro = 0;
+    r("micro_batches", micro);
     if (micro < 0 || micro >= std::max(1, s.config_.optimizer.gradient_accumulation))
-      r.bad("micro_batches", "expected 0 <= value < gradient_accumulation, got " + meta[micro_key]);
+      r.bad("micro_batches", "expected 0 <= value < gradient_accumulation, got " + std::to_string(micro));
     s.micro_ = static_cast<int>(micro);
   }
   if (s.schedule_) {
-    Reader r{meta, source};
     std::vector<double> st;
     r("schedule_state", st);
     if (!st.empty()) s.schedule_->set_state(st);

@@ -11,6 +11,7 @@
 
 #include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
+#include "graph/einsum.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
@@ -246,25 +247,11 @@ struct EinsumPlan {
   std::vector<std::vector<int64_t>> sum_strides;   // per operand, stride for each summed index
 };
 
-std::string trim_spaces(const std::string& s) {
-  std::string r;
-  for (char ch : s)
-    if (ch != ' ') r += ch;
-  return r;
-}
-
 EinsumPlan plan_einsum(const PrepareContext& ctx, std::vector<int64_t>& out_shape) {
-  const std::string eq = trim_spaces(ctx.node.attr_string("equation", ""));
+  const EinsumEquation parsed = parse_einsum_equation(ctx.node.attr_string("equation", ""));
+  const std::string& eq = parsed.text;
   if (eq.empty()) ctx.fail("attribute 'equation' is required");
-  const size_t arrow = eq.find("->");
-  const std::string lhs = eq.substr(0, arrow);
-  std::vector<std::string> terms;
-  for (size_t s = 0;;) {
-    const size_t comma = lhs.find(',', s);
-    terms.push_back(lhs.substr(s, comma == std::string::npos ? std::string::npos : comma - s));
-    if (comma == std::string::npos) break;
-    s = comma + 1;
-  }
+  const std::vector<std::string>& terms = parsed.terms;
   if (terms.size() != ctx.inputs.size())
     ctx.fail("equation '" + eq + "' has " + std::to_string(terms.size()) + " operands but the node has " +
              std::to_string(ctx.inputs.size()) + " inputs");
@@ -306,8 +293,8 @@ EinsumPlan plan_einsum(const PrepareContext& ctx, std::vector<int64_t>& out_shap
       }
     }
   std::vector<char> out;
-  if (arrow != std::string::npos) {
-    const std::string rhs = eq.substr(arrow + 2);
+  {
+    const std::string& rhs = parsed.output;  // the implicit output spelled out too
     for (size_t i = 0; i < rhs.size(); ++i) {
       if (rhs[i] == '.') {
         if (rhs.compare(i, 3, "...") != 0) ctx.fail("equation '" + eq + "' has a stray '.'");
@@ -320,14 +307,6 @@ EinsumPlan plan_einsum(const PrepareContext& ctx, std::vector<int64_t>& out_shap
         ctx.fail("output index '" + std::string(1, rhs[i]) + "' is repeated");
       out.push_back(rhs[i]);
     }
-  } else {
-    // Implicit output: the ellipsis dims, then the letters used exactly once, alphabetically.
-    for (int64_t k = ell_rank; k-- > 0;) out.push_back(static_cast<char>('0' + k));
-    std::map<char, int> count;
-    for (const auto& l : labels)
-      for (char ch : l) ++count[ch];
-    for (const auto& [ch, n] : count)
-      if (n == 1 && std::isalpha(static_cast<unsigned char>(ch))) out.push_back(ch);
   }
   std::vector<char> summed;
   for (const auto& [ch, d] : size)

@@ -4,6 +4,8 @@
 namespace onnxtrain {
 namespace cuda {
 
+void register_cuda_gather_grad(KernelRegistry& r);  // gather_grad.cu: GatherGrad, SumToShape
+
 void twin(KernelRegistry& r, const std::string& domain, const std::string& op, CudaFactory f) {
   std::vector<KernelDef> defs;
   for (const KernelDef& d : r.all())
@@ -27,6 +29,7 @@ void register_cuda_kernels(KernelRegistry& r) {
   cuda::register_cuda_blas(r);
   cuda::register_cuda_softmax(r);
   cuda::register_cuda_norm(r);
+  cuda::register_cuda_gather_grad(r);
 }
 
 }  // namespace onnxtrain

@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "gradients/rule.h"
+#include "gradients/rules/util.h"
 
 namespace onnxtrain {
 
@@ -78,6 +79,13 @@ void register_elementwise_rules(GradientRegistry& r) {
     // Only a float-to-float cast carries a gradient; casts to or from integers are piecewise constant.
     if (!is_floating(c.X(0).dtype()) || !is_floating(c.dY(0).dtype())) return;
     c.set_dX(0, cast(c.dY(0), c.X(0).dtype()));
+  });
+  r.add("CastLike", [](RuleContext& c) {
+    // CastLike(dY, X) as a Cast to X's static dtype, so that X need not stay alive for the backward pass;
+    // target_type only lends its dtype and gets no gradient.
+    const DType x = rules::input_type(c, 0).dtype;
+    if (!is_floating(x) || !is_floating(c.dY(0).dtype())) return;
+    c.set_dX(0, cast(c.dY(0), x));
   });
   r.add("Where", [](RuleContext& c) {
     Expr zero = zero_like(c.dY(0));

@@ -6,6 +6,7 @@
 
 #include "gradients/rule.h"
 #include "gradients/rules/util.h"
+#include "graph/einsum.h"
 
 namespace onnxtrain {
 
@@ -134,31 +135,11 @@ void space_to_depth_rule(RuleContext& c) {
 // the ellipsis), with every "..." replaced by fresh capital letters aligned from the right, so the gradient
 // equations can reorder operands freely.
 void einsum_rule(RuleContext& c) {
-  std::string eq;
-  for (char ch : c.node().attr_string("equation", ""))
-    if (ch != ' ') eq += ch;
-  const size_t arrow = eq.find("->");
-  const std::string lhs = eq.substr(0, arrow);
-  std::vector<std::string> terms;
-  for (size_t s = 0;;) {
-    const size_t comma = lhs.find(',', s);
-    terms.push_back(lhs.substr(s, comma == std::string::npos ? std::string::npos : comma - s));
-    if (comma == std::string::npos) break;
-    s = comma + 1;
-  }
+  const EinsumEquation parsed = parse_einsum_equation(c.node().attr_string("equation", ""));
+  const std::string& eq = parsed.text;
+  std::vector<std::string> terms = parsed.terms;
   if (terms.size() != c.num_inputs()) c.fail("equation '" + eq + "' does not match the number of inputs");
-  std::string out;
-  const bool implicit = arrow == std::string::npos;
-  if (!implicit) out = eq.substr(arrow + 2);
-  if (implicit) {
-    std::map<char, int> once;
-    for (const std::string& t : terms)
-      for (char ch : t)
-        if (ch != '.') ++once[ch];
-    out = eq.find("...") != std::string::npos ? "..." : "";
-    for (const auto& [ch, n] : once)
-      if (n == 1) out += ch;
-  }
+  std::string out = parsed.output;
   if (eq.find("...") != std::string::npos) {
     std::string fresh;
     for (char ch = 'A'; ch <= 'Z'; ++ch)

@@ -3,6 +3,7 @@
 #include <limits>
 #include <numeric>
 
+#include "gradients/fused.h"
 #include "gradients/rule.h"
 #include "gradients/rules/util.h"
 
@@ -46,36 +47,22 @@ void concat_rule(RuleContext& c) {
 }
 
 void gather_rule(RuleContext& c) {
-  // Scatter-add dY into zeros shaped like X: indices repeat (embeddings), so plain scatter would lose sums.
-  // ScatterND indexes the leading axis, so the gathered axis is moved to the front and back again.
-  if (c.opset() < 16) c.fail("needs opset 16 or newer (ScatterND with reduction='add'), the model has opset " +
+  // Scatter-add of dY into zeros shaped like the data (indices repeat in embeddings, so a plain scatter would
+  // lose sums), as the fused GatherGrad: its body scatters with ScatterElements(reduction='add'), opset 16.
+  if (c.opset() < 16) c.fail("needs opset 16 or newer (ScatterElements with reduction='add'), the model has opset " +
                              std::to_string(c.opset()));
-  Expr x = c.X(0), idx = c.X(1), dy = c.dY(0);
-  if (!x.rank() || !idx.rank()) c.fail("needs the ranks of data and indices");
-  const auto r = static_cast<int64_t>(*x.rank()), q = static_cast<int64_t>(*idx.rank());
+  GraphBuilder& b = c.builder();
+  const TypeInfo xt = rules::input_type(c, 0);
   int64_t axis = c.node().attr_int("axis", 0);
-  if (axis < 0) axis += r;
-  if (axis < 0 || axis >= r) c.fail("axis is out of range for rank " + std::to_string(r));
-  Expr idx64 = cast(idx, DType::Int64);
-  Expr index = rules::unsqueeze(idx64, {-1}, c.opset());
-  if (axis == 0) {
-    c.set_dX(0, apply(c.builder(), "ScatterND", {zeros_like(x), index, dy}, x.type, {{"reduction", std::string("add")}}));
-    return;
+  if (xt.shape) {
+    const auto r = static_cast<int64_t>(xt.shape->size());
+    if (axis < -r || axis >= r) c.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(r));
+    if (axis < 0) axis += r;
   }
-  // dY is [X[:axis], I, X[axis+1:]]; updates must be [I, X[:axis], X[axis+1:]].
-  std::vector<int64_t> dy_perm;
-  for (int64_t i = 0; i < q; ++i) dy_perm.push_back(axis + i);
-  for (int64_t i = 0; i < axis; ++i) dy_perm.push_back(i);
-  for (int64_t i = axis + q; i < r - 1 + q; ++i) dy_perm.push_back(i);
-  std::vector<int64_t> x_perm{axis};
-  for (int64_t i = 0; i < r; ++i)
-    if (i != axis) x_perm.push_back(i);
-  std::vector<int64_t> back(r);
-  for (int64_t i = 0; i < r; ++i) back[x_perm[i]] = i;
-  Expr xt = transpose(zeros_like(x), x_perm);
-  Expr scattered = apply(c.builder(), "ScatterND", {xt, index, transpose(dy, dy_perm)}, xt.type,
-                         {{"reduction", std::string("add")}});
-  c.set_dX(0, transpose(scattered, back));
+  // Only the data's shape is needed: a constant when static, so the data itself need not stay alive.
+  auto dims = rules::static_dims(xt);
+  Expr shape = dims ? int64s(b, *dims) : shape_of(c.X(0));
+  c.set_dX(0, apply(b, "GatherGrad", {c.dY(0), c.X(1), shape}, xt, {{"axis", axis}}, kFusedGradDomain));
 }
 
 // ---- Slice ----------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "gradients/fused.h"
 #include "graph/error.h"
 
 namespace onnxtrain::rules {
@@ -132,6 +133,44 @@ Expr reshape_to_input(RuleContext& c, const Expr& dy, size_t i) {
     return reshape(dy, int64s(c.builder(), *dims), t.shape);
   }
   return reshape_like(dy, c.X(i));
+}
+
+namespace {
+// Whether input dim xd may have been broadcast to gradient dim gd without the shapes saying so: xd is
+// symbolic (1 or not, only the run time tells) and gd is not certainly the same size or 1.
+bool undecided(const Dim& xd, const Dim& gd) {
+  if (xd.known() || xd.same_as(gd)) return false;
+  return !(gd.known() && gd.value == 1);
+}
+}  // namespace
+
+Expr sum_to_shape(Expr g, const Expr& x, const Node& n, int64_t opset) {
+  auto at_run_time = [&] {
+    return apply(*g.b, "SumToShape", {g, shape_of(x)}, TypeInfo{g.dtype(), x.shape()}, {}, kFusedGradDomain);
+  };
+  if (!g.shape() || !x.shape()) return g.type.shape && g.type.shape == x.type.shape ? g : at_run_time();
+  const Shape& gs = *g.shape();
+  const Shape& xs = *x.shape();
+  if (gs.size() < xs.size())
+    fail(n.describe(), "gradient of '" + x.name + "' has rank " + std::to_string(gs.size()) + " but the input has rank " +
+                           std::to_string(xs.size()));
+  const size_t lead = gs.size() - xs.size();
+  std::vector<int64_t> axes;
+  for (size_t a = 0; a < gs.size(); ++a) {
+    if (a < lead) {
+      axes.push_back(static_cast<int64_t>(a));
+      continue;
+    }
+    const Dim& xd = xs[a - lead];
+    const Dim& gd = gs[a];
+    if (undecided(xd, gd)) return at_run_time();
+    if (xd.known() && xd.value == 1 && !(gd.known() && gd.value == 1)) axes.push_back(static_cast<int64_t>(a));
+  }
+  if (axes.empty()) return g;
+  Expr r = reduce_sum(g, axes, /*keepdims=*/true, opset);  // the form valid at the model's opset
+  if (lead == 0) return r;
+  if (auto dims = static_dims(x.type)) return reshape(r, int64s(*g.b, *dims), xs);
+  return reshape_like(r, x);
 }
 
 }  // namespace onnxtrain::rules

@@ -40,4 +40,10 @@ std::optional<std::vector<int64_t>> static_dims(const TypeInfo& t);
 // dY reshaped to input i's shape: a constant target when known, else the input's run-time shape.
 Expr reshape_to_input(RuleContext& c, const Expr& dy, size_t i);
 
+// The gradient g of node n's input x, computed in the broadcast (output) shape, summed back to x's shape.
+// ONNX broadcasts only dims of size 1 (or missing): those are summed with ReduceSum when the shapes tell
+// statically which they are, and by onnxtrain.SumToShape(g, Shape(x)) at run time when symbolic dims (or an
+// unknown rank) leave it open.
+Expr sum_to_shape(Expr g, const Expr& x, const Node& n, int64_t opset);
+
 }  // namespace onnxtrain::rules

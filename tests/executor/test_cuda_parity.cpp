@@ -122,6 +122,10 @@ std::vector<Case> cases() {
                     positive({2, 1, 1}, 70)}, {}});
   v.push_back({"BatchNormGrad", node("BatchNormalizationGrad", {"x0", "x1", "x2"}, 3, {{"epsilon", 1e-3f}}, "onnxtrain"),
                17, {randn({4, 3, 2, 5}, 71), randn({4, 3, 2, 5}, 72), randn({3}, 73)}, {}});
+  v.push_back({"GatherGrad", node("GatherGrad", {"x0", "x1", "s"}, 1, {{"axis", int64_t{1}}}, "onnxtrain"), 17,
+               {randn({3, 6, 2}, 37), Tensor::from_vector<int64_t>({6}, {4, 0, -1, 4, 2, 4})}, {{"s", ints({3, 5, 2})}}});
+  v.push_back({"SumToShape", node("SumToShape", {"x0", "s"}, 1, {}, "onnxtrain"), 17, {randn({2, 3, 4, 5}, 38)},
+               {{"s", ints({3, 1, 5})}}});
   // Where's condition is fed as a bool tensor.
   Tensor c = Tensor::empty(DType::Bool, {3, 4});
   for (int64_t i = 0; i < 12; ++i) c.ptr<bool>()[i] = i % 3 == 0;

@@ -606,6 +606,16 @@ std::vector<RuleCase> build() {
       v.push_back(with_const(c, 2, weight3));
     }
   }
+  // ---- GatherGrad cases: negative and int32 indices, an inner axis with 2-D indices; CastLike
+  {
+    std::vector<int64_t> neg{-1, 0, -5, 4, -1};
+    v.push_back(with_const(make("Gather_negative_indices", "Gather", {{5, 2}, {}}), 1,
+                           TensorData::from<int64_t>({5}, std::span<const int64_t>(neg))));
+    std::vector<int32_t> i32{2, -3, 2, 0, 1, 2};
+    v.push_back(with_const(make("Gather_axis1_int32_2d", "Gather", {{2, 3, 2}, {}}, {{"axis", int64_t{-2}}}), 1,
+                           TensorData::from<int32_t>({3, 2}, std::span<const int32_t>(i32))));
+  }
+  v.push_back(with_const(make("CastLike_f64", "CastLike", {{2, 3}, {}}), 1, f64_scalar(0.0)));
   return v;
 }
 

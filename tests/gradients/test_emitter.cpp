@@ -274,9 +274,13 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
     // LayerNormalizationGrad has another signature, and the GELU and MaxPool gradients read X (gradients/fused.h).
     const bool ln = f.name == "LayerNormalizationGrad", bn = f.name == "BatchNormalizationGrad";
     const bool from_x = f.name.rfind("Gelu", 0) == 0 || f.name == "MaxPoolGrad";
+    // GatherGrad and SumToShape take the target shape (gradients/fused.h).
+    const bool gather = f.name == "GatherGrad", sum_to = f.name == "SumToShape";
     const std::vector<std::string> ins = ln       ? std::vector<std::string>{"dY", "X", "Scale", "Mean", "InvStdDev"}
                                          : bn     ? std::vector<std::string>{"dY", "X", "Scale"}
                                          : from_x ? std::vector<std::string>{"dY", "X"}
+                                         : gather ? std::vector<std::string>{"dY", "indices", "shape"}
+                                         : sum_to ? std::vector<std::string>{"dY", "shape"}
                                                   : std::vector<std::string>{"dY", "Y"};
     const std::vector<std::string> outs =
         ln || bn ? std::vector<std::string>{"dX", "dScale", "dBias"} : std::vector<std::string>{"dX"};
@@ -293,8 +297,9 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
     EXPECT_TRUE(std::count(defined.begin(), defined.end(), "dX")) << f.name;
   }
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"BatchNormalizationGrad", "GeluGrad", "GeluTanhGrad", "LayerNormalizationGrad", "LogSoftmaxGrad",
-                                              "MaxPoolGrad", "ReluGrad", "SigmoidGrad", "SoftmaxGrad", "TanhGrad"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"BatchNormalizationGrad", "GatherGrad", "GeluGrad", "GeluTanhGrad",
+                                              "LayerNormalizationGrad", "LogSoftmaxGrad", "MaxPoolGrad", "ReluGrad",
+                                              "SigmoidGrad", "SoftmaxGrad", "SumToShape", "TanhGrad"}));
 
   // A model calling each function passes the ONNX checker, and ONNX infers the functions' output types.
   Model m;
@@ -324,6 +329,25 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
       n.attributes = {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}};
       m.graph.nodes.push_back(n);
       m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(1), d(1), d(4), d(4)}}});
+      continue;
+    } else if (f.name == "GatherGrad" || f.name == "SumToShape") {
+      // GatherGrad: dY [2, 3] gathered by indices [2] from data [4, 3]; SumToShape: dY [2, 3] summed to [3].
+      const bool gg = f.name == "GatherGrad";
+      const std::vector<int64_t> target = gg ? std::vector<int64_t>{4, 3} : std::vector<int64_t>{3};
+      m.graph.initializers[f.name + "_shape"] =
+          TensorData::from<int64_t>({static_cast<int64_t>(target.size())}, std::span<const int64_t>(target));
+      n.inputs = {"dy"};
+      if (gg) {
+        m.graph.initializers["gg_indices"] = TensorData::from<int64_t>({2}, std::span<const int64_t>(std::vector<int64_t>{3, -4}));
+        n.inputs.push_back("gg_indices");
+        n.attributes = {{"axis", int64_t{0}}};
+      }
+      n.inputs.push_back(f.name + "_shape");
+      n.outputs = {f.name + "_out"};
+      m.graph.nodes.push_back(n);
+      Shape out;
+      for (int64_t v : target) out.push_back(d(v));
+      m.graph.outputs.push_back({n.outputs[0], {DType::Float32, out}});
       continue;
     } else {
       n.inputs = {"dy", "y"};

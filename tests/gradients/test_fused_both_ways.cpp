@@ -21,8 +21,10 @@ Tensor random_tensor(std::vector<int64_t> shape, std::mt19937& rng, double lo, d
 }
 
 // Runs f's op once through its native kernel and once through its inlined body, on the same feeds.
+// Inputs that are initializers (a target shape the output's shape depends on) are not fed.
 void expect_both_ways(const std::vector<Function>& fns, const Function& f, std::map<std::string, Attribute> attrs,
-                      const std::map<std::string, Tensor>& feeds) {
+                      const std::map<std::string, Tensor>& feeds,
+                      const std::map<std::string, TensorData>& initializers = {}) {
   Graph g;
   Node n;
   n.name = "fused";
@@ -32,10 +34,12 @@ void expect_both_ways(const std::vector<Function>& fns, const Function& f, std::
   n.outputs = f.outputs;
   n.attributes = std::move(attrs);
   g.nodes.push_back(n);
+  g.initializers = initializers;
   for (const std::string& in : f.inputs) {
+    if (initializers.count(in)) continue;
     Shape s;
     for (int64_t d : feeds.at(in).shape) s.push_back(Dim::of(d));
-    g.inputs.push_back({in, {DType::Float64, s}});
+    g.inputs.push_back({in, {feeds.at(in).dtype, s}});
   }
   for (const std::string& out : f.outputs) g.outputs.push_back({out, {DType::Float64, std::nullopt}});
   const std::map<std::string, int64_t> opsets{{"", 17}, {f.domain, 1}};
@@ -80,6 +84,18 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
                {"pads", std::vector<int64_t>{1, 0, 1, 1}}};
     if (f.name == "LayerNormalizationGrad" || f.name.find("Softmax") != std::string::npos) attrs = {{"axis", int64_t{-1}}};
     if (f.name == "BatchNormalizationGrad") attrs = {{"epsilon", 0.01f}};  // X [3, 5]: N = 3, C = 5
+    // GatherGrad and SumToShape take int64 inputs: indices (repeated, negative) fed at run time, and the
+    // target shape as an initializer, since the output's shape depends on its value.
+    const bool gather = f.name == "GatherGrad", sum_to = f.name == "SumToShape";
+    if (gather) attrs = {{"axis", int64_t{-2}}};
+    std::map<std::string, Tensor> int_feeds;
+    std::map<std::string, TensorData> initializers;
+    if (gather) {
+      int_feeds["indices"] = Tensor::from_vector<int64_t>({2, 2}, {4, -1, 0, 4});
+      initializers["shape"] = TensorData::from<int64_t>({3}, std::span<const int64_t>(std::vector<int64_t>{3, 5, 2}));
+    }
+    if (sum_to)
+      initializers["shape"] = TensorData::from<int64_t>({2}, std::span<const int64_t>(std::vector<int64_t>{3, 1}));
     // Inputs by name: (dY, Y) for the elementwise-style ops. Y in (0, 1) suits every op: a sigmoid or softmax
     // output, a positive relu output; log-softmax wants Y < 0. LayerNormalizationGrad takes (dY, X, Scale,
     // Mean, InvStdDev) with one statistic per row (InvStdDev positive).
@@ -87,7 +103,14 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
     std::map<std::string, Tensor> feeds;
     for (const std::string& in : f.inputs) {
       Tensor t;
-      if (in == "Y")
+      if (initializers.count(in)) continue;
+      if (int_feeds.count(in))
+        t = std::move(int_feeds[in]);
+      else if (in == "dY" && gather)
+        t = random_tensor({3, 2, 2, 2}, rng, -1, 1);
+      else if (in == "dY" && sum_to)
+        t = random_tensor({2, 3, 4}, rng, -1, 1);
+      else if (in == "Y")
         t = log_domain ? random_tensor({3, 5}, rng, -3, -0.1) : random_tensor({3, 5}, rng, -0.5, 1);
       else if (in == "Scale")
         t = random_tensor({5}, rng, 0.5, 1.5);
@@ -105,7 +128,7 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
         t = random_tensor({3, 5}, rng, -1, 1);
       feeds[in] = std::move(t);
     }
-    expect_both_ways(fns, f, attrs, feeds);
+    expect_both_ways(fns, f, attrs, feeds, initializers);
   }
 }
 
