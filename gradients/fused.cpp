@@ -229,6 +229,7 @@ std::vector<Function> fused_grad_functions() {
     out.push_back(std::move(f));
   }
 
+  for (Function& f : fused_conv_functions()) out.push_back(std::move(f));
   return out;
 }
 
@@ -241,7 +242,9 @@ std::vector<std::pair<std::string, std::string>> fused_grad_uses() {
           {"Gelu", "GeluGrad"},
           {"Gelu", "GeluTanhGrad"},
           {"LayerNormalization", "LayerNormalizationGrad"},
-          {"MaxPool", "MaxPoolGrad"}};
+          {"MaxPool", "MaxPoolGrad"},
+          {"Conv", "ConvGrad"},
+          {"AveragePool", "AveragePoolGrad"}};
 }
 
 }  // namespace onnxtrain

@@ -47,6 +47,7 @@ void register_cuda_unary(KernelRegistry& r);
 void register_cuda_training_ops(KernelRegistry& r);
 void register_cuda_movement(KernelRegistry& r);
 void register_cuda_blas(KernelRegistry& r);
+void register_cuda_conv(KernelRegistry& r);
 
 }  // namespace onnxtrain::cuda
 

@@ -25,6 +25,7 @@ void register_cuda_kernels(KernelRegistry& r) {
   cuda::register_cuda_training_ops(r);
   cuda::register_cuda_movement(r);
   cuda::register_cuda_blas(r);
+  cuda::register_cuda_conv(r);
 }
 
 }  // namespace onnxtrain
