@@ -183,7 +183,8 @@ Expr bias_grad(RuleContext& c, const Expr& dy, size_t rank) {
   return rules::reduce_sum(rules::reduce_sum(dy, spatial, false, c.opset()), {0}, false, c.opset());
 }
 
-// The wanted gradients from the fused op: the others' outputs are left unnamed, so no kernel computes them.
+// The wanted gradients from the fused op: the others' outputs are left unnamed (""), so no kernel computes
+// them. All outputs stay listed: onnx's function shape inference expects one per function output.
 std::vector<Expr> fused_grads(RuleContext& c, const std::string& op, const std::vector<Expr>& inputs,
                               std::vector<TypeInfo> types, std::map<std::string, Attribute> attrs) {
   std::vector<Expr> g = apply_n(c.builder(), op, inputs, std::move(types), std::move(attrs), kFusedGradDomain);
@@ -193,7 +194,6 @@ std::vector<Expr> fused_grads(RuleContext& c, const std::string& op, const std::
     c.builder().graph().value_info.erase(n.outputs[i]);
     n.outputs[i].clear();
   }
-  while (!n.outputs.empty() && n.outputs.back().empty()) n.outputs.pop_back();
   return g;
 }
 
@@ -206,7 +206,7 @@ void conv_rule(RuleContext& c) {
   const Win g = window(c, *xt.shape, kernel_of(c, wt), false);
   std::vector<Expr> ins{c.dY(0), c.X(0), c.X(1)};
   std::vector<TypeInfo> types{xt, wt};
-  if (c.has_input(2)) types.push_back(rules::input_type(c, 2));
+  types.push_back(c.has_input(2) ? rules::input_type(c, 2) : TypeInfo{xt.dtype, std::nullopt});  // dB or ""
   std::vector<Expr> d = fused_grads(c, "ConvGrad", ins, types,
                                     {{"kernel_shape", g.k}, {"strides", g.s}, {"dilations", g.d}, {"pads", g.pads()},
                                      {"group", group}});
