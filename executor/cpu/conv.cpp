@@ -1,8 +1,8 @@
-// Conv, ConvTranspose and pooling on the CPU. Every op is canonicalised to three spatial dims (1-D and 2-D
-// get leading dims of size 1 with kernel 1, stride 1, no padding), so one set of loops serves 1-D to 3-D.
-// float32 Conv runs one oneDNN convolution primitive built at plan time on plain (ncdhw/oidhw) layouts; run()
-// only swaps data handles. Everything else (float64, ConvTranspose, pooling, and float32 convolutions oneDNN
-// refuses) is a direct loop, parallel over (image, channel) planes so no two threads write the same output.
+// Conv, ConvTranspose, pooling and the fused ConvGrad / MaxPoolGrad / AveragePoolGrad on the CPU. The geometry
+// (executor/cpu/conv_geometry.h) is canonicalised to three spatial dims, so one set of loops serves 1-D to 3-D.
+// float32 Conv, ConvTranspose and ConvGrad run oneDNN primitives built at plan time on plain (ncdhw/oidhw)
+// layouts; run() only swaps data handles. Everything else (float64, pooling, and geometries oneDNN refuses) is
+// a direct loop, parallel over planes (or weight rows) so no two threads write the same output.
 #include <omp.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -330,7 +330,20 @@ struct DnnlConvGrad {
   dnnl::primitive data, weights;  // each only when its output is wanted
   std::vector<dnnl_exec_arg_t> data_args, weight_args;
   bool bias_with_weights = false;
+  // User-managed scratchpads, allocated once: oneDNN's default allocates one per execution (it doubled W2's
+  // heap allocations per training step).
+  std::vector<std::byte> data_scratch, weight_scratch;
+  dnnl::memory data_scratch_mem, weight_scratch_mem;
 };
+
+// A scratchpad of pd's size owned by `buffer`, as the DNNL_ARG_SCRATCHPAD argument of `args`.
+void bind_scratchpad(const dnnl::primitive_desc_base& pd, std::vector<std::byte>& buffer, dnnl::memory& mem,
+                     std::vector<dnnl_exec_arg_t>& args) {
+  const dnnl::memory::desc d = pd.scratchpad_desc();
+  buffer.resize(std::max<size_t>(d.get_size(), 1));
+  mem = dnnl::memory(d, dnnl_engine(), buffer.data());
+  args.push_back({DNNL_ARG_SCRATCHPAD, mem.get()});
+}
 
 std::optional<DnnlConvGrad> build_dnnl_conv_grad(const Geo& g, bool want_dx, bool want_dw, bool want_db) {
   const std::optional<DnnlGeo> geo = dnnl_geo(g, g.pe);
@@ -341,7 +354,9 @@ std::optional<DnnlConvGrad> build_dnnl_conv_grad(const Geo& g, bool want_dx, boo
     const dnnl::engine& eng = dnnl_engine();
     auto unbound = [&](const dnnl::memory::desc& d) { return dnnl::memory(d, eng, DNNL_MEMORY_NONE); };
     DnnlConvGrad r{unbound(md.y), unbound(md.x), unbound(md.w), unbound(md.x), unbound(md.w), unbound(md.b),
-                   {}, {}, {}, {}, want_dw && want_db};
+                   {}, {}, {}, {}, want_dw && want_db, {}, {}, {}, {}};
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     // The backward primitives take the forward training primitive's descriptor as a hint.
     const dnnl::convolution_forward::primitive_desc hint(
         dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, md.x, md.w, md.y, geo->strides,
@@ -349,17 +364,21 @@ std::optional<DnnlConvGrad> build_dnnl_conv_grad(const Geo& g, bool want_dx, boo
         eng);
     if (want_dx) {
       dnnl::convolution_backward_data::desc d(algo, md.x, md.w, md.y, geo->strides, geo->dil, geo->pl, geo->pr);
-      r.data = dnnl::primitive(dnnl::convolution_backward_data::primitive_desc(d, eng, hint));
+      const dnnl::convolution_backward_data::primitive_desc pd(d, attr, eng, hint);
+      r.data = dnnl::primitive(pd);
       r.data_args = {{DNNL_ARG_DIFF_DST, r.dy.get()}, {DNNL_ARG_WEIGHTS, r.w.get()}, {DNNL_ARG_DIFF_SRC, r.dx.get()}};
+      bind_scratchpad(pd, r.data_scratch, r.data_scratch_mem, r.data_args);
     }
     if (want_dw) {
       auto d = r.bias_with_weights ? dnnl::convolution_backward_weights::desc(algo, md.x, md.w, md.b, md.y,
                                                                               geo->strides, geo->dil, geo->pl, geo->pr)
                                    : dnnl::convolution_backward_weights::desc(algo, md.x, md.w, md.y, geo->strides,
                                                                               geo->dil, geo->pl, geo->pr);
-      r.weights = dnnl::primitive(dnnl::convolution_backward_weights::primitive_desc(d, eng, hint));
+      const dnnl::convolution_backward_weights::primitive_desc pd(d, attr, eng, hint);
+      r.weights = dnnl::primitive(pd);
       r.weight_args = {{DNNL_ARG_SRC, r.x.get()}, {DNNL_ARG_DIFF_DST, r.dy.get()}, {DNNL_ARG_DIFF_WEIGHTS, r.dw.get()}};
       if (r.bias_with_weights) r.weight_args.push_back({DNNL_ARG_DIFF_BIAS, r.db.get()});
+      bind_scratchpad(pd, r.weight_scratch, r.weight_scratch_mem, r.weight_args);
     }
     return r;
   } catch (const dnnl::error&) {
