@@ -74,6 +74,41 @@ __device__ inline int64_t tap_source(const DGeo& g, int a, int64_t i, int64_t j)
   return o < g.out[a] ? o : -1;
 }
 
+// Calls f(input offset, kernel offset) for each tap of output o's window that lies inside the input.
+template <class F> __device__ inline void for_each_tap(const DGeo& g, const int64_t (&o)[3], F&& f) {
+  for (int64_t j0 = 0; j0 < g.k[0]; ++j0) {
+    const int64_t i0 = tap(g, 0, o[0], j0);
+    if (i0 < 0) continue;
+    for (int64_t j1 = 0; j1 < g.k[1]; ++j1) {
+      const int64_t i1 = tap(g, 1, o[1], j1);
+      if (i1 < 0) continue;
+      for (int64_t j2 = 0; j2 < g.k[2]; ++j2) {
+        const int64_t i2 = tap(g, 2, o[2], j2);
+        if (i2 >= 0) f((i0 * g.in[1] + i1) * g.in[2] + i2, (j0 * g.k[1] + j1) * g.k[2] + j2);
+      }
+    }
+  }
+}
+
+// The other way round: calls f(output offset, output position, kernel offset) for each output whose window
+// reads input position i, and the tap it reads i with.
+template <class F> __device__ inline void for_each_reader(const DGeo& g, const int64_t (&i)[3], F&& f) {
+  for (int64_t j0 = 0; j0 < g.k[0]; ++j0) {
+    const int64_t o0 = tap_source(g, 0, i[0], j0);
+    if (o0 < 0) continue;
+    for (int64_t j1 = 0; j1 < g.k[1]; ++j1) {
+      const int64_t o1 = tap_source(g, 1, i[1], j1);
+      if (o1 < 0) continue;
+      for (int64_t j2 = 0; j2 < g.k[2]; ++j2) {
+        const int64_t o2 = tap_source(g, 2, i[2], j2);
+        if (o2 < 0) continue;
+        const int64_t o[3] = {o0, o1, o2};
+        f((o0 * g.out[1] + o1) * g.out[2] + o2, o, (j0 * g.k[1] + j1) * g.k[2] + j2);
+      }
+    }
+  }
+}
+
 // y[n, m, o] = b[m] + sum over c in m's group and taps j of x[n, c, o*s - pb + j*d] * w[m, c', j].
 template <class T> __global__ void conv_kernel(DGeo g, const T* x, const T* w, const T* b, T* y) {
   const int64_t osz = g.osz(), isz = g.isz(), ksz = g.ksz(), Cg = g.C / g.G, Mg = g.M / g.G;
@@ -85,18 +120,7 @@ template <class T> __global__ void conv_kernel(DGeo g, const T* x, const T* w, c
     for (int64_t c = 0; c < Cg; ++c) {
       const T* xp = x + (n * g.C + grp * Cg + c) * isz;
       const T* wp = w + (m * Cg + c) * ksz;
-      for (int64_t j0 = 0; j0 < g.k[0]; ++j0) {
-        const int64_t i0 = tap(g, 0, o[0], j0);
-        if (i0 < 0) continue;
-        for (int64_t j1 = 0; j1 < g.k[1]; ++j1) {
-          const int64_t i1 = tap(g, 1, o[1], j1);
-          if (i1 < 0) continue;
-          for (int64_t j2 = 0; j2 < g.k[2]; ++j2) {
-            const int64_t i2 = tap(g, 2, o[2], j2);
-            if (i2 >= 0) acc += xp[(i0 * g.in[1] + i1) * g.in[2] + i2] * wp[(j0 * g.k[1] + j1) * g.k[2] + j2];
-          }
-        }
-      }
+      for_each_tap(g, o, [&](int64_t i, int64_t j) { acc += xp[i] * wp[j]; });
     }
     y[e] = acc;
   }
@@ -121,18 +145,7 @@ template <class T> __global__ void conv_transpose_kernel(DGeo g, const T* x, con
       const int64_t ci = grp * Cg + c;
       const T* xp = x + (n * g.C + ci) * isz;
       const T* wp = w + (ci * Mg + mg) * ksz;
-      for (int64_t j0 = 0; j0 < g.k[0]; ++j0) {
-        const int64_t i0 = tap_source(r, 0, q[0], j0);
-        if (i0 < 0) continue;
-        for (int64_t j1 = 0; j1 < g.k[1]; ++j1) {
-          const int64_t i1 = tap_source(r, 1, q[1], j1);
-          if (i1 < 0) continue;
-          for (int64_t j2 = 0; j2 < g.k[2]; ++j2) {
-            const int64_t i2 = tap_source(r, 2, q[2], j2);
-            if (i2 >= 0) acc += xp[(i0 * g.in[1] + i1) * g.in[2] + i2] * wp[(j0 * g.k[1] + j1) * g.k[2] + j2];
-          }
-        }
-      }
+      for_each_reader(r, q, [&](int64_t i, const int64_t (&)[3], int64_t j) { acc += xp[i] * wp[j]; });
     }
     y[e] = acc;
   }
@@ -181,24 +194,13 @@ template <class T> __global__ void conv_bias_grad_kernel(DGeo g, const T* dy, T*
 template <class T> __device__ int64_t window_argmax(const DGeo& g, const T* xp, const int64_t (&o)[3], T& best) {
   int64_t arg = -1;
   best = T(0);
-  for (int64_t j0 = 0; j0 < g.k[0]; ++j0) {
-    const int64_t i0 = tap(g, 0, o[0], j0);
-    if (i0 < 0) continue;
-    for (int64_t j1 = 0; j1 < g.k[1]; ++j1) {
-      const int64_t i1 = tap(g, 1, o[1], j1);
-      if (i1 < 0) continue;
-      for (int64_t j2 = 0; j2 < g.k[2]; ++j2) {
-        const int64_t i2 = tap(g, 2, o[2], j2);
-        if (i2 < 0) continue;
-        const int64_t at = (i0 * g.in[1] + i1) * g.in[2] + i2;
-        const T v = xp[at];
-        if (arg < 0 || v > best || (v != v && best == best)) {
-          best = v;
-          arg = at;
-        }
-      }
+  for_each_tap(g, o, [&](int64_t at, int64_t) {
+    const T v = xp[at];
+    if (arg < 0 || v > best || (v != v && best == best)) {
+      best = v;
+      arg = at;
     }
-  }
+  });
   return arg;
 }
 
@@ -237,21 +239,10 @@ template <class T> __global__ void max_pool_grad_kernel(DGeo g, const T* dy, con
     int64_t i[3];
     split3(at, g.in, i);
     T acc = 0;
-    for (int64_t j0 = 0; j0 < g.k[0]; ++j0) {
-      const int64_t o0 = tap_source(g, 0, i[0], j0);
-      if (o0 < 0) continue;
-      for (int64_t j1 = 0; j1 < g.k[1]; ++j1) {
-        const int64_t o1 = tap_source(g, 1, i[1], j1);
-        if (o1 < 0) continue;
-        for (int64_t j2 = 0; j2 < g.k[2]; ++j2) {
-          const int64_t o2 = tap_source(g, 2, i[2], j2);
-          if (o2 < 0) continue;
-          const int64_t o[3] = {o0, o1, o2};
-          T best;
-          if (window_argmax(g, x + p * isz, o, best) == at) acc += dy[p * osz + (o0 * g.out[1] + o1) * g.out[2] + o2];
-        }
-      }
-    }
+    for_each_reader(g, i, [&](int64_t oat, const int64_t (&o)[3], int64_t) {
+      T best;
+      if (window_argmax(g, x + p * isz, o, best) == at) acc += dy[p * osz + oat];
+    });
     dx[e] = acc;
   }
 }
@@ -263,18 +254,7 @@ template <class T> __global__ void avg_pool_kernel(DGeo g, const T* inv, const T
     int64_t o[3];
     split3(e % osz, g.out, o);
     T acc = 0;
-    for (int64_t j0 = 0; j0 < g.k[0]; ++j0) {
-      const int64_t i0 = tap(g, 0, o[0], j0);
-      if (i0 < 0) continue;
-      for (int64_t j1 = 0; j1 < g.k[1]; ++j1) {
-        const int64_t i1 = tap(g, 1, o[1], j1);
-        if (i1 < 0) continue;
-        for (int64_t j2 = 0; j2 < g.k[2]; ++j2) {
-          const int64_t i2 = tap(g, 2, o[2], j2);
-          if (i2 >= 0) acc += xp[(i0 * g.in[1] + i1) * g.in[2] + i2];
-        }
-      }
-    }
+    for_each_tap(g, o, [&](int64_t i, int64_t) { acc += xp[i]; });
     y[e] = acc * inv[e % osz];
   }
 }
@@ -286,20 +266,7 @@ template <class T> __global__ void avg_pool_grad_kernel(DGeo g, const T* inv, co
     int64_t i[3];
     split3(e % isz, g.in, i);
     T acc = 0;
-    for (int64_t j0 = 0; j0 < g.k[0]; ++j0) {
-      const int64_t o0 = tap_source(g, 0, i[0], j0);
-      if (o0 < 0) continue;
-      for (int64_t j1 = 0; j1 < g.k[1]; ++j1) {
-        const int64_t o1 = tap_source(g, 1, i[1], j1);
-        if (o1 < 0) continue;
-        for (int64_t j2 = 0; j2 < g.k[2]; ++j2) {
-          const int64_t o2 = tap_source(g, 2, i[2], j2);
-          if (o2 < 0) continue;
-          const int64_t o = (o0 * g.out[1] + o1) * g.out[2] + o2;
-          acc += dyp[o] * inv[o];
-        }
-      }
-    }
+    for_each_reader(g, i, [&](int64_t o, const int64_t (&)[3], int64_t) { acc += dyp[o] * inv[o]; });
     dx[e] = acc;
   }
 }
