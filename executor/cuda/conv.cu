@@ -1,10 +1,10 @@
 // Conv, ConvTranspose, pooling and their fused gradients (ConvGrad, MaxPoolGrad, AveragePoolGrad) on CUDA.
-// The geometry is the CPU's (executor/cpu/conv_geometry.h, parsed once at plan time). These are direct
-// kernels, not cuDNN yet: one thread per output element gathers its whole sum, so there are no atomics and
-// the result does not depend on scheduling; ties and NaNs in MaxPool follow the CPU (first maximum in tap
-// order, a NaN wins), and AveragePool's divisors are the CPU's own, computed on the host and uploaded once.
-// cuDNN would be faster for large convolutions but takes symmetric pads only and counts ceil_mode windows
-// differently; see docs/gpu.md. Not run on a GPU here (none on this machine): it compiles for sm_80/sm_90.
+// The geometry is the CPU's (executor/cpu/conv_geometry.h, parsed once at plan time). Conv and ConvGrad with
+// symmetric pads go through cuDNN; everything else runs direct kernels: one thread per output element gathers
+// its whole sum, so there are no atomics and the result does not depend on scheduling; ties and NaNs in
+// MaxPool follow the CPU (first maximum in tap order, a NaN wins), and AveragePool's divisors are the CPU's
+// own, computed on the host and uploaded once (cuDNN's pooling takes symmetric pads only and counts ceil_mode
+// windows differently). Not run on a GPU here (none on this machine): it compiles for sm_80/sm_90.
 #include <array>
 #include <cmath>
 #include <memory>
@@ -287,15 +287,122 @@ template <class T, bool Max> __global__ void global_pool_kernel(int64_t planes, 
   }
 }
 
+// ---- cuDNN for Conv and ConvGrad ---------------------------------------------------------------------------
+// cuDNN's convolution takes one pad per spatial dim, so only symmetric pads go through it (most CNNs); other
+// geometries keep the direct kernels. FMA math (no TF32) keeps float32 comparable with the CPU. Algorithms are
+// picked by cuDNN's heuristics on the first run (a handle needs the device), workspaces come from workspace().
+// This uses cuDNN's legacy convolution API (deprecated in cuDNN 9, still shipped).
+
+template <class D, cudnnStatus_t (*Destroy)(D)> struct CudnnDesc {
+  D d = nullptr;
+  CudnnDesc() = default;
+  CudnnDesc(const CudnnDesc&) = delete;
+  CudnnDesc& operator=(const CudnnDesc&) = delete;
+  ~CudnnDesc() {
+    if (d) Destroy(d);
+  }
+};
+
+struct CudnnConv {
+  CudnnDesc<cudnnTensorDescriptor_t, cudnnDestroyTensorDescriptor> x, y, b;
+  CudnnDesc<cudnnFilterDescriptor_t, cudnnDestroyFilterDescriptor> w;
+  CudnnDesc<cudnnConvolutionDescriptor_t, cudnnDestroyConvolutionDescriptor> conv;
+  bool chosen = false;
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data{};
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+  size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
+
+  void choose() {
+    if (chosen) return;
+    int n = 0;
+    cudnnConvolutionFwdAlgoPerf_t f;
+    check(cudnnGetConvolutionForwardAlgorithm_v7(cudnn(), x.d, w.d, conv.d, y.d, 1, &n, &f), "conv forward algorithm");
+    fwd = f.algo;
+    check(cudnnGetConvolutionForwardWorkspaceSize(cudnn(), x.d, w.d, conv.d, y.d, fwd, &fwd_ws), "conv forward workspace");
+    cudnnConvolutionBwdDataAlgoPerf_t bd;
+    check(cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn(), w.d, y.d, conv.d, x.d, 1, &n, &bd), "conv dX algorithm");
+    bwd_data = bd.algo;
+    check(cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn(), w.d, y.d, conv.d, x.d, bwd_data, &data_ws),
+          "conv dX workspace");
+    cudnnConvolutionBwdFilterAlgoPerf_t bf;
+    check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn(), x.d, y.d, conv.d, w.d, 1, &n, &bf), "conv dW algorithm");
+    bwd_filter = bf.algo;
+    check(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn(), x.d, y.d, conv.d, w.d, bwd_filter, &filter_ws),
+          "conv dW workspace");
+    chosen = true;
+  }
+};
+
+// Null when cuDNN cannot express the geometry (asymmetric pads) or a dim exceeds int.
+std::unique_ptr<CudnnConv> make_cudnn_conv(const cpu::Geo& g, DType t) {
+  for (int i = 0; i < cpu::kMaxSpatial; ++i)
+    if (g.pb[i] != g.pe[i]) return nullptr;
+  const int sp = g.rank == 3 ? 3 : 2, off = cpu::kMaxSpatial - sp, nd = sp + 2;
+  const int64_t lim = 1ll << 30;
+  if (g.N > lim || g.C > lim || g.M > lim || g.N * g.C * g.in_size() > lim || g.N * g.M * g.out_size() > lim)
+    return nullptr;
+  int xd[5] = {int(g.N), int(g.C)}, yd[5] = {int(g.N), int(g.M)}, wd[5] = {int(g.M), int(g.C / g.G)},
+      bd[5] = {1, int(g.M), 1, 1, 1}, pad[3], stride[3], dil[3];
+  for (int i = 0; i < sp; ++i) {
+    xd[2 + i] = int(g.in[off + i]);
+    yd[2 + i] = int(g.out[off + i]);
+    wd[2 + i] = int(g.k[off + i]);
+    pad[i] = int(g.pb[off + i]);
+    stride[i] = int(g.s[off + i]);
+    dil[i] = int(g.d[off + i]);
+  }
+  auto packed = [nd](const int* dims, int* st) {
+    st[nd - 1] = 1;
+    for (int i = nd - 1; i-- > 0;) st[i] = st[i + 1] * dims[i + 1];
+  };
+  int xs[5], ys[5], bs[5];
+  packed(xd, xs);
+  packed(yd, ys);
+  packed(bd, bs);
+  const cudnnDataType_t dt = t == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  auto c = std::make_unique<CudnnConv>();
+  check(cudnnCreateTensorDescriptor(&c->x.d), "cudnnCreateTensorDescriptor");
+  check(cudnnCreateTensorDescriptor(&c->y.d), "cudnnCreateTensorDescriptor");
+  check(cudnnCreateTensorDescriptor(&c->b.d), "cudnnCreateTensorDescriptor");
+  check(cudnnCreateFilterDescriptor(&c->w.d), "cudnnCreateFilterDescriptor");
+  check(cudnnCreateConvolutionDescriptor(&c->conv.d), "cudnnCreateConvolutionDescriptor");
+  check(cudnnSetTensorNdDescriptor(c->x.d, dt, nd, xd, xs), "conv X descriptor");
+  check(cudnnSetTensorNdDescriptor(c->y.d, dt, nd, yd, ys), "conv Y descriptor");
+  check(cudnnSetTensorNdDescriptor(c->b.d, dt, nd, bd, bs), "conv B descriptor");
+  check(cudnnSetFilterNdDescriptor(c->w.d, dt, CUDNN_TENSOR_NCHW, nd, wd), "conv W descriptor");
+  check(cudnnSetConvolutionNdDescriptor(c->conv.d, sp, pad, stride, dil, CUDNN_CROSS_CORRELATION, dt),
+        "convolution descriptor");
+  check(cudnnSetConvolutionGroupCount(c->conv.d, int(g.G)), "convolution group count");
+  check(cudnnSetConvolutionMathType(c->conv.d, CUDNN_FMA_MATH), "convolution math type");
+  return c;
+}
+
+// cuDNN's scaling factors: double for double data, float otherwise.
+template <class T> struct Scale {
+  T one = 1, zero = 0;
+};
+
 // ---- kernels ----------------------------------------------------------------------------------------------
 
 template <class T> class ConvKernel final : public Kernel {
  public:
-  ConvKernel(DGeo g, bool transpose) : g_(g), transpose_(transpose) {}
+  ConvKernel(DGeo g, bool transpose, std::unique_ptr<CudnnConv> dnn = nullptr)
+      : g_(g), transpose_(transpose), dnn_(std::move(dnn)) {}
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
     const int64_t n = out[0]->numel();
     if (n == 0) return;
     const T* b = in.size() > 2 && in[2] ? in[2]->ptr<T>() : nullptr;
+    if (dnn_) {
+      CudnnConv& c = *dnn_;
+      c.choose();
+      const Scale<T> k;
+      check(cudnnConvolutionForward(cudnn(), &k.one, c.x.d, in[0]->data, c.w.d, in[1]->data, c.conv.d, c.fwd,
+                                    workspace(c.fwd_ws), c.fwd_ws, &k.zero, c.y.d, out[0]->data),
+            "cudnnConvolutionForward");
+      if (b) check(cudnnAddTensor(cudnn(), &k.one, c.b.d, b, &k.one, c.y.d, out[0]->data), "Conv bias (cudnnAddTensor)");
+      return;
+    }
     if (transpose_)
       conv_transpose_kernel<T><<<blocks_for(n), kBlock, 0, stream()>>>(g_, in[0]->ptr<T>(), in[1]->ptr<T>(), b,
                                                                         out[0]->ptr<T>());
@@ -307,13 +414,32 @@ template <class T> class ConvKernel final : public Kernel {
  private:
   DGeo g_;
   bool transpose_;
+  std::unique_ptr<CudnnConv> dnn_;
 };
 
 template <class T> class ConvGradKernel final : public Kernel {
  public:
-  ConvGradKernel(DGeo g, std::array<bool, 3> want) : g_(g), want_(want) {}
+  ConvGradKernel(DGeo g, std::array<bool, 3> want, std::unique_ptr<CudnnConv> dnn)
+      : g_(g), want_(want), dnn_(std::move(dnn)) {}
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
     const T* dy = in[0]->ptr<T>();
+    if (dnn_) {
+      CudnnConv& c = *dnn_;
+      c.choose();
+      const Scale<T> k;
+      if (want_[0] && out[0]->numel())
+        check(cudnnConvolutionBackwardData(cudnn(), &k.one, c.w.d, in[2]->data, c.y.d, dy, c.conv.d, c.bwd_data,
+                                           workspace(c.data_ws), c.data_ws, &k.zero, c.x.d, out[0]->data),
+              "cudnnConvolutionBackwardData");
+      if (want_[1] && out[1]->numel())
+        check(cudnnConvolutionBackwardFilter(cudnn(), &k.one, c.x.d, in[1]->data, c.y.d, dy, c.conv.d, c.bwd_filter,
+                                             workspace(c.filter_ws), c.filter_ws, &k.zero, c.w.d, out[1]->data),
+              "cudnnConvolutionBackwardFilter");
+      if (want_[2] && out[2]->numel())
+        check(cudnnConvolutionBackwardBias(cudnn(), &k.one, c.y.d, dy, &k.zero, c.b.d, out[2]->data),
+              "cudnnConvolutionBackwardBias");
+      return;
+    }
     if (want_[0] && out[0]->numel()) {
       conv_transpose_kernel<T><<<blocks_for(out[0]->numel()), kBlock, 0, stream()>>>(transposed(g_), dy,
                                                                                       in[2]->ptr<T>(), nullptr,
@@ -334,6 +460,7 @@ template <class T> class ConvGradKernel final : public Kernel {
  private:
   DGeo g_;
   std::array<bool, 3> want_;
+  std::unique_ptr<CudnnConv> dnn_;
 };
 
 template <class T> class MaxPoolKernel final : public Kernel {
@@ -425,7 +552,9 @@ template <template <class> class K, class... A> std::unique_ptr<Kernel> by_dtype
 
 std::unique_ptr<Kernel> make_conv(PrepareContext& ctx, const KernelFactory& host) {
   host_prepare(ctx, host);
-  return by_dtype<ConvKernel>(ctx.inputs[0].dtype, device_geo(cpu::conv_geometry(ctx, 0)), false);
+  const cpu::Geo g = cpu::conv_geometry(ctx, 0);
+  const DType t = ctx.inputs[0].dtype;
+  return by_dtype<ConvKernel>(t, device_geo(g), false, make_cudnn_conv(g, t));
 }
 
 std::unique_ptr<Kernel> make_conv_transpose(PrepareContext& ctx, const KernelFactory& host) {
@@ -436,7 +565,9 @@ std::unique_ptr<Kernel> make_conv_transpose(PrepareContext& ctx, const KernelFac
 
 std::unique_ptr<Kernel> make_conv_grad(PrepareContext& ctx, const KernelFactory& host) {
   host_prepare(ctx, host);
-  return by_dtype<ConvGradKernel>(ctx.inputs[1].dtype, device_geo(cpu::conv_geometry(ctx, 1)), cpu::wanted_outputs(ctx));
+  const cpu::Geo g = cpu::conv_geometry(ctx, 1);
+  const DType t = ctx.inputs[1].dtype;
+  return by_dtype<ConvGradKernel>(t, device_geo(g), cpu::wanted_outputs(ctx), make_cudnn_conv(g, t));
 }
 
 std::unique_ptr<Kernel> make_max_pool(PrepareContext& ctx, const KernelFactory& host) {
