@@ -330,8 +330,8 @@ struct DnnlConvGrad {
   dnnl::primitive data, weights;  // each only when its output is wanted
   std::vector<dnnl_exec_arg_t> data_args, weight_args;
   bool bias_with_weights = false;
-  // User-managed scratchpads, allocated once: oneDNN's default allocates one per execution (it doubled W2's
-  // heap allocations per training step).
+  // User-managed scratchpads, allocated once at plan time. (This did not lower W2's heap allocations per step:
+  // those come from sgemm's per-call workspace inside the gemm:jit implementations, see docs/performance.md.)
   std::vector<std::byte> data_scratch, weight_scratch;
   dnnl::memory data_scratch_mem, weight_scratch_mem;
 };
