@@ -176,6 +176,7 @@ std::vector<Function> fused_grad_functions() {
   add_gather_grad_functions(out);
 
   for (Function& f : fused_norm_functions()) out.push_back(std::move(f));
+  for (Function& f : fused_conv_functions()) out.push_back(std::move(f));
   return out;
 }
 
@@ -190,6 +191,8 @@ std::vector<std::pair<std::string, std::string>> fused_grad_uses() {
           {"LayerNormalization", "LayerNormalizationGrad"},
           {"BatchNormalization", "BatchNormalizationGrad"},
           {"MaxPool", "MaxPoolGrad"},
+          {"Conv", "ConvGrad"},
+          {"AveragePool", "AveragePoolGrad"},
           {"Gather", "GatherGrad"}};
 }
 

@@ -15,6 +15,8 @@
 //   MaxPoolGrad(dY, X) -> dX, with MaxPool's attributes (kernel_shape, strides, pads, dilations, ceil_mode,
 //   auto_pad): dY added at each window's first maximum. Its body refers to those attributes (ONNX
 //   ref_attr_name) and scatters with ScatterElements(reduction='add'), so it needs opset 16.
+//   ConvGrad(dY, X, W) -> (dX, dW, dB) and AveragePoolGrad(dY, X) -> dX, with the forward op's attributes
+//   (explicit pads, no auto_pad): bodies in gradients/fused_conv.cpp, which document them.
 //   LayerNormalizationGrad(dY, X, Scale, Mean, InvStdDev) -> (dX, dScale, dBias), attribute axis: an exception
 //   to the (dY, Y) -> dX form. Mean and InvStdDev are LayerNormalization's optional outputs (one per row);
 //   Scale has the normalised shape (X's dims from axis on). The body (gradients/fused_norm.cpp) flattens at
@@ -40,6 +42,9 @@ inline constexpr const char* kFusedGradDomain = "onnxtrain";
 // Function bodies for every fused gradient op, in domain kFusedGradDomain, importing ai.onnx opset 17.
 std::vector<Function> fused_grad_functions();
 void add_gather_grad_functions(std::vector<Function>& out);  // GatherGrad, SumToShape (fused_gather.cpp)
+
+// The convolution family's bodies (gradients/fused_conv.cpp), part of fused_grad_functions().
+std::vector<Function> fused_conv_functions();
 
 // The forward ops whose gradient rules emit each fused op: (forward ai.onnx op, fused op). docs/ops.md lists
 // these; a test checks that every fused op named here has a body and a CPU kernel.

@@ -1,8 +1,8 @@
-// Conv, ConvTranspose and pooling on the CPU. Every op is canonicalised to three spatial dims (1-D and 2-D
-// get leading dims of size 1 with kernel 1, stride 1, no padding), so one set of loops serves 1-D to 3-D.
-// float32 Conv runs one oneDNN convolution primitive built at plan time on plain (ncdhw/oidhw) layouts; run()
-// only swaps data handles. Everything else (float64, ConvTranspose, pooling, and float32 convolutions oneDNN
-// refuses) is a direct loop, parallel over (image, channel) planes so no two threads write the same output.
+// Conv, ConvTranspose, pooling and the fused ConvGrad / MaxPoolGrad / AveragePoolGrad on the CPU. The geometry
+// (executor/cpu/conv_geometry.h) is canonicalised to three spatial dims, so one set of loops serves 1-D to 3-D.
+// float32 Conv, ConvTranspose and ConvGrad run oneDNN primitives built at plan time on plain (ncdhw/oidhw)
+// layouts; run() only swaps data handles. Everything else (float64, pooling, and geometries oneDNN refuses) is
+// a direct loop, parallel over planes (or weight rows) so no two threads write the same output.
 #include <omp.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -13,6 +13,7 @@
 #include <limits>
 #include <optional>
 
+#include "executor/cpu/conv_geometry.h"
 #include "executor/cpu/dnnl_context.h"
 #include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
@@ -21,93 +22,16 @@
 namespace onnxtrain {
 namespace {
 
+using cpu::conv_geometry;
+using cpu::conv_transpose_geometry;
+using cpu::Dims3;
+using cpu::Geo;
+using cpu::kMaxSpatial;
+using cpu::out_shape;
+using cpu::pool_geometry;
 using cpu::required_input;
 using cpu::set_output;
-
-constexpr int kMaxSpatial = 3;
-using Dims3 = std::array<int64_t, kMaxSpatial>;
-
-// One convolution or pooling window geometry, spatial dims right-aligned into three.
-struct Geo {
-  int64_t N = 0, C = 0, M = 0, G = 1;  // batch, input channels, output channels, groups
-  size_t rank = 0;                     // number of real spatial dims
-  Dims3 in{1, 1, 1}, out{1, 1, 1}, k{1, 1, 1}, s{1, 1, 1}, d{1, 1, 1}, pb{0, 0, 0}, pe{0, 0, 0};
-  int64_t in_size() const { return in[0] * in[1] * in[2]; }
-  int64_t out_size() const { return out[0] * out[1] * out[2]; }
-  int64_t k_size() const { return k[0] * k[1] * k[2]; }
-};
-
-// Attribute list `name` with `n` entries (or `fallback` repeated when absent); fails naming the attribute.
-std::vector<int64_t> spatial_attr(const PrepareContext& ctx, const std::string& name, size_t n, int64_t fallback) {
-  std::vector<int64_t> v = ctx.node.attr_ints(name, std::vector<int64_t>(n, fallback));
-  if (v.size() != n)
-    ctx.fail("attribute '" + name + "' has " + std::to_string(v.size()) + " entries, expected " + std::to_string(n) +
-             " (one per spatial dim)");
-  return v;
-}
-
-// Reads kernel/stride/dilation/pads (and auto_pad) for a forward window op over `x_shape` and fills the
-// output spatial dims. `ceil_mode` applies to pooling only.
-void window_geometry(const PrepareContext& ctx, const std::vector<int64_t>& x_shape, const std::vector<int64_t>& kernel,
-                     bool ceil_mode, Geo& g) {
-  const size_t r = x_shape.size() - 2;
-  if (r < 1 || r > kMaxSpatial)
-    ctx.fail("input " + shape_string(x_shape) + " must have 1 to 3 spatial dims (rank 3 to 5)");
-  g.rank = r;
-  const std::vector<int64_t> strides = spatial_attr(ctx, "strides", r, 1);
-  const std::vector<int64_t> dil = spatial_attr(ctx, "dilations", r, 1);
-  std::vector<int64_t> pads = ctx.node.attr_ints("pads", std::vector<int64_t>(2 * r, 0));
-  if (pads.size() != 2 * r)
-    ctx.fail("attribute 'pads' has " + std::to_string(pads.size()) + " entries, expected " + std::to_string(2 * r));
-  const std::string auto_pad = ctx.node.attr_string("auto_pad", "NOTSET");
-  const size_t off = kMaxSpatial - r;
-  for (size_t i = 0; i < r; ++i) {
-    const int64_t in = x_shape[2 + i], k = kernel[i], s = strides[i], d = dil[i];
-    if (k < 1 || s < 1 || d < 1)
-      ctx.fail("kernel, strides and dilations must be >= 1, got " + std::to_string(k) + ", " + std::to_string(s) +
-               ", " + std::to_string(d) + " for spatial dim " + std::to_string(i));
-    const int64_t ext = (k - 1) * d + 1;
-    int64_t pb = pads[i], pe = pads[i + r], out = 0;
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      out = (in + s - 1) / s;
-      const int64_t total = std::max<int64_t>(0, (out - 1) * s + ext - in);
-      const int64_t small = total / 2;
-      pb = auto_pad == "SAME_UPPER" ? small : total - small;
-      pe = total - pb;
-    } else if (auto_pad == "VALID") {
-      pb = pe = 0;
-      out = in >= ext ? (in - ext) / s + 1 : 0;
-    } else if (auto_pad == "NOTSET") {
-      if (pb < 0 || pe < 0) ctx.fail("pads must be non-negative");
-      const int64_t span = in + pb + pe - ext;
-      if (span < 0) {
-        out = 0;
-      } else if (ceil_mode) {
-        out = (span + s - 1) / s + 1;
-        // The last window must start inside the input or its leading pad.
-        if ((out - 1) * s >= in + pb) --out;
-      } else {
-        out = span / s + 1;
-      }
-    } else {
-      ctx.fail("auto_pad '" + auto_pad + "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
-    }
-    if (out <= 0) ctx.fail("the window does not fit: input " + shape_string(x_shape) + " gives an empty output");
-    g.in[off + i] = in;
-    g.out[off + i] = out;
-    g.k[off + i] = k;
-    g.s[off + i] = s;
-    g.d[off + i] = d;
-    g.pb[off + i] = pb;
-    g.pe[off + i] = pe;
-  }
-}
-
-std::vector<int64_t> out_shape(const Geo& g, int64_t channels) {
-  std::vector<int64_t> s{g.N, channels};
-  for (size_t i = kMaxSpatial - g.rank; i < kMaxSpatial; ++i) s.push_back(g.out[i]);
-  return s;
-}
+using cpu::wanted_outputs;
 
 // ---- Conv ------------------------------------------------------------------------------------------------
 
@@ -174,38 +98,60 @@ DnnlConv bind_conv(dnnl::primitive prim, const dnnl::memory::desc& x_md, const d
   return c;
 }
 
-std::optional<DnnlConv> build_dnnl_conv(const Geo& g, bool has_bias) {
+// oneDNN's view of a geometry: activations [N, C, in...] and [N, M, out...], weights [(G,) M/G, C/G, k...],
+// dilations as gaps between taps, and the right pads given (Conv's pe; ConvTranspose's folds in
+// output_padding and output_shape). Empty when oneDNN cannot express it (a negative pad).
+struct DnnlGeo {
+  dnnl::memory::dims x, y, w, strides, dil, pl, pr;
+};
+
+std::optional<DnnlGeo> dnnl_geo(const Geo& g, const Dims3& right_pad) {
+  const size_t off = kMaxSpatial - g.rank;
+  DnnlGeo d{{g.N, g.C}, {g.N, g.M}, {}, {}, {}, {}, {}};
+  if (g.G > 1) d.w = {g.G, g.M / g.G, g.C / g.G};
+  else d.w = {g.M, g.C};
+  for (size_t i = off; i < kMaxSpatial; ++i) {
+    if (right_pad[i] < 0 || g.pb[i] < 0) return std::nullopt;
+    d.x.push_back(g.in[i]);
+    d.y.push_back(g.out[i]);
+    d.w.push_back(g.k[i]);
+    d.strides.push_back(g.s[i]);
+    d.dil.push_back(g.d[i] - 1);  // oneDNN counts the gaps between taps
+    d.pl.push_back(g.pb[i]);
+    d.pr.push_back(right_pad[i]);
+  }
+  return d;
+}
+
+// Plain-layout (ncdhw / oidhw / goidhw) descriptors of a Conv's X, W, B and Y, as the tensors are stored.
+struct ConvMds {
+  dnnl::memory::desc x, w, b, y;
+};
+
+ConvMds plain_conv_mds(const Geo& g, const DnnlGeo& geo) {
   using tag = dnnl::memory::format_tag;
   using dt = dnnl::memory::data_type;
-  using dims = dnnl::memory::dims;
-  const size_t off = kMaxSpatial - g.rank;
-  dims xd{g.N, g.C}, yd{g.N, g.M}, wd, strides, dil, pl, pr;
-  if (g.G > 1) wd = {g.G, g.M / g.G, g.C / g.G};
-  else wd = {g.M, g.C};
-  for (size_t i = off; i < kMaxSpatial; ++i) {
-    xd.push_back(g.in[i]);
-    yd.push_back(g.out[i]);
-    wd.push_back(g.k[i]);
-    strides.push_back(g.s[i]);
-    dil.push_back(g.d[i] - 1);  // oneDNN counts the gaps between taps
-    pl.push_back(g.pb[i]);
-    pr.push_back(g.pe[i]);
-  }
   static const tag act[] = {tag::ncw, tag::nchw, tag::ncdhw};
   static const tag wt[] = {tag::oiw, tag::oihw, tag::oidhw};
   static const tag gwt[] = {tag::goiw, tag::goihw, tag::goidhw};
+  return {dnnl::memory::desc(geo.x, dt::f32, act[g.rank - 1]),
+          dnnl::memory::desc(geo.w, dt::f32, g.G > 1 ? gwt[g.rank - 1] : wt[g.rank - 1]),
+          dnnl::memory::desc({g.M}, dt::f32, tag::x), dnnl::memory::desc(geo.y, dt::f32, act[g.rank - 1])};
+}
+
+std::optional<DnnlConv> build_dnnl_conv(const Geo& g, bool has_bias) {
+  const std::optional<DnnlGeo> geo = dnnl_geo(g, g.pe);
+  if (!geo) return std::nullopt;
   try {
-    dnnl::memory::desc x_md(xd, dt::f32, act[g.rank - 1]), y_md(yd, dt::f32, act[g.rank - 1]);
-    dnnl::memory::desc w_md(wd, dt::f32, g.G > 1 ? gwt[g.rank - 1] : wt[g.rank - 1]);
-    dnnl::memory::desc b_md({g.M}, dt::f32, tag::x);
-    auto desc = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                           dnnl::algorithm::convolution_direct, x_md, w_md, b_md, y_md,
-                                                           strides, dil, pl, pr)
-                         : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                           dnnl::algorithm::convolution_direct, x_md, w_md, y_md,
-                                                           strides, dil, pl, pr);
-    return bind_conv(dnnl::primitive(dnnl::convolution_forward::primitive_desc(desc, dnnl_engine())), x_md, w_md, b_md,
-                     y_md, has_bias);
+    const ConvMds md = plain_conv_mds(g, *geo);
+    const auto algo = dnnl::algorithm::convolution_direct;
+    const auto prop = dnnl::prop_kind::forward_inference;
+    auto desc = has_bias ? dnnl::convolution_forward::desc(prop, algo, md.x, md.w, md.b, md.y, geo->strides, geo->dil,
+                                                           geo->pl, geo->pr)
+                         : dnnl::convolution_forward::desc(prop, algo, md.x, md.w, md.y, geo->strides, geo->dil,
+                                                           geo->pl, geo->pr);
+    return bind_conv(dnnl::primitive(dnnl::convolution_forward::primitive_desc(desc, dnnl_engine())), md.x, md.w, md.b,
+                     md.y, has_bias);
   } catch (const dnnl::error&) {
     return std::nullopt;  // a geometry oneDNN refuses: the direct loop computes the same thing
   }
@@ -219,19 +165,9 @@ std::optional<DnnlConv> build_dnnl_deconv(const Geo& g, const Dims3& right_pad, 
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
   const size_t off = kMaxSpatial - g.rank;
-  dims xd{g.N, g.C}, yd{g.N, g.M}, wd, strides, dil, pl, pr;
-  if (g.G > 1) wd = {g.G, g.M / g.G, g.C / g.G};
-  else wd = {g.M, g.C};
-  for (size_t i = off; i < kMaxSpatial; ++i) {
-    if (right_pad[i] < 0 || g.pb[i] < 0) return std::nullopt;
-    xd.push_back(g.in[i]);
-    yd.push_back(g.out[i]);
-    wd.push_back(g.k[i]);
-    strides.push_back(g.s[i]);
-    dil.push_back(g.d[i] - 1);
-    pl.push_back(g.pb[i]);
-    pr.push_back(right_pad[i]);
-  }
+  const std::optional<DnnlGeo> geo = dnnl_geo(g, right_pad);
+  if (!geo) return std::nullopt;
+  const auto& [xd, yd, wd, strides, dil, pl, pr] = *geo;
   static const tag act[] = {tag::ncw, tag::nchw, tag::ncdhw};
   // Strides rather than tags: oneDNN 2.6 has iohw and giohw but no 1-D iow.
   const int64_t ksz = g.k_size(), Mg = g.M / g.G, Cg = g.C / g.G;
@@ -297,42 +233,233 @@ template <class T> class ConvKernel final : public Kernel {
   std::optional<DnnlConv> dnnl_;
 };
 
-// Kernel dims from the attribute, else from the weights' trailing dims (they must agree when both exist).
-std::vector<int64_t> kernel_dims(const PrepareContext& ctx, const std::vector<int64_t>& w_shape) {
-  std::vector<int64_t> from_w(w_shape.begin() + 2, w_shape.end());
-  if (!ctx.node.has_attr("kernel_shape")) return from_w;
-  std::vector<int64_t> k = ctx.node.attr_ints("kernel_shape");
-  if (k != from_w)
-    ctx.fail("kernel_shape " + shape_string(k) + " does not match the weights " + shape_string(w_shape));
-  return k;
-}
-
 std::unique_ptr<Kernel> make_conv(PrepareContext& ctx) {
-  const KernelInput& x = required_input(ctx, 0, "X");
-  const KernelInput& w = required_input(ctx, 1, "W");
-  if (w.dtype != x.dtype) ctx.fail("W is " + dtype_name(w.dtype) + " but X is " + dtype_name(x.dtype));
-  if (x.shape.size() < 3 || w.shape.size() != x.shape.size())
-    ctx.fail("X " + shape_string(x.shape) + " and W " + shape_string(w.shape) + " must have the same rank, 3 to 5");
-  Geo g;
-  g.N = x.shape[0];
-  g.C = x.shape[1];
-  g.M = w.shape[0];
-  g.G = ctx.node.attr_int("group", 1);
-  if (g.G < 1 || g.C % g.G || g.M % g.G || w.shape[1] * g.G != g.C)
-    ctx.fail("group " + std::to_string(g.G) + " does not fit X " + shape_string(x.shape) + " and W " +
-             shape_string(w.shape) + " (W must be [M, C/group, k...] with C and M divisible by group)");
-  window_geometry(ctx, x.shape, kernel_dims(ctx, w.shape), false, g);
+  const Geo g = conv_geometry(ctx, 0);
+  const DType t = ctx.inputs[0].dtype;
   const bool has_bias = cpu::has_input(ctx, 2);
   if (has_bias) {
     const KernelInput& b = ctx.inputs[2];
-    if (b.dtype != x.dtype || b.shape != std::vector<int64_t>{g.M})
-      ctx.fail("B must be " + dtype_name(x.dtype) + "[" + std::to_string(g.M) + "], got " + dtype_name(b.dtype) +
+    if (b.dtype != t || b.shape != std::vector<int64_t>{g.M})
+      ctx.fail("B must be " + dtype_name(t) + "[" + std::to_string(g.M) + "], got " + dtype_name(b.dtype) +
                shape_string(b.shape));
   }
-  set_output(ctx, 0, x.dtype, out_shape(g, g.M));
-  if (x.dtype == DType::Float32) return std::make_unique<ConvKernel<float>>(g, has_bias);
-  if (x.dtype == DType::Float64) return std::make_unique<ConvKernel<double>>(g, has_bias);
+  set_output(ctx, 0, t, out_shape(g, g.M));
+  if (t == DType::Float32) return std::make_unique<ConvKernel<float>>(g, has_bias);
+  if (t == DType::Float64) return std::make_unique<ConvKernel<double>>(g, has_bias);
   cpu::fail_dtype(ctx);
+}
+
+// ---- ConvGrad --------------------------------------------------------------------------------------------
+// onnxtrain.ConvGrad(dY, X, W) -> (dX, dW, dB) with Conv's attributes (explicit pads; auto_pad is resolved by
+// the rule, because the function body hands pads to ConvTranspose, whose auto_pad means something else). An
+// omitted output is not computed. float32 runs oneDNN's backward-data and backward-weights primitives (with
+// dB when dW is wanted too), built at plan time on the tensors' plain layouts like the forward one, so run()
+// only swaps data handles. float64, and geometries oneDNN refuses, take the direct loops.
+
+// Calls f(output offset, input offset, kernel offset) for every tap of every output whose input position
+// lies inside the input (within one plane).
+template <class F> inline void for_each_tap(const Geo& g, F&& f) {
+  for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+    for (int64_t j0 = 0; j0 < g.k[0]; ++j0) {
+      const int64_t i0 = o0 * g.s[0] - g.pb[0] + j0 * g.d[0];
+      if (i0 < 0 || i0 >= g.in[0]) continue;
+      for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+        for (int64_t j1 = 0; j1 < g.k[1]; ++j1) {
+          const int64_t i1 = o1 * g.s[1] - g.pb[1] + j1 * g.d[1];
+          if (i1 < 0 || i1 >= g.in[1]) continue;
+          const int64_t ob = (o0 * g.out[1] + o1) * g.out[2], ib = (i0 * g.in[1] + i1) * g.in[2],
+                        jb = (j0 * g.k[1] + j1) * g.k[2];
+          for (int64_t o2 = 0; o2 < g.out[2]; ++o2)
+            for (int64_t j2 = 0; j2 < g.k[2]; ++j2) {
+              const int64_t i2 = o2 * g.s[2] - g.pb[2] + j2 * g.d[2];
+              if (i2 >= 0 && i2 < g.in[2]) f(ob + o2, ib + i2, jb + j2);
+            }
+        }
+    }
+}
+
+// dx[n, c, i] = sum over m in c's group and taps j with i = o*s - pb + j*d of dy[n, m, o] * w[m, c', j].
+template <class T> void conv_backward_data(const Geo& g, const T* dy, const T* w, T* dx) {
+  const int64_t Cg = g.C / g.G, Mg = g.M / g.G, isz = g.in_size(), osz = g.out_size(), ksz = g.k_size();
+  const int64_t planes = g.N * g.C;
+#pragma omp parallel for schedule(static) if (planes * osz * Mg * ksz > (1 << 15))
+  for (int64_t p = 0; p < planes; ++p) {
+    const int64_t n = p / g.C, c = p % g.C, grp = c / Cg, cg = c % Cg;
+    T* dxp = dx + p * isz;
+    std::fill(dxp, dxp + isz, T(0));
+    for (int64_t mg = 0; mg < Mg; ++mg) {
+      const int64_t m = grp * Mg + mg;
+      const T* dyp = dy + (n * g.M + m) * osz;
+      const T* wp = w + (m * Cg + cg) * ksz;
+      for_each_tap(g, [&](int64_t o, int64_t i, int64_t j) { dxp[i] += dyp[o] * wp[j]; });
+    }
+  }
+}
+
+// dw[m, c', j] = sum over n and outputs o of dy[n, m, o] * x[n, c, o*s - pb + j*d], c = group(m) * C/G + c'.
+template <class T> void conv_backward_weights(const Geo& g, const T* dy, const T* x, T* dw) {
+  const int64_t Cg = g.C / g.G, Mg = g.M / g.G, isz = g.in_size(), osz = g.out_size(), ksz = g.k_size();
+  const int64_t rows = g.M * Cg;
+#pragma omp parallel for schedule(static) if (g.N * rows * osz * ksz > (1 << 15))
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t m = r / Cg, c = (m / Mg) * Cg + r % Cg;
+    T* dwp = dw + r * ksz;
+    std::fill(dwp, dwp + ksz, T(0));
+    for (int64_t n = 0; n < g.N; ++n) {
+      const T* dyp = dy + (n * g.M + m) * osz;
+      const T* xp = x + (n * g.C + c) * isz;
+      for_each_tap(g, [&](int64_t o, int64_t i, int64_t j) { dwp[j] += dyp[o] * xp[i]; });
+    }
+  }
+}
+
+template <class T> void conv_backward_bias(const Geo& g, const T* dy, T* db) {
+  const int64_t osz = g.out_size();
+  for (int64_t m = 0; m < g.M; ++m) {
+    T acc = 0;
+    for (int64_t n = 0; n < g.N; ++n) {
+      const T* dyp = dy + (n * g.M + m) * osz;
+      for (int64_t o = 0; o < osz; ++o) acc += dyp[o];
+    }
+    db[m] = acc;
+  }
+}
+
+struct DnnlConvGrad {
+  dnnl::memory dy, x, w, dx, dw, db;
+  dnnl::primitive data, weights;  // each only when its output is wanted
+  std::vector<dnnl_exec_arg_t> data_args, weight_args;
+  bool bias_with_weights = false;
+  // User-managed scratchpads, allocated once at plan time. (This did not lower W2's heap allocations per step:
+  // those come from sgemm's per-call workspace inside the gemm:jit implementations, see docs/performance.md.)
+  std::vector<std::byte> data_scratch, weight_scratch;
+  dnnl::memory data_scratch_mem, weight_scratch_mem;
+};
+
+// A scratchpad of pd's size owned by `buffer`, as the DNNL_ARG_SCRATCHPAD argument of `args`.
+void bind_scratchpad(const dnnl::primitive_desc_base& pd, std::vector<std::byte>& buffer, dnnl::memory& mem,
+                     std::vector<dnnl_exec_arg_t>& args) {
+  const dnnl::memory::desc d = pd.scratchpad_desc();
+  buffer.resize(std::max<size_t>(d.get_size(), 1));
+  mem = dnnl::memory(d, dnnl_engine(), buffer.data());
+  args.push_back({DNNL_ARG_SCRATCHPAD, mem.get()});
+}
+
+std::optional<DnnlConvGrad> build_dnnl_conv_grad(const Geo& g, bool want_dx, bool want_dw, bool want_db) {
+  const std::optional<DnnlGeo> geo = dnnl_geo(g, g.pe);
+  if (!geo) return std::nullopt;
+  const auto algo = dnnl::algorithm::convolution_direct;
+  try {
+    const ConvMds md = plain_conv_mds(g, *geo);
+    const dnnl::engine& eng = dnnl_engine();
+    auto unbound = [&](const dnnl::memory::desc& d) { return dnnl::memory(d, eng, DNNL_MEMORY_NONE); };
+    DnnlConvGrad r{unbound(md.y), unbound(md.x), unbound(md.w), unbound(md.x), unbound(md.w), unbound(md.b),
+                   {}, {}, {}, {}, want_dw && want_db, {}, {}, {}, {}};
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    // The backward primitives take the forward training primitive's descriptor as a hint.
+    const dnnl::convolution_forward::primitive_desc hint(
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, md.x, md.w, md.y, geo->strides,
+                                        geo->dil, geo->pl, geo->pr),
+        eng);
+    if (want_dx) {
+      dnnl::convolution_backward_data::desc d(algo, md.x, md.w, md.y, geo->strides, geo->dil, geo->pl, geo->pr);
+      const dnnl::convolution_backward_data::primitive_desc pd(d, attr, eng, hint);
+      r.data = dnnl::primitive(pd);
+      r.data_args = {{DNNL_ARG_DIFF_DST, r.dy.get()}, {DNNL_ARG_WEIGHTS, r.w.get()}, {DNNL_ARG_DIFF_SRC, r.dx.get()}};
+      bind_scratchpad(pd, r.data_scratch, r.data_scratch_mem, r.data_args);
+    }
+    if (want_dw) {
+      auto d = r.bias_with_weights ? dnnl::convolution_backward_weights::desc(algo, md.x, md.w, md.b, md.y,
+                                                                              geo->strides, geo->dil, geo->pl, geo->pr)
+                                   : dnnl::convolution_backward_weights::desc(algo, md.x, md.w, md.y, geo->strides,
+                                                                              geo->dil, geo->pl, geo->pr);
+      const dnnl::convolution_backward_weights::primitive_desc pd(d, attr, eng, hint);
+      r.weights = dnnl::primitive(pd);
+      r.weight_args = {{DNNL_ARG_SRC, r.x.get()}, {DNNL_ARG_DIFF_DST, r.dy.get()}, {DNNL_ARG_DIFF_WEIGHTS, r.dw.get()}};
+      if (r.bias_with_weights) r.weight_args.push_back({DNNL_ARG_DIFF_BIAS, r.db.get()});
+      bind_scratchpad(pd, r.weight_scratch, r.weight_scratch_mem, r.weight_args);
+    }
+    return r;
+  } catch (const dnnl::error&) {
+    return std::nullopt;
+  }
+}
+
+void execute_dnnl(const dnnl::primitive& p, const std::vector<dnnl_exec_arg_t>& args, const Tensor& what) {
+  dnnl::stream& s = dnnl_stream();
+  if (dnnl_primitive_execute(p.get(), s.get(), static_cast<int>(args.size()), args.data()) != dnnl_success)
+    throw Error("oneDNN convolution backward failed for dY " + what.describe());
+  s.wait();
+}
+
+template <class T> class ConvGradKernel final : public Kernel {
+ public:
+  ConvGradKernel(Geo g, std::array<bool, 3> want) : g_(g), want_(want) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (g_.N > 0 && g_.C > 0 && g_.M > 0) dnnl_ = build_dnnl_conv_grad(g_, want[0], want[1], want[2]);
+    }
+  }
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* dy = in[0]->ptr<T>();
+    const T* x = in[1]->ptr<T>();
+    const T* w = in[2]->ptr<T>();
+    T* dx = want_[0] ? out[0]->ptr<T>() : nullptr;
+    T* dw = want_[1] ? out[1]->ptr<T>() : nullptr;
+    T* db = want_[2] ? out[2]->ptr<T>() : nullptr;
+    if (dnnl_) {
+      DnnlConvGrad& d = *dnnl_;
+      d.dy.set_data_handle(const_cast<T*>(dy));
+      if (dx) {
+        d.w.set_data_handle(const_cast<T*>(w));
+        d.dx.set_data_handle(dx);
+        execute_dnnl(d.data, d.data_args, *in[0]);
+      }
+      if (dw) {
+        d.x.set_data_handle(const_cast<T*>(x));
+        d.dw.set_data_handle(dw);
+        if (d.bias_with_weights) d.db.set_data_handle(db);
+        execute_dnnl(d.weights, d.weight_args, *in[0]);
+      }
+      if (db && !d.bias_with_weights) conv_backward_bias(g_, dy, db);
+      return;
+    }
+    if (dx) conv_backward_data(g_, dy, w, dx);
+    if (dw) conv_backward_weights(g_, dy, x, dw);
+    if (db) conv_backward_bias(g_, dy, db);
+  }
+
+ private:
+  Geo g_;
+  std::array<bool, 3> want_;
+  std::optional<DnnlConvGrad> dnnl_;
+};
+
+// The fused ops' function bodies read their geometry from explicit attributes (as tensors, by Constant
+// value_ints references): auto_pad must be resolved and these attributes given.
+void require_explicit(const PrepareContext& ctx, std::initializer_list<const char*> attrs) {
+  const std::string auto_pad = ctx.node.attr_string("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET")
+    ctx.fail("auto_pad '" + auto_pad + "' is not supported here: pass explicit pads (the gradient rule resolves them)");
+  for (const char* a : attrs)
+    if (!ctx.node.has_attr(a)) ctx.fail(std::string("attribute '") + a + "' must be given explicitly");
+}
+
+std::unique_ptr<Kernel> make_conv_grad(PrepareContext& ctx) {
+  require_explicit(ctx, {"pads", "strides"});
+  if (ctx.node.outputs.size() > 3) ctx.fail("has " + std::to_string(ctx.node.outputs.size()) + " outputs, expected up to 3 (dX, dW, dB)");
+  const Geo g = conv_geometry(ctx, 1);
+  const KernelInput& dy = required_input(ctx, 0, "dY");
+  const DType t = ctx.inputs[1].dtype;
+  if (dy.dtype != t || dy.shape != out_shape(g, g.M))
+    ctx.fail("dY is " + dtype_name(dy.dtype) + shape_string(dy.shape) + ", expected Conv's output " + dtype_name(t) +
+             shape_string(out_shape(g, g.M)));
+  const std::vector<int64_t> shapes[3] = {ctx.inputs[1].shape, ctx.inputs[2].shape, {g.M}};
+  for (size_t i = 0; i < ctx.outputs.size(); ++i) set_output(ctx, i, t, shapes[i]);
+  if (t == DType::Float32) return std::make_unique<ConvGradKernel<float>>(g, wanted_outputs(ctx));
+  if (t == DType::Float64) return std::make_unique<ConvGradKernel<double>>(g, wanted_outputs(ctx));
+  cpu::fail_dtype(ctx, 1);
 }
 
 // ---- ConvTranspose ---------------------------------------------------------------------------------------
@@ -396,74 +523,9 @@ template <class T> class ConvTransposeKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_conv_transpose(PrepareContext& ctx) {
-  const KernelInput& x = required_input(ctx, 0, "X");
-  const KernelInput& w = required_input(ctx, 1, "W");
-  if (w.dtype != x.dtype) ctx.fail("W is " + dtype_name(w.dtype) + " but X is " + dtype_name(x.dtype));
-  if (x.shape.size() < 3 || x.shape.size() > 5 || w.shape.size() != x.shape.size())
-    ctx.fail("X " + shape_string(x.shape) + " and W " + shape_string(w.shape) + " must have the same rank, 3 to 5");
-  Geo g;
-  g.N = x.shape[0];
-  g.C = x.shape[1];
-  g.G = ctx.node.attr_int("group", 1);
-  if (g.G < 1 || w.shape[0] != g.C || g.C % g.G)
-    ctx.fail("W " + shape_string(w.shape) + " must be [C, M/group, k...] for X " + shape_string(x.shape) +
-             " and group " + std::to_string(g.G));
-  g.M = w.shape[1] * g.G;
-  const size_t r = x.shape.size() - 2;
-  g.rank = r;
-  const std::vector<int64_t> k = kernel_dims(ctx, w.shape);
-  const std::vector<int64_t> strides = spatial_attr(ctx, "strides", r, 1);
-  const std::vector<int64_t> dil = spatial_attr(ctx, "dilations", r, 1);
-  const std::vector<int64_t> opad = spatial_attr(ctx, "output_padding", r, 0);
-  std::vector<int64_t> pads = ctx.node.attr_ints("pads", std::vector<int64_t>(2 * r, 0));
-  if (pads.size() != 2 * r)
-    ctx.fail("attribute 'pads' has " + std::to_string(pads.size()) + " entries, expected " + std::to_string(2 * r));
-  const std::string auto_pad = ctx.node.attr_string("auto_pad", "NOTSET");
-  if (auto_pad != "NOTSET" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER" && auto_pad != "VALID")
-    ctx.fail("auto_pad '" + auto_pad + "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
-  std::vector<int64_t> oshape;
-  if (ctx.node.has_attr("output_shape")) {
-    oshape = ctx.node.attr_ints("output_shape");
-    if (oshape.size() == r + 2) oshape.erase(oshape.begin(), oshape.begin() + 2);
-    if (oshape.size() != r) ctx.fail("output_shape must list the " + std::to_string(r) + " spatial dims");
-  }
-  const size_t off = kMaxSpatial - r;
   Dims3 right_pad{0, 0, 0};
-  for (size_t i = 0; i < r; ++i) {
-    const int64_t in = x.shape[2 + i], s = strides[i], d = dil[i], ext = (k[i] - 1) * d + 1;
-    if (k[i] < 1 || s < 1 || d < 1) ctx.fail("kernel, strides and dilations must be >= 1");
-    int64_t pb = pads[i], pe = pads[i + r], out;
-    const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
-    if (!oshape.empty() || same) {
-      // The spec's rule: the padding that makes the output the requested size, split with the odd unit at the
-      // end for SAME_UPPER and at the start otherwise.
-      out = oshape.empty() ? in * s : oshape[i];
-      const int64_t total = s * (in - 1) + opad[i] + ext - out;
-      if (total < 0 && oshape.empty()) ctx.fail("negative total padding");
-      const int64_t t = std::max<int64_t>(total, 0);
-      if (auto_pad == "SAME_UPPER") {
-        pb = t / 2;
-        pe = t - t / 2;
-      } else {
-        pb = t - t / 2;
-        pe = t / 2;
-      }
-      if (total < 0) pe = total;  // output_shape larger than the full result: the tail stays bias-only
-    } else {
-      if (auto_pad == "VALID") pb = pe = 0;
-      out = s * (in - 1) + opad[i] + ext - pb - pe;
-    }
-    if (out <= 0) ctx.fail("the output would be empty for input " + shape_string(x.shape));
-    // The end padding that gives exactly `out` (output_padding and output_shape folded in), for oneDNN.
-    right_pad[off + i] = s * (in - 1) + ext - pb - out;
-    g.in[off + i] = in;
-    g.out[off + i] = out;
-    g.k[off + i] = k[i];
-    g.s[off + i] = s;
-    g.d[off + i] = d;
-    g.pb[off + i] = pb;
-    g.pe[off + i] = pe;
-  }
+  const Geo g = conv_transpose_geometry(ctx, right_pad);
+  const KernelInput& x = ctx.inputs[0];
   const bool has_bias = cpu::has_input(ctx, 2);
   if (has_bias && (ctx.inputs[2].dtype != x.dtype || ctx.inputs[2].shape != std::vector<int64_t>{g.M}))
     ctx.fail("B must be " + dtype_name(x.dtype) + "[" + std::to_string(g.M) + "], got " +
@@ -635,32 +697,53 @@ template <class T> class AvgPoolKernel final : public Kernel {
             T acc = 0;
             const std::array<int64_t, 3> o{o0, o1, o2};
             for_each_in_window(g, o0, o1, o2, [&](int64_t at) { acc += xp[at]; });
-            y[p * osz + (o0 * g.out[1] + o1) * g.out[2] + o2] = acc / static_cast<T>(count(g, o));
+            y[p * osz + (o0 * g.out[1] + o1) * g.out[2] + o2] = acc / static_cast<T>(cpu::avg_pool_count(g, o, include_pad_));
           }
     }
-  }
-
-  // Taps of the window at output o that are averaged: those inside the input, or with count_include_pad
-  // those inside the padded input, where (as in the ONNX reference) ceil_mode's windows past the end pad
-  // extend the padding. PyTorch instead leaves those taps out of the divisor.
-  int64_t count(const Geo& g, const std::array<int64_t, 3>& o) const {
-    int64_t n = 1;
-    for (size_t i = 0; i < kMaxSpatial; ++i) {
-      const int64_t padded_end = std::max(g.in[i] + g.pe[i], (g.out[i] - 1) * g.s[i] - g.pb[i] + (g.k[i] - 1) * g.d[i] + 1);
-      const int64_t lo = include_pad_ ? -g.pb[i] : 0, hi = include_pad_ ? padded_end : g.in[i];
-      int64_t c = 0;
-      for (int64_t j = 0; j < g.k[i]; ++j) {
-        const int64_t at = o[i] * g.s[i] - g.pb[i] + j * g.d[i];
-        c += at >= lo && at < hi;
-      }
-      n *= c;
-    }
-    return std::max<int64_t>(n, 1);
   }
 
  private:
   Geo g_;
   bool include_pad_;
+};
+
+// onnxtrain.AveragePoolGrad(dY, X) -> dX with AveragePool's attributes: each dY divided by its window's
+// divisor (counted as the forward kernel counts it) and added at the window's taps inside X. The reciprocal
+// divisors are computed once, at plan time.
+template <class T> class AvgPoolGradKernel final : public Kernel {
+ public:
+  AvgPoolGradKernel(Geo g, bool include_pad) : g_(g), inv_(static_cast<size_t>(g.out_size())) {
+    for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+      for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+        for (int64_t o2 = 0; o2 < g.out[2]; ++o2)
+          inv_[static_cast<size_t>((o0 * g.out[1] + o1) * g.out[2] + o2)] =
+              T(1) / static_cast<T>(cpu::avg_pool_count(g, {o0, o1, o2}, include_pad));
+  }
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* dy = in[0]->ptr<T>();
+    T* dx = out[0]->ptr<T>();
+    const Geo g = g_;
+    const T* inv = inv_.data();
+    const int64_t isz = g.in_size(), osz = g.out_size(), planes = g.N * g.C;
+#pragma omp parallel for schedule(static) if (planes * osz * g.k_size() > (1 << 15))
+    for (int64_t p = 0; p < planes; ++p) {
+      T* dxp = dx + p * isz;
+      const T* dyp = dy + p * osz;
+      std::fill(dxp, dxp + isz, T(0));
+      for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+        for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+          for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
+            const int64_t o = (o0 * g.out[1] + o1) * g.out[2] + o2;
+            const T v = dyp[o] * inv[o];
+            for_each_in_window(g, o0, o1, o2, [&](int64_t at) { dxp[at] += v; });
+          }
+    }
+  }
+
+ private:
+  Geo g_;
+  std::vector<T> inv_;
 };
 
 template <class T, bool Max> class GlobalPoolKernel final : public Kernel {
@@ -688,20 +771,6 @@ template <class T, bool Max> class GlobalPoolKernel final : public Kernel {
  private:
   int64_t planes_, size_;
 };
-
-Geo pool_geometry(PrepareContext& ctx, size_t x_input = 0) {
-  const KernelInput& x = required_input(ctx, x_input, "X");
-  if (x.shape.size() < 3) ctx.fail("X " + shape_string(x.shape) + " must have rank 3 to 5");
-  if (!ctx.node.has_attr("kernel_shape")) ctx.fail("attribute 'kernel_shape' is required");
-  const std::vector<int64_t> k = ctx.node.attr_ints("kernel_shape");
-  if (k.size() != x.shape.size() - 2)
-    ctx.fail("kernel_shape has " + std::to_string(k.size()) + " entries for input " + shape_string(x.shape));
-  Geo g;
-  g.N = x.shape[0];
-  g.C = g.M = x.shape[1];
-  window_geometry(ctx, x.shape, k, ctx.node.attr_int("ceil_mode", 0) != 0, g);
-  return g;
-}
 
 std::unique_ptr<Kernel> make_max_pool(PrepareContext& ctx) {
   const Geo g = pool_geometry(ctx);
@@ -740,6 +809,23 @@ std::unique_ptr<Kernel> make_avg_pool(PrepareContext& ctx) {
   cpu::fail_dtype(ctx);
 }
 
+std::unique_ptr<Kernel> make_avg_pool_grad(PrepareContext& ctx) {
+  require_explicit(ctx, {"kernel_shape", "strides", "pads", "count_include_pad"});
+  for (int64_t d : ctx.node.attr_ints("dilations", {}))
+    if (d != 1) ctx.fail("dilations other than 1 are not supported (the function body has no dilated AveragePool)");
+  const Geo g = pool_geometry(ctx, 1);
+  const KernelInput& dy = required_input(ctx, 0, "dY");
+  const DType t = ctx.inputs[1].dtype;
+  if (dy.dtype != t || dy.shape != out_shape(g, g.C))
+    ctx.fail("dY is " + dtype_name(dy.dtype) + shape_string(dy.shape) + ", expected AveragePool's output " +
+             dtype_name(t) + shape_string(out_shape(g, g.C)));
+  const bool include_pad = ctx.node.attr_int("count_include_pad", 0) != 0;
+  set_output(ctx, 0, t, ctx.inputs[1].shape);
+  if (t == DType::Float32) return std::make_unique<AvgPoolGradKernel<float>>(g, include_pad);
+  if (t == DType::Float64) return std::make_unique<AvgPoolGradKernel<double>>(g, include_pad);
+  cpu::fail_dtype(ctx, 1);
+}
+
 template <bool Max> std::unique_ptr<Kernel> make_global_pool(PrepareContext& ctx) {
   const KernelInput& x = required_input(ctx, 0, "X");
   if (x.shape.size() < 3) ctx.fail("X " + shape_string(x.shape) + " must have rank >= 3");
@@ -762,10 +848,12 @@ template <bool Max> std::unique_ptr<Kernel> make_global_pool(PrepareContext& ctx
 void register_cpu_conv(KernelRegistry& r) {
   const std::vector<DType> flt = {DType::Float32, DType::Float64};
   cpu::add(r, "Conv", 1, flt, make_conv);
+  cpu::add(r, "onnxtrain", "ConvGrad", 1, flt, make_conv_grad);
   cpu::add(r, "ConvTranspose", 1, flt, make_conv_transpose);
   cpu::add(r, "MaxPool", 1, flt, make_max_pool);
   cpu::add(r, "onnxtrain", "MaxPoolGrad", 1, flt, make_max_pool_grad);
   cpu::add(r, "AveragePool", 1, flt, make_avg_pool);
+  cpu::add(r, "onnxtrain", "AveragePoolGrad", 1, flt, make_avg_pool_grad);
   cpu::add(r, "GlobalAveragePool", 1, flt, make_global_pool<false>);
   cpu::add(r, "GlobalMaxPool", 1, flt, make_global_pool<true>);
 }

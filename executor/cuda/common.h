@@ -49,6 +49,7 @@ void register_cuda_movement(KernelRegistry& r);
 void register_cuda_blas(KernelRegistry& r);
 void register_cuda_softmax(KernelRegistry& r);
 void register_cuda_norm(KernelRegistry& r);
+void register_cuda_conv(KernelRegistry& r);
 
 }  // namespace onnxtrain::cuda
 

@@ -30,6 +30,7 @@ void register_cuda_kernels(KernelRegistry& r) {
   cuda::register_cuda_softmax(r);
   cuda::register_cuda_norm(r);
   cuda::register_cuda_gather_grad(r);
+  cuda::register_cuda_conv(r);
 }
 
 }  // namespace onnxtrain

@@ -1,14 +1,16 @@
-// Gradients of Conv, ConvTranspose and pooling, in standard ONNX ops only (so any runtime runs them):
-//   Conv:          dX = ConvTranspose(dY, W) with the forward geometry and the output_padding that restores X's
-//                  size; dW = the classic trick, a Conv of X (channels and batch swapped) by dY (likewise)
-//                  with stride and dilation exchanged; dB = ReduceSum(dY) over batch and space.
-//   ConvTranspose: the adjoint the other way round: dX = Conv(dY, W); dW by the same trick with X and dY
-//                  exchanged.
+// Gradients of Conv, ConvTranspose and pooling:
+//   Conv:          the fused onnxtrain.ConvGrad(dY, X, W) -> (dX, dW, dB) with the geometry resolved to explicit
+//                  pads; its body (gradients/fused_conv.cpp) is dX = ConvTranspose(dY, W) padded to X's size,
+//                  dW = a Conv of X by dY (batch and channels swapped) with stride and dilation exchanged,
+//                  dB = ReduceSum(dY).
+//   ConvTranspose: in standard ops, the adjoint the other way round: dX = Conv(dY, W); dW by the same trick
+//                  with X and dY exchanged.
 //   MaxPool:       the fused onnxtrain.MaxPoolGrad (opset 16+), whose body, like the expansion emitted at
 //                  older opsets, scatters dY (ScatterElements) to the argmax positions from MaxPool's Indices
 //                  output (recomputed when the forward node did not ask for it).
-//   AveragePool:   dY divided by each window's divisor, spread back by a ConvTranspose with a kernel of ones
-//                  over (batch*channel) planes.
+//   AveragePool:   the fused onnxtrain.AveragePoolGrad (explicit geometry); with dilations (opset 19) the
+//                  standard-op expansion: dY divided by each window's divisor, spread back by a ConvTranspose
+//                  with a kernel of ones over (batch*channel) planes.
 //   GlobalAveragePool / GlobalMaxPool: dY spread evenly / to the maxima.
 // The geometry (explicit pads for auto_pad, output_padding, divisors) is resolved here, so the spatial dims
 // of the input must be known statically; batch and channel dims may be symbolic.
@@ -181,18 +183,35 @@ Expr bias_grad(RuleContext& c, const Expr& dy, size_t rank) {
   return rules::reduce_sum(rules::reduce_sum(dy, spatial, false, c.opset()), {0}, false, c.opset());
 }
 
+// The wanted gradients from the fused op: the others' outputs are left unnamed (""), so no kernel computes
+// them. All outputs stay listed: onnx's function shape inference expects one per function output.
+std::vector<Expr> fused_grads(RuleContext& c, const std::string& op, const std::vector<Expr>& inputs,
+                              std::vector<TypeInfo> types, std::map<std::string, Attribute> attrs) {
+  std::vector<Expr> g = apply_n(c.builder(), op, inputs, std::move(types), std::move(attrs), kFusedGradDomain);
+  Node& n = c.builder().graph().nodes.back();
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (i < c.num_inputs() && c.has_input(i) && c.needs_dX(i)) continue;
+    c.builder().graph().value_info.erase(n.outputs[i]);
+    n.outputs[i].clear();
+  }
+  return g;
+}
+
+// The fused onnxtrain.ConvGrad with the geometry resolved (explicit pads, so its body can hand them to
+// ConvTranspose and Conv). Its body is the classic decomposition (dX by ConvTranspose, dW by a Conv with
+// strides and dilations exchanged, dB by ReduceSum), written against runtime shapes.
 void conv_rule(RuleContext& c) {
   const TypeInfo xt = spatial_known(c, 0), wt = rules::input_type(c, 1);
   const int64_t group = c.node().attr_int("group", 1);
   const Win g = window(c, *xt.shape, kernel_of(c, wt), false);
-  Expr dy = c.dY(0);
-  if (c.needs_dX(0)) c.set_dX(0, conv_transpose_to(c, dy, c.X(1), g, g.in, group, xt));
-  if (c.needs_dX(1)) {
-    if (!wt.shape) c.fail("needs the rank of W");
-    c.set_dX(1, weight_grad(c, c.X(0), dy, group, g.in, g.out, g.k, g.s, g.d, g.pb, g.pe, (*xt.shape)[1],
-                            (*wt.shape)[0]));
-  }
-  if (c.has_input(2) && c.needs_dX(2)) c.set_dX(2, bias_grad(c, dy, xt.shape->size()));
+  std::vector<Expr> ins{c.dY(0), c.X(0), c.X(1)};
+  std::vector<TypeInfo> types{xt, wt};
+  types.push_back(c.has_input(2) ? rules::input_type(c, 2) : TypeInfo{xt.dtype, std::nullopt});  // dB or ""
+  std::vector<Expr> d = fused_grads(c, "ConvGrad", ins, types,
+                                    {{"kernel_shape", g.k}, {"strides", g.s}, {"dilations", g.d}, {"pads", g.pads()},
+                                     {"group", group}});
+  for (size_t i = 0; i < d.size(); ++i)
+    if (c.has_input(i) && c.needs_dX(i)) c.set_dX(i, d[i]);
 }
 
 void conv_transpose_rule(RuleContext& c) {
@@ -302,6 +321,14 @@ void average_pool_rule(RuleContext& c) {
   if (!c.node().has_attr("kernel_shape")) c.fail("attribute 'kernel_shape' is required");
   const Win g = window(c, *xt.shape, c.node().attr_ints("kernel_shape"), c.node().attr_int("ceil_mode", 0) != 0);
   const bool include_pad = c.node().attr_int("count_include_pad", 0) != 0;
+  if (std::all_of(g.d.begin(), g.d.end(), [](int64_t d) { return d == 1; })) {
+    // The fused op, its geometry explicit (its body reads pads, strides and count_include_pad as tensors and
+    // has no dilated AveragePool to lean on, hence the decomposition below for dilations).
+    c.set_dX(0, fused_grads(c, "AveragePoolGrad", {c.dY(0), c.X(0)}, {xt},
+                            {{"kernel_shape", g.k}, {"strides", g.s}, {"pads", g.pads()},
+                             {"count_include_pad", int64_t{include_pad}}, {"ceil_mode", c.node().attr_int("ceil_mode", 0)}})[0]);
+    return;
+  }
   GraphBuilder& b = c.builder();
   Expr dy = c.dY(0);
   const DType t = dy.dtype();

@@ -126,6 +126,32 @@ std::vector<Case> cases() {
                {randn({3, 6, 2}, 37), Tensor::from_vector<int64_t>({6}, {4, 0, -1, 4, 2, 4})}, {{"s", ints({3, 5, 2})}}});
   v.push_back({"SumToShape", node("SumToShape", {"x0", "s"}, 1, {}, "onnxtrain"), 17, {randn({2, 3, 4, 5}, 38)},
                {{"s", ints({3, 1, 5})}}});
+  // The convolution family (executor/cuda/conv.cu), asymmetric pads, groups, strides and dilations included.
+  using I = std::vector<int64_t>;
+  const std::map<std::string, Attribute> conv_attrs{
+      {"group", int64_t{2}}, {"strides", I{2, 1}}, {"dilations", I{1, 2}}, {"pads", I{1, 0, 0, 1}}};
+  v.push_back({"ConvGroupStridedDilated", node("Conv", {"x0", "x1", "x2"}, 1, conv_attrs), 17,
+               {randn({2, 4, 7, 6}, 40), randn({6, 2, 3, 2}, 41), randn({6}, 42)}, {}});
+  v.push_back({"ConvGrad", node("ConvGrad", {"x0", "x1", "x2"}, 3, conv_attrs, "onnxtrain"), 17,
+               {randn({2, 6, 3, 5}, 43), randn({2, 4, 7, 6}, 44), randn({6, 2, 3, 2}, 45)}, {}});
+  v.push_back({"ConvTransposeOutputPadding",
+               node("ConvTranspose", {"x0", "x1"}, 1,
+                    {{"strides", I{2, 2}}, {"pads", I{1, 1, 0, 0}}, {"output_padding", I{1, 0}}, {"group", int64_t{2}}}),
+               17, {randn({1, 4, 3, 3}, 46), randn({4, 3, 3, 3}, 47)}, {}});
+  v.push_back({"MaxPoolIndicesCeil",
+               node("MaxPool", {"x0"}, 2, {{"kernel_shape", I{3, 3}}, {"strides", I{2, 2}}, {"ceil_mode", int64_t{1}}}), 17,
+               {randn({2, 3, 8, 7}, 48)}, {}});
+  v.push_back({"MaxPoolGrad",
+               node("MaxPoolGrad", {"x0", "x1"}, 1, {{"kernel_shape", I{3, 2}}, {"strides", I{2, 1}}, {"pads", I{1, 0, 1, 1}}},
+                    "onnxtrain"),
+               17, {randn({2, 3, 4, 6}, 49), randn({2, 3, 7, 6}, 50)}, {}});
+  const std::map<std::string, Attribute> avg_attrs{{"kernel_shape", I{3, 2}}, {"strides", I{2, 2}}, {"pads", I{1, 0, 0, 0}},
+                                                   {"ceil_mode", int64_t{1}}, {"count_include_pad", int64_t{1}}};
+  v.push_back({"AveragePoolCeilIncludePad", node("AveragePool", {"x0"}, 1, avg_attrs), 17, {randn({1, 2, 8, 7}, 51)}, {}});
+  v.push_back({"AveragePoolGrad", node("AveragePoolGrad", {"x0", "x1"}, 1, avg_attrs, "onnxtrain"), 17,
+               {randn({1, 2, 4, 4}, 52), randn({1, 2, 8, 7}, 53)}, {}});
+  v.push_back({"GlobalAveragePool3d", node("GlobalAveragePool", {"x0"}), 17, {randn({2, 3, 4, 3, 5}, 54)}, {}});
+  v.push_back({"GlobalMaxPool", node("GlobalMaxPool", {"x0"}), 17, {randn({2, 3, 9}, 55)}, {}});
   // Where's condition is fed as a bool tensor.
   Tensor c = Tensor::empty(DType::Bool, {3, 4});
   for (int64_t i = 0; i < 12; ++i) c.ptr<bool>()[i] = i % 3 == 0;

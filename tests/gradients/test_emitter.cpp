@@ -273,17 +273,20 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
     EXPECT_EQ(f.domain, kFusedGradDomain);
     // LayerNormalizationGrad has another signature, and the GELU and MaxPool gradients read X (gradients/fused.h).
     const bool ln = f.name == "LayerNormalizationGrad", bn = f.name == "BatchNormalizationGrad";
-    const bool from_x = f.name.rfind("Gelu", 0) == 0 || f.name == "MaxPoolGrad";
+    const bool from_x = f.name.rfind("Gelu", 0) == 0 || f.name == "MaxPoolGrad" || f.name == "AveragePoolGrad";
+    const bool conv = f.name == "ConvGrad";
     // GatherGrad and SumToShape take the target shape (gradients/fused.h).
     const bool gather = f.name == "GatherGrad", sum_to = f.name == "SumToShape";
     const std::vector<std::string> ins = ln       ? std::vector<std::string>{"dY", "X", "Scale", "Mean", "InvStdDev"}
                                          : bn     ? std::vector<std::string>{"dY", "X", "Scale"}
+                                         : conv   ? std::vector<std::string>{"dY", "X", "W"}
                                          : from_x ? std::vector<std::string>{"dY", "X"}
                                          : gather ? std::vector<std::string>{"dY", "indices", "shape"}
                                          : sum_to ? std::vector<std::string>{"dY", "shape"}
                                                   : std::vector<std::string>{"dY", "Y"};
-    const std::vector<std::string> outs =
-        ln || bn ? std::vector<std::string>{"dX", "dScale", "dBias"} : std::vector<std::string>{"dX"};
+    const std::vector<std::string> outs = ln || bn ? std::vector<std::string>{"dX", "dScale", "dBias"}
+                                          : conv     ? std::vector<std::string>{"dX", "dW", "dB"}
+                                                     : std::vector<std::string>{"dX"};
     EXPECT_EQ(f.inputs, ins);
     EXPECT_EQ(f.outputs, outs);
     EXPECT_EQ(f.opset_imports.at(""), 17);
@@ -297,9 +300,10 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
     EXPECT_TRUE(std::count(defined.begin(), defined.end(), "dX")) << f.name;
   }
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"BatchNormalizationGrad", "GatherGrad", "GeluGrad", "GeluTanhGrad",
-                                              "LayerNormalizationGrad", "LogSoftmaxGrad", "MaxPoolGrad", "ReluGrad",
-                                              "SigmoidGrad", "SoftmaxGrad", "SumToShape", "TanhGrad"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"AveragePoolGrad", "BatchNormalizationGrad", "ConvGrad", "GatherGrad",
+                                              "GeluGrad", "GeluTanhGrad", "LayerNormalizationGrad", "LogSoftmaxGrad",
+                                              "MaxPoolGrad", "ReluGrad", "SigmoidGrad", "SoftmaxGrad", "SumToShape",
+                                              "TanhGrad"}));
 
   // A model calling each function passes the ONNX checker, and ONNX infers the functions' output types.
   Model m;
@@ -348,6 +352,31 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
       Shape out;
       for (int64_t v : target) out.push_back(d(v));
       m.graph.outputs.push_back({n.outputs[0], {DType::Float32, out}});
+      continue;
+    } else if (f.name == "ConvGrad") {  // 3x3 convolution of [1, 3, 5, 5] by [2, 3, 3, 3], pads 1
+      using I = std::vector<int64_t>;
+      m.graph.inputs.push_back({"conv_dy", {DType::Float32, Shape{d(1), d(2), d(5), d(5)}}});
+      m.graph.inputs.push_back({"conv_x", {DType::Float32, Shape{d(1), d(3), d(5), d(5)}}});
+      m.graph.inputs.push_back({"conv_w", {DType::Float32, Shape{d(2), d(3), d(3), d(3)}}});
+      n.inputs = {"conv_dy", "conv_x", "conv_w"};
+      n.outputs = {f.name + "_dx", f.name + "_dw", f.name + "_db"};
+      n.attributes = {{"kernel_shape", I{3, 3}}, {"strides", I{1, 1}}, {"dilations", I{1, 1}},
+                      {"pads", I{1, 1, 1, 1}}, {"group", int64_t{1}}};
+      m.graph.nodes.push_back(n);
+      m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(1), d(3), d(5), d(5)}}});
+      m.graph.outputs.push_back({n.outputs[1], {DType::Float32, Shape{d(2), d(3), d(3), d(3)}}});
+      m.graph.outputs.push_back({n.outputs[2], {DType::Float32, Shape{d(2)}}});
+      continue;
+    } else if (f.name == "AveragePoolGrad") {  // 2x2 average pooling of a [1, 1, 4, 4] input
+      using I = std::vector<int64_t>;
+      m.graph.inputs.push_back({"avg_dy", {DType::Float32, Shape{d(1), d(1), d(2), d(2)}}});
+      m.graph.inputs.push_back({"avg_x", {DType::Float32, Shape{d(1), d(1), d(4), d(4)}}});
+      n.inputs = {"avg_dy", "avg_x"};
+      n.outputs = {f.name + "_out"};
+      n.attributes = {{"kernel_shape", I{2, 2}}, {"strides", I{2, 2}}, {"pads", I{0, 0, 0, 0}},
+                      {"count_include_pad", int64_t{0}}, {"ceil_mode", int64_t{0}}};
+      m.graph.nodes.push_back(n);
+      m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(1), d(1), d(4), d(4)}}});
       continue;
     } else {
       n.inputs = {"dy", "y"};

@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <stdexcept>
 
 #include "executor/executor.h"
 #include "gradients/fused.h"
 #include "gradients/rule.h"
+#include "graph/error.h"
 
 namespace onnxtrain {
 namespace {
@@ -18,6 +20,35 @@ Tensor random_tensor(std::vector<int64_t> shape, std::mt19937& rng, double lo, d
   std::uniform_real_distribution<double> u(lo, hi);
   for (double& v : t.span<double>()) v = u(rng);
   return t;
+}
+
+// Runs g (one fused node) with its native kernel and with its function body inlined, and requires the same
+// outputs; `nonzero`: and no all-zero output, which would agree vacuously.
+void expect_native_equals_body(const Graph& g, const std::map<std::string, Tensor>& feeds,
+                               const std::vector<Function>& fns, bool nonzero,
+                               std::vector<Tensor>* native_out = nullptr) {
+  const std::map<std::string, int64_t> opsets{{"", 17}, {kFusedGradDomain, 1}};
+  ExecutorOptions native, body;
+  native.functions = body.functions = fns;
+  body.prefer_function_bodies = true;
+  Executor a(g, opsets, std::make_shared<TensorStore>(), native);
+  Executor b(g, opsets, std::make_shared<TensorStore>(), body);
+  ASSERT_EQ(a.graph().nodes.size(), 1u) << "the native run must not inline";
+  ASSERT_GT(b.graph().nodes.size(), 1u) << "the body run must inline";
+  std::vector<Tensor> ra = a.run(feeds), rb = b.run(feeds);
+  ASSERT_EQ(ra.size(), g.outputs.size());
+  ASSERT_EQ(rb.size(), g.outputs.size());
+  for (size_t o = 0; o < ra.size(); ++o) {
+    SCOPED_TRACE(g.outputs[o].name);
+    ASSERT_EQ(ra[o].shape, rb[o].shape);
+    double largest = 0;
+    for (int64_t i = 0; i < ra[o].numel(); ++i) {
+      largest = std::max(largest, std::abs(ra[o].ptr<double>()[i]));
+      EXPECT_NEAR(ra[o].ptr<double>()[i], rb[o].ptr<double>()[i], 1e-12) << i;
+    }
+    if (nonzero) EXPECT_GT(largest, 0.0) << "an all-zero gradient would agree vacuously";
+  }
+  if (native_out) *native_out = std::move(ra);
 }
 
 // Runs f's op once through its native kernel and once through its inlined body, on the same feeds.
@@ -42,23 +73,7 @@ void expect_both_ways(const std::vector<Function>& fns, const Function& f, std::
     g.inputs.push_back({in, {feeds.at(in).dtype, s}});
   }
   for (const std::string& out : f.outputs) g.outputs.push_back({out, {DType::Float64, std::nullopt}});
-  const std::map<std::string, int64_t> opsets{{"", 17}, {f.domain, 1}};
-  ExecutorOptions native, body;
-  native.functions = body.functions = fns;
-  body.prefer_function_bodies = true;
-  Executor a(g, opsets, std::make_shared<TensorStore>(), native);
-  Executor b(g, opsets, std::make_shared<TensorStore>(), body);
-  ASSERT_EQ(a.graph().nodes.size(), 1u) << "the native run must not inline";
-  ASSERT_GT(b.graph().nodes.size(), 1u) << "the body run must inline";
-  std::vector<Tensor> ra = a.run(feeds), rb = b.run(feeds);
-  ASSERT_EQ(ra.size(), f.outputs.size());
-  ASSERT_EQ(rb.size(), f.outputs.size());
-  for (size_t o = 0; o < ra.size(); ++o) {
-    SCOPED_TRACE(f.outputs[o]);
-    ASSERT_EQ(ra[o].shape, rb[o].shape);
-    for (int64_t i = 0; i < ra[o].numel(); ++i)
-      EXPECT_NEAR(ra[o].ptr<double>()[i], rb[o].ptr<double>()[i], 1e-12) << i;
-  }
+  expect_native_equals_body(g, feeds, fns, false);
 }
 
 const Function& function_named(const std::vector<Function>& fns, const std::string& name) {
@@ -72,6 +87,7 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
   ASSERT_FALSE(fns.empty());
   std::mt19937 rng(5);
   for (const Function& f : fns) {
+    if (f.name == "ConvGrad" || f.name == "AveragePoolGrad") continue;  // ConvolutionFamilyTable below
     SCOPED_TRACE(f.name);
     // MaxPoolGrad carries MaxPool's attributes (its body reads them by reference): overlapping windows with
     // asymmetric padding, so the body's scatter must add. X [2, 3, 7, 6] pools to dY [2, 3, 4, 6]. The
@@ -164,6 +180,152 @@ TEST(FusedBothWays, BatchNormGrad4d) {
                                       {"X", random_tensor({2, 3, 4, 5}, rng, 1, 4)},
                                       {"Scale", random_tensor({3}, rng, -1.5, 1.5)}};
   expect_both_ways(fns, function_named(fns, "BatchNormalizationGrad"), {{"epsilon", 1e-5f}}, feeds);
+}
+
+// The convolution family's fused ops carry the forward op's attributes (explicit pads, as the rules emit
+// them); their bodies read those by reference and take sizes from runtime shapes. One row per geometry.
+struct ConvFamilyCase {
+  std::string label, op;
+  std::map<std::string, Attribute> attrs;
+  std::vector<std::vector<int64_t>> inputs;  // dY, X (, W): dY has the forward output's shape
+  std::vector<std::string> outputs;          // "" for an omitted optional output
+};
+
+TEST(FusedBothWays, ConvolutionFamilyTable) {
+  using I = std::vector<int64_t>;
+  const std::vector<std::string> all3{"dX", "dW", "dB"};
+  const std::vector<ConvFamilyCase> cases = {
+      {"ConvGrad 1d stride2 pad1", "ConvGrad", {{"strides", I{2}}, {"pads", I{1, 1}}}, {{2, 4, 5}, {2, 3, 9}, {4, 3, 3}}, all3},
+      {"ConvGrad 2d group2 strides dilations asym pads", "ConvGrad",
+       {{"group", int64_t{2}}, {"strides", I{2, 1}}, {"dilations", I{1, 2}}, {"pads", I{1, 0, 0, 1}}},
+       {{1, 6, 3, 5}, {1, 4, 7, 6}, {6, 2, 3, 2}}, all3},
+      {"ConvGrad 3d pads strides", "ConvGrad", {{"pads", I{1, 0, 1, 0, 1, 0}}, {"strides", I{1, 2, 1}}},
+       {{1, 2, 4, 2, 3}, {1, 2, 4, 3, 3}, {2, 2, 2, 2, 2}}, all3},
+      // auto_pad='SAME_LOWER' with stride 2 over 8 as the rule resolves it (odd total: the extra pad first).
+      {"ConvGrad 1d SAME_LOWER resolved", "ConvGrad", {{"strides", I{2}}, {"pads", I{1, 0}}, {"kernel_shape", I{3}}},
+       {{1, 2, 4}, {1, 2, 8}, {2, 2, 3}}, all3},
+      {"ConvGrad depthwise stride2 pad1, no dB", "ConvGrad",
+       {{"group", int64_t{3}}, {"strides", I{2, 2}}, {"pads", I{1, 1, 1, 1}}}, {{2, 3, 3, 3}, {2, 3, 6, 6}, {3, 1, 3, 3}},
+       {"dX", "dW"}},
+      {"ConvGrad weights and bias only", "ConvGrad", {{"pads", I{1, 1, 1, 1}}, {"strides", I{1, 1}}}, {{2, 4, 5, 5}, {2, 3, 5, 5}, {4, 3, 3, 3}},
+       {"", "dW", "dB"}},
+      // Stride 3 leaves X's tail unread (dX's end padding) and the weight-gradient Conv longer than the kernel.
+      {"ConvGrad stride3 unread tail", "ConvGrad", {{"strides", I{3, 3}}, {"pads", I{0, 0, 0, 0}}}, {{1, 3, 2, 2}, {1, 2, 8, 8}, {3, 2, 3, 3}},
+       {"dX", "dW", "dB"}},
+      {"AveragePoolGrad pads exclude", "AveragePoolGrad",
+       {{"kernel_shape", I{3, 3}}, {"strides", I{2, 2}}, {"pads", I{1, 1, 1, 1}}, {"count_include_pad", int64_t{0}}},
+       {{1, 2, 3, 3}, {1, 2, 5, 5}}, {"dX"}},
+      {"AveragePoolGrad asym pads include", "AveragePoolGrad",
+       {{"kernel_shape", I{3, 3}}, {"strides", I{2, 2}}, {"pads", I{1, 0, 0, 1}}, {"count_include_pad", int64_t{1}}},
+       {{1, 2, 2, 2}, {1, 2, 5, 5}}, {"dX"}},
+      {"AveragePoolGrad 1d ceil", "AveragePoolGrad",
+       {{"kernel_shape", I{3}}, {"strides", I{2}}, {"pads", I{0, 0}}, {"ceil_mode", int64_t{1}},
+        {"count_include_pad", int64_t{0}}},
+       {{2, 2, 4}, {2, 2, 8}}, {"dX"}},
+      {"AveragePoolGrad ceil include pad", "AveragePoolGrad",
+       {{"kernel_shape", I{3, 2}}, {"strides", I{2, 2}}, {"pads", I{1, 0, 0, 0}}, {"ceil_mode", int64_t{1}},
+        {"count_include_pad", int64_t{1}}},
+       {{1, 2, 4, 4}, {1, 2, 8, 7}}, {"dX"}},
+      {"AveragePoolGrad ceil exclude pad", "AveragePoolGrad",
+       {{"kernel_shape", I{3, 3}}, {"strides", I{2, 2}}, {"pads", I{1, 1, 1, 1}}, {"ceil_mode", int64_t{1}},
+        {"count_include_pad", int64_t{0}}},
+       {{1, 1, 4, 4}, {1, 1, 6, 6}}, {"dX"}},
+      {"AveragePoolGrad 3d SAME_UPPER resolved", "AveragePoolGrad",
+       {{"kernel_shape", I{2, 3, 2}}, {"strides", I{1, 1, 1}}, {"pads", I{0, 1, 0, 1, 1, 1}},
+        {"count_include_pad", int64_t{0}}},
+       {{1, 2, 3, 4, 3}, {1, 2, 3, 4, 3}}, {"dX"}},
+  };
+  const std::vector<Function> fns = fused_grad_functions();
+  std::mt19937 rng(11);
+  for (const ConvFamilyCase& c : cases) {
+    SCOPED_TRACE(c.label);
+    Graph g;
+    Node n;
+    n.name = "fused";
+    n.op_type = c.op;
+    n.domain = kFusedGradDomain;
+    n.attributes = c.attrs;
+    n.outputs = c.outputs;
+    const std::vector<std::string> names{"dY", "X", "W"};
+    std::map<std::string, Tensor> feeds;
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      Tensor t = random_tensor(c.inputs[i], rng, -1, 1);
+      Shape s;
+      for (int64_t d : t.shape) s.push_back(Dim::of(d));
+      g.inputs.push_back({names[i], {DType::Float64, s}});
+      n.inputs.push_back(names[i]);
+      feeds[names[i]] = std::move(t);
+    }
+    for (const std::string& out : c.outputs)
+      if (!out.empty()) g.outputs.push_back({out, {DType::Float64, std::nullopt}});
+    g.nodes.push_back(n);
+    std::vector<Tensor> want;
+    expect_native_equals_body(g, feeds, fns, true, &want);
+    // float32 takes other paths (oneDNN's backward primitives for ConvGrad): against the float64 result.
+    for (auto& in : g.inputs) in.type.dtype = DType::Float32;
+    for (auto& out : g.outputs) out.type.dtype = DType::Float32;
+    std::map<std::string, Tensor> feeds32;
+    for (const auto& [name, t] : feeds) {
+      Tensor f = Tensor::empty(DType::Float32, t.shape);
+      for (int64_t i = 0; i < t.numel(); ++i) f.ptr<float>()[i] = static_cast<float>(t.ptr<double>()[i]);
+      feeds32[name] = std::move(f);
+    }
+    Executor e(g, {{"", 17}, {kFusedGradDomain, 1}}, std::make_shared<TensorStore>(), ExecutorOptions{});
+    const std::vector<Tensor> got = e.run(feeds32);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t o = 0; o < got.size(); ++o) {
+      SCOPED_TRACE("float32 " + g.outputs[o].name);
+      ASSERT_EQ(got[o].shape, want[o].shape);
+      for (int64_t i = 0; i < got[o].numel(); ++i) {
+        const double w = want[o].ptr<double>()[i];
+        EXPECT_NEAR(got[o].ptr<float>()[i], w, 1e-5 * (1 + std::abs(w))) << i;
+      }
+    }
+  }
+}
+
+// The kernels refuse what the bodies cannot express, naming it.
+TEST(FusedBothWays, ConvolutionFamilyNeedsExplicitGeometry) {
+  using I = std::vector<int64_t>;
+  auto error_of = [](const std::string& op, std::map<std::string, Attribute> attrs,
+                     const std::vector<std::vector<int64_t>>& shapes) -> std::string {
+    Graph g;
+    Node n;
+    n.name = "fused";
+    n.op_type = op;
+    n.domain = kFusedGradDomain;
+    n.attributes = std::move(attrs);
+    n.outputs = {"dX"};
+    const std::vector<std::string> names{"dY", "X", "W"};
+    std::map<std::string, Tensor> feeds;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      Shape s;
+      for (int64_t d : shapes[i]) s.push_back(Dim::of(d));
+      g.inputs.push_back({names[i], {DType::Float32, s}});
+      n.inputs.push_back(names[i]);
+      feeds[names[i]] = Tensor::empty(DType::Float32, shapes[i]);
+    }
+    g.outputs.push_back({"dX", {DType::Float32, std::nullopt}});
+    g.nodes.push_back(n);
+    try {
+      Executor e(g, {{"", 17}, {kFusedGradDomain, 1}}, std::make_shared<TensorStore>(), ExecutorOptions{});
+      e.run(feeds);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of("ConvGrad", {{"strides", I{1}}}, {{1, 1, 2}, {1, 1, 4}, {1, 1, 3}}).find("attribute 'pads' must be given explicitly"),
+            std::string::npos);
+  EXPECT_NE(error_of("ConvGrad", {{"auto_pad", std::string("SAME_UPPER")}}, {{1, 1, 4}, {1, 1, 4}, {1, 1, 3}})
+                .find("auto_pad 'SAME_UPPER' is not supported here"),
+            std::string::npos);
+  EXPECT_NE(error_of("AveragePoolGrad", {{"kernel_shape", I{2}}, {"strides", I{1}}, {"count_include_pad", int64_t{0}}},
+                     {{1, 1, 3}, {1, 1, 4}})
+                .find("attribute 'pads' must be given explicitly"),
+            std::string::npos);
+  EXPECT_NE(error_of("ConvGrad", {{"pads", I{0, 0}}, {"strides", I{1}}}, {{1, 1, 5}, {1, 1, 4}, {1, 1, 3}}).find("expected Conv's output"),
+            std::string::npos);
 }
 
 TEST(FusedBothWays, EveryFusedOpARuleEmitsHasABodyAndAKernel) {

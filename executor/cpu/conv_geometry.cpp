@@ -1,0 +1,222 @@
+// Geometry of the convolution and pooling ops (conv_geometry.h), shared by the CPU and CUDA kernels.
+#include "executor/cpu/conv_geometry.h"
+
+#include <algorithm>
+
+#include "executor/cpu/kernel_util.h"
+#include "graph/error.h"
+
+namespace onnxtrain::cpu {
+
+namespace {
+
+// Kernel dims from the attribute, else from the weights' trailing dims (they must agree when both exist).
+std::vector<int64_t> kernel_dims(const PrepareContext& ctx, const std::vector<int64_t>& w_shape) {
+  std::vector<int64_t> from_w(w_shape.begin() + 2, w_shape.end());
+  if (!ctx.node.has_attr("kernel_shape")) return from_w;
+  std::vector<int64_t> k = ctx.node.attr_ints("kernel_shape");
+  if (k != from_w)
+    ctx.fail("kernel_shape " + shape_string(k) + " does not match the weights " + shape_string(w_shape));
+  return k;
+}
+
+}  // namespace
+
+std::vector<int64_t> spatial_attr(const PrepareContext& ctx, const std::string& name, size_t n, int64_t fallback) {
+  std::vector<int64_t> v = ctx.node.attr_ints(name, std::vector<int64_t>(n, fallback));
+  if (v.size() != n)
+    ctx.fail("attribute '" + name + "' has " + std::to_string(v.size()) + " entries, expected " + std::to_string(n) +
+             " (one per spatial dim)");
+  return v;
+}
+
+void window_geometry(const PrepareContext& ctx, const std::vector<int64_t>& x_shape, const std::vector<int64_t>& kernel,
+                     bool ceil_mode, Geo& g) {
+  const size_t r = x_shape.size() - 2;
+  if (r < 1 || r > kMaxSpatial)
+    ctx.fail("input " + shape_string(x_shape) + " must have 1 to 3 spatial dims (rank 3 to 5)");
+  g.rank = r;
+  const std::vector<int64_t> strides = spatial_attr(ctx, "strides", r, 1);
+  const std::vector<int64_t> dil = spatial_attr(ctx, "dilations", r, 1);
+  std::vector<int64_t> pads = ctx.node.attr_ints("pads", std::vector<int64_t>(2 * r, 0));
+  if (pads.size() != 2 * r)
+    ctx.fail("attribute 'pads' has " + std::to_string(pads.size()) + " entries, expected " + std::to_string(2 * r));
+  const std::string auto_pad = ctx.node.attr_string("auto_pad", "NOTSET");
+  const size_t off = kMaxSpatial - r;
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t in = x_shape[2 + i], k = kernel[i], s = strides[i], d = dil[i];
+    if (k < 1 || s < 1 || d < 1)
+      ctx.fail("kernel, strides and dilations must be >= 1, got " + std::to_string(k) + ", " + std::to_string(s) +
+               ", " + std::to_string(d) + " for spatial dim " + std::to_string(i));
+    const int64_t ext = (k - 1) * d + 1;
+    int64_t pb = pads[i], pe = pads[i + r], out = 0;
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      out = (in + s - 1) / s;
+      const int64_t total = std::max<int64_t>(0, (out - 1) * s + ext - in);
+      const int64_t small = total / 2;
+      pb = auto_pad == "SAME_UPPER" ? small : total - small;
+      pe = total - pb;
+    } else if (auto_pad == "VALID") {
+      pb = pe = 0;
+      out = in >= ext ? (in - ext) / s + 1 : 0;
+    } else if (auto_pad == "NOTSET") {
+      if (pb < 0 || pe < 0) ctx.fail("pads must be non-negative");
+      const int64_t span = in + pb + pe - ext;
+      if (span < 0) {
+        out = 0;
+      } else if (ceil_mode) {
+        out = (span + s - 1) / s + 1;
+        // The last window must start inside the input or its leading pad.
+        if ((out - 1) * s >= in + pb) --out;
+      } else {
+        out = span / s + 1;
+      }
+    } else {
+      ctx.fail("auto_pad '" + auto_pad + "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+    }
+    if (out <= 0) ctx.fail("the window does not fit: input " + shape_string(x_shape) + " gives an empty output");
+    g.in[off + i] = in;
+    g.out[off + i] = out;
+    g.k[off + i] = k;
+    g.s[off + i] = s;
+    g.d[off + i] = d;
+    g.pb[off + i] = pb;
+    g.pe[off + i] = pe;
+  }
+}
+
+std::vector<int64_t> out_shape(const Geo& g, int64_t channels) {
+  std::vector<int64_t> s{g.N, channels};
+  for (size_t i = kMaxSpatial - g.rank; i < kMaxSpatial; ++i) s.push_back(g.out[i]);
+  return s;
+}
+
+Geo conv_geometry(const PrepareContext& ctx, size_t xi) {
+  const KernelInput& x = required_input(ctx, xi, "X");
+  const KernelInput& w = required_input(ctx, xi + 1, "W");
+  if (w.dtype != x.dtype) ctx.fail("W is " + dtype_name(w.dtype) + " but X is " + dtype_name(x.dtype));
+  if (x.shape.size() < 3 || w.shape.size() != x.shape.size())
+    ctx.fail("X " + shape_string(x.shape) + " and W " + shape_string(w.shape) + " must have the same rank, 3 to 5");
+  Geo g;
+  g.N = x.shape[0];
+  g.C = x.shape[1];
+  g.M = w.shape[0];
+  g.G = ctx.node.attr_int("group", 1);
+  if (g.G < 1 || g.C % g.G || g.M % g.G || w.shape[1] * g.G != g.C)
+    ctx.fail("group " + std::to_string(g.G) + " does not fit X " + shape_string(x.shape) + " and W " +
+             shape_string(w.shape) + " (W must be [M, C/group, k...] with C and M divisible by group)");
+  window_geometry(ctx, x.shape, kernel_dims(ctx, w.shape), false, g);
+  return g;
+}
+
+Geo conv_transpose_geometry(const PrepareContext& ctx, Dims3& right_pad) {
+  const KernelInput& x = required_input(ctx, 0, "X");
+  const KernelInput& w = required_input(ctx, 1, "W");
+  if (w.dtype != x.dtype) ctx.fail("W is " + dtype_name(w.dtype) + " but X is " + dtype_name(x.dtype));
+  if (x.shape.size() < 3 || x.shape.size() > 5 || w.shape.size() != x.shape.size())
+    ctx.fail("X " + shape_string(x.shape) + " and W " + shape_string(w.shape) + " must have the same rank, 3 to 5");
+  Geo g;
+  g.N = x.shape[0];
+  g.C = x.shape[1];
+  g.G = ctx.node.attr_int("group", 1);
+  if (g.G < 1 || w.shape[0] != g.C || g.C % g.G)
+    ctx.fail("W " + shape_string(w.shape) + " must be [C, M/group, k...] for X " + shape_string(x.shape) +
+             " and group " + std::to_string(g.G));
+  g.M = w.shape[1] * g.G;
+  const size_t r = x.shape.size() - 2;
+  g.rank = r;
+  const std::vector<int64_t> k = kernel_dims(ctx, w.shape);
+  const std::vector<int64_t> strides = spatial_attr(ctx, "strides", r, 1);
+  const std::vector<int64_t> dil = spatial_attr(ctx, "dilations", r, 1);
+  const std::vector<int64_t> opad = spatial_attr(ctx, "output_padding", r, 0);
+  std::vector<int64_t> pads = ctx.node.attr_ints("pads", std::vector<int64_t>(2 * r, 0));
+  if (pads.size() != 2 * r)
+    ctx.fail("attribute 'pads' has " + std::to_string(pads.size()) + " entries, expected " + std::to_string(2 * r));
+  const std::string auto_pad = ctx.node.attr_string("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER" && auto_pad != "VALID")
+    ctx.fail("auto_pad '" + auto_pad + "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+  std::vector<int64_t> oshape;
+  if (ctx.node.has_attr("output_shape")) {
+    oshape = ctx.node.attr_ints("output_shape");
+    if (oshape.size() == r + 2) oshape.erase(oshape.begin(), oshape.begin() + 2);
+    if (oshape.size() != r) ctx.fail("output_shape must list the " + std::to_string(r) + " spatial dims");
+  }
+  const size_t off = kMaxSpatial - r;
+  right_pad = {0, 0, 0};
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t in = x.shape[2 + i], s = strides[i], d = dil[i], ext = (k[i] - 1) * d + 1;
+    if (k[i] < 1 || s < 1 || d < 1) ctx.fail("kernel, strides and dilations must be >= 1");
+    int64_t pb = pads[i], pe = pads[i + r], out;
+    const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+    if (!oshape.empty() || same) {
+      // The spec's rule: the padding that makes the output the requested size, split with the odd unit at the
+      // end for SAME_UPPER and at the start otherwise.
+      out = oshape.empty() ? in * s : oshape[i];
+      const int64_t total = s * (in - 1) + opad[i] + ext - out;
+      if (total < 0 && oshape.empty()) ctx.fail("negative total padding");
+      const int64_t t = std::max<int64_t>(total, 0);
+      if (auto_pad == "SAME_UPPER") {
+        pb = t / 2;
+        pe = t - t / 2;
+      } else {
+        pb = t - t / 2;
+        pe = t / 2;
+      }
+      if (total < 0) pe = total;  // output_shape larger than the full result: the tail stays bias-only
+    } else {
+      if (auto_pad == "VALID") pb = pe = 0;
+      out = s * (in - 1) + opad[i] + ext - pb - pe;
+    }
+    if (out <= 0) ctx.fail("the output would be empty for input " + shape_string(x.shape));
+    // The end padding that gives exactly `out` (output_padding and output_shape folded in), for oneDNN.
+    right_pad[off + i] = s * (in - 1) + ext - pb - out;
+    g.in[off + i] = in;
+    g.out[off + i] = out;
+    g.k[off + i] = k[i];
+    g.s[off + i] = s;
+    g.d[off + i] = d;
+    g.pb[off + i] = pb;
+    g.pe[off + i] = pe;
+  }
+  return g;
+}
+
+Geo pool_geometry(const PrepareContext& ctx, size_t x_input) {
+  const KernelInput& x = required_input(ctx, x_input, "X");
+  if (x.shape.size() < 3) ctx.fail("X " + shape_string(x.shape) + " must have rank 3 to 5");
+  if (!ctx.node.has_attr("kernel_shape")) ctx.fail("attribute 'kernel_shape' is required");
+  const std::vector<int64_t> k = ctx.node.attr_ints("kernel_shape");
+  if (k.size() != x.shape.size() - 2)
+    ctx.fail("kernel_shape has " + std::to_string(k.size()) + " entries for input " + shape_string(x.shape));
+  Geo g;
+  g.N = x.shape[0];
+  g.C = g.M = x.shape[1];
+  window_geometry(ctx, x.shape, k, ctx.node.attr_int("ceil_mode", 0) != 0, g);
+  return g;
+}
+
+// Taps inside the input, or with count_include_pad those inside the padded input, where (as in the ONNX
+// reference) ceil_mode's windows past the end pad extend the padding. PyTorch instead leaves those taps out of
+// the divisor.
+int64_t avg_pool_count(const Geo& g, const Dims3& o, bool include_pad) {
+  int64_t n = 1;
+  for (size_t i = 0; i < kMaxSpatial; ++i) {
+    const int64_t padded_end = std::max(g.in[i] + g.pe[i], (g.out[i] - 1) * g.s[i] - g.pb[i] + (g.k[i] - 1) * g.d[i] + 1);
+    const int64_t lo = include_pad ? -g.pb[i] : 0, hi = include_pad ? padded_end : g.in[i];
+    int64_t c = 0;
+    for (int64_t j = 0; j < g.k[i]; ++j) {
+      const int64_t at = o[i] * g.s[i] - g.pb[i] + j * g.d[i];
+      c += at >= lo && at < hi;
+    }
+    n *= c;
+  }
+  return std::max<int64_t>(n, 1);
+}
+
+std::array<bool, 3> wanted_outputs(const PrepareContext& ctx) {
+  std::array<bool, 3> want{};
+  for (size_t i = 0; i < ctx.node.outputs.size() && i < 3; ++i) want[i] = !ctx.node.outputs[i].empty();
+  return want;
+}
+
+}  // namespace onnxtrain::cpu
