@@ -47,6 +47,10 @@ void register_cuda_unary(KernelRegistry& r);
 void register_cuda_training_ops(KernelRegistry& r);
 void register_cuda_movement(KernelRegistry& r);
 void register_cuda_blas(KernelRegistry& r);
+void register_cuda_reduce(KernelRegistry& r);
+void register_cuda_loss(KernelRegistry& r);
+void register_cuda_index(KernelRegistry& r);
+void register_cuda_misc(KernelRegistry& r);
 
 }  // namespace onnxtrain::cuda
 

@@ -25,6 +25,10 @@ void register_cuda_kernels(KernelRegistry& r) {
   cuda::register_cuda_training_ops(r);
   cuda::register_cuda_movement(r);
   cuda::register_cuda_blas(r);
+  cuda::register_cuda_reduce(r);
+  cuda::register_cuda_loss(r);
+  cuda::register_cuda_index(r);
+  cuda::register_cuda_misc(r);
 }
 
 }  // namespace onnxtrain
