@@ -336,7 +336,7 @@ struct GeluTanhGradFn {
 enum class ReduceKind { Sum, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSumExp };
 enum class ReduceCombine { Add, Mul, Max, Min };
 
-constexpr ReduceCombine reduce_combine_of(ReduceKind k) {
+ONNXTRAIN_HD constexpr ReduceCombine reduce_combine_of(ReduceKind k) {
   switch (k) {
     case ReduceKind::Max: return ReduceCombine::Max;
     case ReduceKind::Min: return ReduceCombine::Min;
@@ -359,7 +359,9 @@ template <ReduceKind K> struct ReduceFn {
     switch (K) {
       case ReduceKind::SumSquare:
       case ReduceKind::L2: return x * x;
-      case ReduceKind::L1: return x < T(0) ? T(-x) : x;
+      case ReduceKind::L1:
+        if constexpr (std::is_unsigned_v<T>) return x;
+        else return x < T(0) ? T(-x) : x;
       case ReduceKind::LogSumExp: return static_cast<T>(std::exp(static_cast<double>(x - shift)));
       default: return x;
     }

@@ -290,6 +290,16 @@ template <class T> class CumSumKernel final : public Kernel {
   bool exclusive_, reverse_;
 };
 
+// K<T>(args...) for input 0's dtype among the numeric types CumSum and TopK take.
+template <template <class> class K, class... A> std::unique_ptr<Kernel> numeric(const PrepareContext& ctx, A... args) {
+  std::unique_ptr<Kernel> k;
+  dispatch<float, double, int32_t, int64_t>(ctx.inputs[0].dtype, [&](auto tag) {
+    k = std::make_unique<K<typename decltype(tag)::type>>(args...);
+  });
+  if (!k) cpu::fail_dtype(ctx);
+  return k;
+}
+
 // The axis as [outer, n, inner]: n and inner.
 std::pair<int64_t, int64_t> axis_split(const PrepareContext& ctx, int64_t axis) {
   const std::vector<int64_t>& shape = ctx.inputs[0].shape;
@@ -304,13 +314,7 @@ std::unique_ptr<Kernel> make_cumsum(PrepareContext& ctx, const KernelFactory& ho
   const std::pair<int64_t, int64_t> split = axis_split(ctx, cpu::ints_of(ctx, ctx.constant_input(1), "axis").at(0));
   const int64_t n = split.first, inner = split.second;
   const bool exclusive = ctx.node.attr_int("exclusive", 0) != 0, reverse = ctx.node.attr_int("reverse", 0) != 0;
-  std::unique_ptr<Kernel> k;
-  dispatch<float, double, int32_t, int64_t>(ctx.inputs[0].dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    k = std::make_unique<CumSumKernel<T>>(n, inner, exclusive, reverse);
-  });
-  if (!k) cpu::fail_dtype(ctx);
-  return k;
+  return numeric<CumSumKernel>(ctx, n, inner, exclusive, reverse);
 }
 
 // ---- TopK ------------------------------------------------------------------------------------------------
@@ -364,13 +368,7 @@ std::unique_ptr<Kernel> make_topk(PrepareContext& ctx, const KernelFactory& host
   const int64_t n = split.first, inner = split.second;
   const int64_t k = cpu::ints_of(ctx, ctx.constant_input(1), "K").at(0);
   const bool largest = ctx.opset < 11 || ctx.node.attr_int("largest", 1) != 0;
-  std::unique_ptr<Kernel> kern;
-  dispatch<float, double, int32_t, int64_t>(ctx.inputs[0].dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    kern = std::make_unique<TopKKernel<T>>(n, inner, k, largest);
-  });
-  if (!kern) cpu::fail_dtype(ctx);
-  return kern;
+  return numeric<TopKKernel>(ctx, n, inner, k, largest);
 }
 
 }  // namespace
