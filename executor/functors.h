@@ -5,6 +5,7 @@
 // std containers); std:: maths functions have device overloads under nvcc.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "executor/hd.h"
@@ -309,6 +310,116 @@ struct PReluOp {
   template <class T> ONNXTRAIN_HD T operator()(T x, T slope) const { return x < T(0) ? slope * x : x; }
 };
 
+
+// ---- GELU derivatives from the forward input x, (dY, X) -> dX (onnxtrain.GeluGrad / GeluTanhGrad) ------------
+// The CPU kernels evaluate the same formulas as Eigen array expressions (executor/cpu/fused_grad.cpp), which
+// vectorise where a scalar loop would not; the CUDA kernels call these.
+//   erf:  Phi(x) + x phi(x)
+//   tanh: (1 + t)/2 + x/2 (1 - t^2) k (1 + 3c x^2),  t = tanh(k (x + c x^3)), k = sqrt(2/pi), c = 0.044715
+struct GeluErfGradFn {
+  template <class T> ONNXTRAIN_HD T operator()(T dy, T x) const {
+    const T rsqrt2 = T(0.70710678118654752440), rsqrt2pi = T(0.39894228040143267794);
+    return dy * (T(0.5) * (T(1) + std::erf(x * rsqrt2)) + x * (std::exp(T(-0.5) * x * x) * rsqrt2pi));
+  }
+};
+struct GeluTanhGradFn {
+  template <class T> ONNXTRAIN_HD T operator()(T dy, T x) const {
+    const T k = T(0.79788456080286535588), c = T(0.044715);
+    const T t = std::tanh(k * (x + c * x * x * x));
+    return dy * (T(0.5) * (T(1) + t) + T(0.5) * k * x * (T(1) - t * t) * (T(1) + T(3) * c * x * x));
+  }
+};
+
+// ---- reductions (ReduceSum ... ReduceLogSumExp; executor/cpu/reduce.cpp, executor/cuda/reduce.cu) -----------
+// Each op is pre() on every element, combine() of the results, post() on the total. LogSumExp's pre/post take
+// a per-output shift (the max, or 0 when the max is not finite) so large inputs do not overflow.
+enum class ReduceKind { Sum, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSumExp };
+enum class ReduceCombine { Add, Mul, Max, Min };
+
+ONNXTRAIN_HD constexpr ReduceCombine reduce_combine_of(ReduceKind k) {
+  switch (k) {
+    case ReduceKind::Max: return ReduceCombine::Max;
+    case ReduceKind::Min: return ReduceCombine::Min;
+    case ReduceKind::Prod: return ReduceCombine::Mul;
+    default: return ReduceCombine::Add;
+  }
+}
+
+template <ReduceKind K> struct ReduceFn {
+  template <class T> ONNXTRAIN_HD T combine(T a, T b) const {
+    switch (reduce_combine_of(K)) {
+      case ReduceCombine::Add: return a + b;
+      case ReduceCombine::Mul: return a * b;
+      case ReduceCombine::Max: return b > a ? b : a;
+      case ReduceCombine::Min: return b < a ? b : a;
+    }
+    return a;
+  }
+  template <class T> ONNXTRAIN_HD T pre(T x, T shift) const {
+    switch (K) {
+      case ReduceKind::SumSquare:
+      case ReduceKind::L2: return x * x;
+      case ReduceKind::L1:
+        if constexpr (std::is_unsigned_v<T>) return x;
+        else return x < T(0) ? T(-x) : x;
+      case ReduceKind::LogSumExp: return static_cast<T>(std::exp(static_cast<double>(x - shift)));
+      default: return x;
+    }
+  }
+  template <class T> ONNXTRAIN_HD T post(T acc, int64_t n, T shift) const {
+    switch (K) {
+      case ReduceKind::Mean:
+        // Integer mean of an empty set would divide by zero; floats give NaN like numpy.
+        if constexpr (std::is_integral_v<T>) return n == 0 ? T(0) : static_cast<T>(acc / static_cast<T>(n));
+        else return acc / static_cast<T>(n);
+      case ReduceKind::L2: return static_cast<T>(std::sqrt(static_cast<double>(acc)));
+      case ReduceKind::LogSum: return static_cast<T>(std::log(static_cast<double>(acc)));
+      case ReduceKind::LogSumExp: return static_cast<T>(std::log(static_cast<double>(acc)) + shift);
+      default: return acc;
+    }
+  }
+};
+
+// The identity of the combine, as a host-side constant the kernels receive.
+template <class T> T reduce_init(ReduceKind k) {
+  switch (reduce_combine_of(k)) {
+    case ReduceCombine::Add: return T(0);
+    case ReduceCombine::Mul: return T(1);
+    case ReduceCombine::Max:
+      return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest();
+    case ReduceCombine::Min:
+      return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::max();
+  }
+  return T(0);
+}
+
+// LogSumExp's shift from the max: an infinite max (all -inf, or an empty set) shifts by 0 so inf - inf never
+// makes a NaN.
+template <class T> ONNXTRAIN_HD T logsumexp_shift(T max) {
+  return std::isfinite(static_cast<double>(max)) ? max : T(0);
+}
+
+// ArgMax/ArgMin: does v replace the current best? select_last_index makes ties move to the later index.
+template <bool IsMax, class T> ONNXTRAIN_HD bool arg_better(T v, T best, bool last) {
+  return IsMax ? (last ? v >= best : v > best) : (last ? v <= best : v < best);
+}
+
+// ---- NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss (executor/cpu/misc.cpp, executor/cuda/loss.cu) -------
+// One target element: its weight w (weight[t] or 1; 0 when t is ignore_index) and loss -w * logp[t], class j of
+// this element being logp[j * stride]. Both
+// accumulate in double on either side. A target outside [0, C) is an error on the CPU (checked before this
+// is called); the device cannot throw, so there it yields a NaN loss.
+struct NllTerm {
+  double w, loss;
+};
+template <class T>
+ONNXTRAIN_HD NllTerm nll_term(int64_t t, int64_t classes, const T* weight, const T* logp, int64_t stride,
+                              bool has_ignore, int64_t ignore) {
+  if (has_ignore && t == ignore) return {0.0, 0.0};
+  if (t < 0 || t >= classes) return {0.0, static_cast<double>(NAN)};
+  const double w = weight ? static_cast<double>(weight[t]) : 1.0;
+  return {w, -w * static_cast<double>(logp[t * stride])};
+}
 
 // ---- optimizer updates (ai.onnx.preview.training, executor/cpu/training_ops.cpp) ----------------------------
 // One element of one optimized tensor per call. The step-dependent scalars (bias-corrected rate, Momentum's

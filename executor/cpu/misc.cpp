@@ -9,7 +9,9 @@
 #include <optional>
 #include <random>
 
+#include "executor/cpu/einsum_plan.h"
 #include "executor/cpu/kernel_util.h"
+#include "executor/functors.h"
 #include "executor/kernel.h"
 #include "graph/einsum.h"
 #include "graph/error.h"
@@ -240,12 +242,7 @@ std::unique_ptr<Kernel> make_space_to_depth(PrepareContext& ctx) {
 // Einsum: one loop over every index of the equation, output indices outer and summed ones inner. An
 // ellipsis becomes fresh indices aligned from the right, and a size-1 dim broadcasts (stride 0).
 
-struct EinsumPlan {
-  std::vector<int64_t> out_dims;                   // sizes of the output indices
-  std::vector<int64_t> sum_dims;                   // sizes of the summed indices
-  std::vector<std::vector<int64_t>> out_strides;   // per operand, stride for each output index
-  std::vector<std::vector<int64_t>> sum_strides;   // per operand, stride for each summed index
-};
+using cpu::EinsumPlan;
 
 EinsumPlan plan_einsum(const PrepareContext& ctx, std::vector<int64_t>& out_shape) {
   const EinsumEquation parsed = parse_einsum_equation(ctx.node.attr_string("equation", ""));
@@ -333,9 +330,10 @@ EinsumPlan plan_einsum(const PrepareContext& ctx, std::vector<int64_t>& out_shap
   return p;
 }
 
-template <class T> class EinsumKernel final : public Kernel {
+template <class T> class EinsumKernel final : public Kernel, public cpu::EinsumPlanned {
  public:
   explicit EinsumKernel(EinsumPlan p) : p_(std::move(p)) {}
+  const EinsumPlan& plan() const override { return p_; }
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
     const size_t nt = in.size();
     std::vector<const T*> src(nt);
@@ -432,13 +430,10 @@ template <class T, class I> class LossKernel final : public Kernel {
     for (int64_t i = 0; i < n_; ++i)
       for (int64_t k = 0; k < d_; ++k) {
         const int64_t t = static_cast<int64_t>(target[i * d_ + k]);
-        double w = 0, l = 0;
-        if (!ignore_ || t != *ignore_) {
-          if (t < 0 || t >= c_)
-            fail(where_, "target " + std::to_string(t) + " is out of range for " + std::to_string(c_) + " classes");
-          w = weight ? static_cast<double>(weight[t]) : 1.0;
-          l = -w * static_cast<double>(logp[(i * c_ + t) * d_ + k]);
-        }
+        if ((!ignore_ || t != *ignore_) && (t < 0 || t >= c_))
+          fail(where_, "target " + std::to_string(t) + " is out of range for " + std::to_string(c_) + " classes");
+        const NllTerm term = nll_term(t, c_, weight, logp + i * c_ * d_ + k, d_, ignore_.has_value(), ignore_.value_or(0));
+        const double w = term.w, l = term.loss;
         if (reduction_ == "none") y[i * d_ + k] = static_cast<T>(l);
         total += l;
         wsum += w;

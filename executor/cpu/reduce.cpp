@@ -14,24 +14,16 @@
 #include <type_traits>
 
 #include "executor/cpu/kernel_util.h"
+#include "executor/functors.h"
 #include "executor/kernel.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
 namespace {
 
-enum class RKind { Sum, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSumExp };
-// How partial results combine; the pre/post transforms around it make up the rest of each op.
-enum class Combine { Add, Mul, Max, Min };
-
-constexpr Combine combine_of(RKind k) {
-  switch (k) {
-    case RKind::Max: return Combine::Max;
-    case RKind::Min: return Combine::Min;
-    case RKind::Prod: return Combine::Mul;
-    default: return Combine::Add;
-  }
-}
+using RKind = ReduceKind;
+using Combine = ReduceCombine;
+constexpr Combine combine_of(RKind k) { return reduce_combine_of(k); }
 
 // Below this many input elements threads cost more than they save.
 constexpr int64_t kParallelThreshold = 1 << 15;
@@ -78,52 +70,14 @@ template <class T, RKind K> struct Reducer {
   static constexpr RKind kind = K;
   T init;
 
-  // Inputs here are already transformed by pre().
-  T combine(T a, T b) const {
-    switch (combine_of(K)) {
-      case Combine::Add: return a + b;
-      case Combine::Mul: return a * b;
-      case Combine::Max: return b > a ? b : a;
-      case Combine::Min: return b < a ? b : a;
-    }
-    return a;
-  }
-  T pre(T x, T shift) const {
-    switch (K) {
-      case RKind::SumSquare:
-      case RKind::L2: return x * x;
-      case RKind::L1: return x < T(0) ? T(-x) : x;
-      case RKind::LogSumExp: return static_cast<T>(std::exp(static_cast<double>(x - shift)));
-      default: return x;
-    }
-  }
-  T post(T acc, int64_t n, T shift) const {
-    switch (K) {
-      case RKind::Mean:
-        // Integer mean of an empty set would divide by zero; floats give NaN like numpy.
-        if constexpr (std::is_integral_v<T>) return n == 0 ? T(0) : static_cast<T>(acc / static_cast<T>(n));
-        else return acc / static_cast<T>(n);
-      case RKind::L2: return static_cast<T>(std::sqrt(static_cast<double>(acc)));
-      case RKind::LogSum: return static_cast<T>(std::log(static_cast<double>(acc)));
-      case RKind::LogSumExp: return static_cast<T>(std::log(static_cast<double>(acc)) + shift);
-      default: return acc;
-    }
-  }
+  // The maths is ReduceFn (executor/functors.h), shared with the CUDA kernels; inputs of combine() are already
+  // transformed by pre().
+  T combine(T a, T b) const { return ReduceFn<K>{}.combine(a, b); }
+  T pre(T x, T shift) const { return ReduceFn<K>{}.pre(x, shift); }
+  T post(T acc, int64_t n, T shift) const { return ReduceFn<K>{}.post(acc, n, shift); }
 };
 
-template <class T> T initial_value(RKind k) {
-  switch (combine_of(k)) {
-    case Combine::Add: return T(0);
-    case Combine::Mul: return T(1);
-    case Combine::Max:
-      return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
-                                                  : std::numeric_limits<T>::lowest();
-    case Combine::Min:
-      return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
-                                                  : std::numeric_limits<T>::max();
-  }
-  return T(0);
-}
+template <class T> T initial_value(RKind k) { return reduce_init<T>(k); }
 
 // Reduces n contiguous values; written per combine so the compiler vectorises with OpenMP simd reductions.
 template <class T, Combine C, class Pre>
@@ -179,8 +133,7 @@ template <class T, RKind K> class ReduceKernel final : public Kernel {
       // log(sum(exp(x - m))) + m with m the max, so large inputs do not overflow; an infinite m (all -inf,
       // or an empty set) shifts by 0 instead so inf - inf never makes a NaN.
       reduce(Reducer<T, RKind::Max>{initial_value<T>(RKind::Max)}, x, shift_.data(), nullptr);
-      for (T& m : shift_)
-        if (!std::isfinite(static_cast<double>(m))) m = T(0);
+      for (T& m : shift_) m = logsumexp_shift(m);
       reduce(r_, x, y, shift_.data());
     } else {
       reduce(r_, x, y, nullptr);
@@ -390,8 +343,7 @@ template <class T, bool IsMax> class ArgKernel final : public Kernel {
         int64_t bi = 0;
         for (int64_t k = 1; k < n_; ++k) {
           T v = xo[k * inner_ + j];
-          bool better = IsMax ? (last_ ? v >= best : v > best) : (last_ ? v <= best : v < best);
-          if (better) {
+          if (arg_better<IsMax>(v, best, last_)) {
             best = v;
             bi = k;
           }

@@ -11,6 +11,7 @@
 
 #include "executor/broadcast.h"
 #include "executor/cpu/kernel_util.h"
+#include "executor/cpu/resize_taps.h"
 #include "executor/kernel.h"
 
 namespace onnxtrain {
@@ -31,26 +32,7 @@ struct ResizeAttrs {
   double extrapolation_value = 0;
 };
 
-// One resized axis: output o reads inputs index[o*n + k] with weights weight[o*n + k], or is the extrapolation
-// value when outside[o] (tf_crop_and_resize beyond the input).
-struct AxisTaps {
-  int64_t in = 0, out = 0, n = 0;
-  std::vector<int64_t> index;
-  std::vector<double> weight;
-  std::vector<uint8_t> outside;
-
-  bool identity() const {
-    if (in != out) return false;
-    for (int64_t o = 0; o < out; ++o) {
-      if (outside[o]) return false;
-      for (int64_t k = 0; k < n; ++k) {
-        const double w = weight[o * n + k];
-        if (w != 0 && !(w == 1 && index[o * n + k] == o)) return false;
-      }
-    }
-    return true;
-  }
-};
+using cpu::AxisTaps;
 
 // Interpolation weights for the taps around x_original; `ratio` is in (0, 1], the distance from the tap
 // left of x (1 when x is an integer), and `scale` the axis' scale (antialias widens the filter by 1/scale).
@@ -161,8 +143,10 @@ AxisTaps axis_taps(const ResizeAttrs& a, int64_t in, int64_t out, double scale, 
   return t;
 }
 
-template <class T> class ResizeKernel final : public Kernel {
+template <class T> class ResizeKernel final : public Kernel, public cpu::ResizeTaps {
  public:
+  const std::vector<std::pair<size_t, AxisTaps>>& planned_axes() const override { return axes_; }
+  double extrapolation() const override { return extrapolation_; }
   ResizeKernel(std::vector<int64_t> in_shape, std::vector<std::pair<size_t, AxisTaps>> axes, double extrapolation)
       : in_shape_(std::move(in_shape)), axes_(std::move(axes)), extrapolation_(extrapolation) {}
 

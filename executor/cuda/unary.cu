@@ -216,6 +216,9 @@ void register_cuda_unary(KernelRegistry& r) {
   twin(r, "onnxtrain", "ReluGrad", make_grad<ReluGradOp>);
   twin(r, "onnxtrain", "SigmoidGrad", make_grad<SigmoidGradOp>);
   twin(r, "onnxtrain", "TanhGrad", make_grad<TanhGradOp>);
+  // (dY, X) -> dX: the GELU gradients take the forward input in Y's place.
+  twin(r, "onnxtrain", "GeluGrad", make_grad<GeluErfGradFn>);
+  twin(r, "onnxtrain", "GeluTanhGrad", make_grad<GeluTanhGradFn>);
 }
 
 }  // namespace onnxtrain::cuda

@@ -157,15 +157,101 @@ std::vector<Case> cases() {
   for (int64_t i = 0; i < 12; ++i) c.ptr<bool>()[i] = i % 3 == 0;
   v[3].inputs.insert(v[3].inputs.begin(), c);
   v[3].node.inputs = {"x0", "x1", "x2"};
+
+  // Reductions: the block path (long rows), the thread path (short ones), non-adjacent axes, every kind.
+  auto attrs_axes = [](std::vector<int64_t> a, int64_t keep) {
+    return std::map<std::string, Attribute>{{"axes", std::move(a)}, {"keepdims", keep}};
+  };
+  const std::map<std::string, Attribute> drop_dims = {{"keepdims", int64_t{0}}};
+  v.push_back({"ReduceSumLongRows", node("ReduceSum", {"x0", "ax"}, 1, drop_dims), 18, {randn({4, 300, 3}, 40)}, {{"ax", ints({1})}}});
+  v.push_back({"ReduceSumAll", node("ReduceSum", {"x0"}), 18, {randn({50, 70}, 41)}, {}});
+  v.push_back({"ReduceMeanAxes0And2Attr", node("ReduceMean", {"x0"}, 1, attrs_axes({0, 2}, 1)), 13, {randn({3, 4, 5}, 42)}, {}});
+  v.push_back({"ReduceMaxInt64", node("ReduceMax", {"x0", "ax"}), 18, {randn({6, 5}, 43, DType::Int64)}, {{"ax", ints({-1})}}});
+  v.push_back({"ReduceMinCols", node("ReduceMin", {"x0", "ax"}), 18, {randn({200, 3}, 44)}, {{"ax", ints({0})}}});
+  v.push_back({"ReduceProd", node("ReduceProd", {"x0", "ax"}), 18, {randn({3, 4}, 45)}, {{"ax", ints({1})}}});
+  v.push_back({"ReduceSumSquare", node("ReduceSumSquare", {"x0", "ax"}), 18, {randn({3, 9}, 46)}, {{"ax", ints({1})}}});
+  v.push_back({"ReduceL1", node("ReduceL1", {"x0", "ax"}), 18, {randn({3, 9}, 47)}, {{"ax", ints({0})}}});
+  v.push_back({"ReduceL2", node("ReduceL2", {"x0", "ax"}), 18, {randn({3, 90}, 48)}, {{"ax", ints({1})}}});
+  Tensor positive = randn({3, 9}, 49);  // LogSum of a positive sum
+  for (float& f : positive.span<float>()) f = std::abs(f) + 0.1f;
+  v.push_back({"ReduceLogSum", node("ReduceLogSum", {"x0", "ax"}), 18, {positive}, {{"ax", ints({1})}}});
+  v.push_back({"ReduceLogSumExp", node("ReduceLogSumExp", {"x0", "ax"}), 18, {randn({2, 100}, 50)}, {{"ax", ints({1})}}});
+  v.push_back({"ReduceSumNoopEmptyAxes", node("ReduceSum", {"x0"}, 1, {{"noop_with_empty_axes", int64_t{1}}}), 18, {randn({3, 4}, 51)}, {}});
+  v.push_back({"ArgMaxLast", node("ArgMax", {"x0"}, 1, {{"axis", int64_t{1}}, {"select_last_index", int64_t{1}}}), 13,
+               {randn({3, 6, 2}, 52, DType::Int64)}, {}});
+  v.push_back({"ArgMinNoKeep", node("ArgMin", {"x0"}, 1, {{"axis", int64_t{0}}, {"keepdims", int64_t{0}}}), 13, {randn({5, 4}, 53)}, {}});
+
+  // Losses: weights, ignore_index, every reduction, the log_prob output, [N, C, d] inputs, int32 labels.
+  auto labels = [](std::vector<int64_t> shape, std::vector<int64_t> l) { return Tensor::from_vector<int64_t>(std::move(shape), l); };
+  v.push_back({"NllMeanWeightedIgnore", node("NegativeLogLikelihoodLoss", {"x0", "x1", "x2"}, 1, {{"ignore_index", int64_t{1}}}), 13,
+               {randn({4, 3}, 54), labels({4}, {0, 1, 2, 2}), randn({3}, 55)}, {}});
+  v.push_back({"NllNone3d", node("NegativeLogLikelihoodLoss", {"x0", "x1"}, 1, {{"reduction", std::string("none")}}), 13,
+               {randn({2, 3, 4}, 56), labels({2, 4}, {0, 1, 2, 0, 2, 2, 1, 0})}, {}});
+  v.push_back({"SceSumLogProb", node("SoftmaxCrossEntropyLoss", {"x0", "x1"}, 2, {{"reduction", std::string("sum")}}), 13,
+               {randn({5, 4}, 57), labels({5}, {3, 0, 1, 2, 3})}, {}});
+  Tensor l32 = Tensor::empty(DType::Int32, {2, 3});
+  for (int32_t i = 0; i < 6; ++i) l32.ptr<int32_t>()[i] = i % 4;
+  v.push_back({"SceMean3dInt32Ignore", node("SoftmaxCrossEntropyLoss", {"x0", "x1"}, 1, {{"ignore_index", int64_t{3}}}), 13,
+               {randn({2, 4, 3}, 58), l32}, {}});
+
+  // Index ops: negative indices, batch dims, duplicate indices under a reduction.
+  v.push_back({"GatherElements", node("GatherElements", {"x0", "x1"}, 1, {{"axis", int64_t{1}}}), 13,
+               {randn({2, 4}, 59), labels({2, 3}, {0, -1, 2, 3, 3, 1})}, {}});
+  v.push_back({"GatherNDBatch", node("GatherND", {"x0", "x1"}, 1, {{"batch_dims", int64_t{1}}}), 13,
+               {randn({2, 3, 4}, 60), labels({2, 2, 1}, {2, 0, -1, 1})}, {}});
+  v.push_back({"ScatterElementsAddDuplicates", node("ScatterElements", {"x0", "x1", "x2"}, 1, {{"axis", int64_t{0}}, {"reduction", std::string("add")}}), 18,
+               {randn({3, 2}, 61), labels({4, 2}, {0, 1, 0, 1, 2, 2, -3, 0}), randn({4, 2}, 62)}, {}});
+  v.push_back({"ScatterElementsMax", node("ScatterElements", {"x0", "x1", "x2"}, 1, {{"axis", int64_t{1}}, {"reduction", std::string("max")}}), 18,
+               {randn({2, 3}, 63), labels({2, 2}, {1, 1, 0, 2}), randn({2, 2}, 64)}, {}});
+  v.push_back({"ScatterNDMul", node("ScatterND", {"x0", "x1", "x2"}, 1, {{"reduction", std::string("mul")}}), 18,
+               {randn({4, 3}, 65), labels({2, 1}, {1, 1}), randn({2, 3}, 66)}, {}});
+  v.push_back({"ScatterNDNone", node("ScatterND", {"x0", "x1", "x2"}), 13,
+               {randn({4, 3}, 67), labels({2, 2}, {0, 1, 3, -1}), randn({2}, 68)}, {}});
+  v.push_back({"CumSumExclusiveReverse", node("CumSum", {"x0", "ax"}, 1, {{"exclusive", int64_t{1}}, {"reverse", int64_t{1}}}), 14,
+               {randn({3, 5, 2}, 69)}, {{"ax", ints({1})}}});
+  v.push_back({"CumSumInt64", node("CumSum", {"x0", "ax"}), 14, {randn({7}, 70, DType::Int64)}, {{"ax", ints({0})}}});
+  v.push_back({"TopKSmallest", node("TopK", {"x0", "k"}, 2, {{"axis", int64_t{1}}, {"largest", int64_t{0}}}), 11,
+               {randn({3, 8, 2}, 71)}, {{"k", ints({3})}}});
+  v.push_back({"TopKTiesInt64", node("TopK", {"x0", "k"}, 2), 11, {randn({4, 9}, 72, DType::Int64)}, {{"k", ints({4})}}});
+
+  // Einsum: batched matmul, a diagonal, a full contraction.
+  v.push_back({"EinsumBatchedMatMul", node("Einsum", {"x0", "x1"}, 1, {{"equation", std::string("bij,bjk->bik")}}), 12,
+               {randn({2, 3, 4}, 73), randn({2, 4, 5}, 74)}, {}});
+  v.push_back({"EinsumDiagonal", node("Einsum", {"x0"}, 1, {{"equation", std::string("ii->i")}}), 12, {randn({4, 4}, 75)}, {}});
+  v.push_back({"EinsumImplicitSum", node("Einsum", {"x0", "x1"}, 1, {{"equation", std::string("ij,ij")}}), 12,
+               {randn({3, 4}, 76), randn({3, 4}, 77)}, {}});
+
+  // Resize: the taps of every mode the CPU plans, applied per axis.
+  auto floats = [](std::vector<float> x) { return TensorData::from<float>({static_cast<int64_t>(x.size())}, x); };
+  const TensorData no_roi = TensorData::from<float>({0}, std::vector<float>{});
+  v.push_back({"ResizeLinearAlignCorners", node("Resize", {"x0", "roi", "sc"}, 1, {{"mode", std::string("linear")},
+               {"coordinate_transformation_mode", std::string("align_corners")}}), 13, {randn({1, 2, 3, 4}, 78)},
+               {{"roi", no_roi}, {"sc", floats({1, 1, 2, 1.5f})}}});
+  v.push_back({"ResizeNearestFloorSizes", node("Resize", {"x0", "roi", "", "sz"}, 1, {{"coordinate_transformation_mode", std::string("asymmetric")},
+               {"nearest_mode", std::string("floor")}}), 13, {randn({1, 1, 5, 3}, 79)}, {{"roi", no_roi}, {"sz", ints({1, 1, 3, 7})}}});
+  v.push_back({"ResizeCubicHalfPixel", node("Resize", {"x0", "roi", "sc"}, 1, {{"mode", std::string("cubic")}}), 13,
+               {randn({1, 1, 4, 4}, 80)}, {{"roi", no_roi}, {"sc", floats({1, 1, 1.75f, 0.5f})}}});
+  v.push_back({"ResizeCropAndResize", node("Resize", {"x0", "roi", "sc"}, 1, {{"mode", std::string("linear")},
+               {"coordinate_transformation_mode", std::string("tf_crop_and_resize")}, {"extrapolation_value", 2.5f}}), 13,
+               {randn({1, 1, 4, 4}, 81)}, {{"roi", floats({0, 0, -0.2f, 0.1f, 1, 1, 0.9f, 1.3f})}, {"sc", floats({1, 1, 2, 2})}}});
+
+  // Dropout outside training is the identity with an all-true mask on both devices (training: see below).
+  v.push_back({"DropoutInference", node("Dropout", {"x0"}, 2), 13, {randn({40}, 82)}, {}});
+
+  // The GELU gradients from the shared functors.
+  v.push_back({"GeluGrad", node("GeluGrad", {"x0", "x1"}, 1, {}, "onnxtrain"), 17, {randn({50}, 83), randn({50}, 84)}, {}});
+  v.push_back({"GeluTanhGrad", node("GeluTanhGrad", {"x0", "x1"}, 1, {}, "onnxtrain"), 17, {randn({50}, 85), randn({50}, 86)}, {}});
   return v;
 }
 
 class CudaParity : public testing::TestWithParam<Case> {};
 
 TEST_P(CudaParity, MatchesCpu) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA here (" << cuda_unavailable_reason() << "): GPU parity not run";
   const Case& c = GetParam();
-  std::vector<Tensor> want = run_on(Device::CPU, c), got = run_on(Device::CUDA, c);
+  // The CPU half runs everywhere, so a case that is not a valid graph fails even without a GPU.
+  std::vector<Tensor> want = run_on(Device::CPU, c);
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA here (" << cuda_unavailable_reason() << "): GPU parity not run";
+  std::vector<Tensor> got = run_on(Device::CUDA, c);
   ASSERT_EQ(want.size(), got.size());
   for (size_t o = 0; o < want.size(); ++o) {
     ASSERT_EQ(want[o].dtype, got[o].dtype);
@@ -181,6 +267,28 @@ TEST_P(CudaParity, MatchesCpu) {
             << c.name << " output " << o << " element " << i;
     }
   }
+}
+
+// Dropout in training draws from a different stream on each device (docs/gpu.md), so the GPU mask is checked
+// for its statistics and consistency instead of against the CPU's: the kept fraction is 1 - ratio within
+// 5 sigma, kept elements are scaled by 1 / (1 - ratio), dropped ones are 0, and a seed fixes the mask.
+TEST(CudaDropout, TrainingMaskHasTheRatioAndScales) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA here (" << cuda_unavailable_reason() << "): GPU Dropout not run";
+  const int64_t n = 100000;
+  const double ratio = 0.3;
+  Case c{"DropoutTraining", node("Dropout", {"x0", "r", "t"}, 2, {{"seed", int64_t{7}}}), 13, {randn({n}, 90)},
+         {{"r", TensorData::scalar<float>(static_cast<float>(ratio))}, {"t", TensorData::scalar<bool>(true)}}};
+  const std::vector<Tensor> a = run_on(Device::CUDA, c), b = run_on(Device::CUDA, c);
+  const float* x = c.inputs[0].ptr<float>();
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool k = a[1].ptr<bool>()[i];
+    kept += k;
+    EXPECT_EQ(k, b[1].ptr<bool>()[i]) << "a seeded mask differs between runs at " << i;
+    EXPECT_FLOAT_EQ(a[0].ptr<float>()[i], k ? x[i] * static_cast<float>(1 / (1 - ratio)) : 0.0f) << i;
+  }
+  const double sigma = std::sqrt(n * ratio * (1 - ratio));
+  EXPECT_NEAR(static_cast<double>(kept), n * (1 - ratio), 5 * sigma);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, CudaParity, testing::ValuesIn(cases()),

@@ -1,0 +1,273 @@
+// Reductions (ReduceSum ... ReduceLogSumExp) and ArgMax/ArgMin on CUDA.
+//
+// One generic strided reduction: the reduced and kept axes are folded into the fewest dims (adjacent dims
+// that are both reduced or both kept merge; size-1 dims vanish), an output index decomposes over the kept
+// dims and a reduction step over the reduced dims, each with its input strides. Short reductions (fewer than
+// kBlockThreshold elements per output: bias-gradient columns, small rows) run one thread per output; longer
+// ones one block per output with a shared-memory tree. The maths is ReduceFn of executor/functors.h, which
+// the CPU kernels call too. The summation order differs from the CPU's, so float results agree to rounding.
+#include <memory>
+
+#include "executor/cuda/common.h"
+#include "executor/cuda/device_util.cuh"
+#include "executor/functors.h"
+
+namespace onnxtrain::cuda {
+namespace {
+
+constexpr int kMaxDims = 8;
+constexpr int64_t kBlockThreshold = 64;
+
+// A folded reduction: kept dims in output order and reduced dims, each with its input stride.
+struct ReduceGeom {
+  int nk = 0, nr = 0;
+  int64_t kdims[kMaxDims], kstride[kMaxDims];
+  int64_t rdims[kMaxDims], rstride[kMaxDims];
+  int64_t count = 1, nout = 1;
+
+  __device__ static int64_t offset(int64_t i, int n, const int64_t* dims, const int64_t* stride) {
+    int64_t off = 0;
+    for (int d = n - 1; d >= 0; --d) {
+      off += (i % dims[d]) * stride[d];
+      i /= dims[d];
+    }
+    return off;
+  }
+  __device__ int64_t base(int64_t o) const { return offset(o, nk, kdims, kstride); }
+  __device__ int64_t step(int64_t r) const { return offset(r, nr, rdims, rstride); }
+};
+
+ReduceGeom fold(const PrepareContext& ctx, const std::vector<int64_t>& shape, const std::vector<bool>& reduced) {
+  std::vector<int64_t> dims, strides;
+  std::vector<bool> red;
+  ReduceGeom g;
+  int64_t stride = 1;
+  // From the innermost dim out, so a merged dim's stride is its inner part's.
+  for (size_t i = shape.size(); i-- > 0;) {
+    const int64_t d = shape[i];
+    (reduced[i] ? g.count : g.nout) *= d;
+    if (d != 1) {
+      if (!dims.empty() && red.back() == reduced[i] && strides.back() * dims.back() == stride) {
+        dims.back() *= d;
+      } else {
+        dims.push_back(d);
+        strides.push_back(stride);
+        red.push_back(reduced[i]);
+      }
+    }
+    stride *= d;
+  }
+  for (size_t j = dims.size(); j-- > 0;) {
+    int& n = red[j] ? g.nr : g.nk;
+    if (n == kMaxDims) ctx.fail("the CUDA reduction folds to more than " + std::to_string(kMaxDims) + " dims");
+    (red[j] ? g.rdims : g.kdims)[n] = dims[j];
+    (red[j] ? g.rstride : g.kstride)[n] = strides[j];
+    ++n;
+  }
+  return g;
+}
+
+// One thread's share of the combine over output o's elements (threads lo, lo+step, ...).
+template <class F, class T>
+__device__ T partial(const F& f, const ReduceGeom& g, int64_t base, const T* x, T init, T shift, int64_t lo, int64_t step) {
+  T acc = init;
+  for (int64_t r = lo; r < g.count; r += step) acc = f.combine(acc, f.pre(x[base + g.step(r)], shift));
+  return acc;
+}
+
+template <ReduceKind K, class T> __global__ void reduce_thread_kernel(ReduceGeom g, const T* x, T* y, T init, T max_init) {
+  const ReduceFn<K> f;
+  for (int64_t o = global_index(); o < g.nout; o += grid_stride()) {
+    const int64_t b = g.base(o);
+    T shift = T(0);
+    if constexpr (K == ReduceKind::LogSumExp)
+      shift = logsumexp_shift(partial(ReduceFn<ReduceKind::Max>{}, g, b, x, max_init, T(0), 0, 1));
+    y[o] = f.post(partial(f, g, b, x, init, shift, 0, 1), g.count, shift);
+  }
+}
+
+template <class F, class T> __device__ T block_combine(const F& f, T v, T* buf) {
+  buf[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) buf[threadIdx.x] = f.combine(buf[threadIdx.x], buf[threadIdx.x + s]);
+    __syncthreads();
+  }
+  const T r = buf[0];
+  __syncthreads();
+  return r;
+}
+
+template <ReduceKind K, class T> __global__ void reduce_block_kernel(ReduceGeom g, const T* x, T* y, T init, T max_init) {
+  __shared__ T buf[kBlock];
+  const ReduceFn<K> f;
+  for (int64_t o = blockIdx.x; o < g.nout; o += gridDim.x) {
+    const int64_t b = g.base(o);
+    T shift = T(0);
+    if constexpr (K == ReduceKind::LogSumExp) {
+      const ReduceFn<ReduceKind::Max> mx;
+      shift = logsumexp_shift(block_combine(mx, partial(mx, g, b, x, max_init, T(0), threadIdx.x, blockDim.x), buf));
+    }
+    const T acc = block_combine(f, partial(f, g, b, x, init, shift, threadIdx.x, blockDim.x), buf);
+    if (threadIdx.x == 0) y[o] = f.post(acc, g.count, shift);
+  }
+}
+
+template <ReduceKind K, class T> class ReduceKernel final : public Kernel {
+ public:
+  ReduceKernel(ReduceGeom g, T init, T max_init) : g_(g), init_(init), max_init_(max_init) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    if (g_.nout == 0) return;
+    const T* x = in[0]->ptr<T>();
+    T* y = out[0]->ptr<T>();
+    if (g_.count >= kBlockThreshold) {
+      const auto blocks = static_cast<unsigned>(g_.nout < (1 << 20) ? g_.nout : (1 << 20));
+      reduce_block_kernel<K, T><<<blocks, kBlock, 0, stream()>>>(g_, x, y, init_, max_init_);
+    } else {
+      reduce_thread_kernel<K, T><<<blocks_for(g_.nout), kBlock, 0, stream()>>>(g_, x, y, init_, max_init_);
+    }
+    check_launch("reduction kernel");
+  }
+
+ private:
+  ReduceGeom g_;
+  T init_, max_init_;
+};
+
+// The axes a node reduces, as the CPU factory (which has already validated them) reads them.
+std::vector<bool> reduced_axes(const PrepareContext& ctx, int64_t axes_input_since, bool& identity) {
+  const auto rank = static_cast<int64_t>(ctx.inputs[0].shape.size());
+  std::vector<int64_t> axes;
+  const bool from_input = ctx.opset >= axes_input_since;
+  if (from_input) {
+    if (ctx.inputs.size() > 1 && ctx.inputs[1].present()) axes = cpu::ints_of(ctx, ctx.constant_input(1), "axes");
+  } else {
+    axes = ctx.node.attr_ints("axes");
+  }
+  identity = axes.empty() && from_input && ctx.node.attr_int("noop_with_empty_axes", 0) != 0;
+  std::vector<bool> reduced(static_cast<size_t>(rank), axes.empty());
+  for (int64_t a : axes)
+    if (rank > 0) reduced[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
+  return reduced;
+}
+
+template <ReduceKind K, class T> std::unique_ptr<Kernel> reduce_kernel(const ReduceGeom& g, T init) {
+  return std::make_unique<ReduceKernel<K, T>>(g, init, reduce_init<T>(ReduceKind::Max));
+}
+
+// The (kind, dtype) pairs the CPU registers (register_cpu_reduce); the CPU factory has rejected the rest.
+template <class T> std::unique_ptr<Kernel> reduce_for(ReduceKind k, const ReduceGeom& g, T init) {
+  using RK = ReduceKind;
+  if (k == RK::Max) return reduce_kernel<RK::Max>(g, init);
+  if (k == RK::Min) return reduce_kernel<RK::Min>(g, init);
+  if constexpr (!std::is_same_v<T, uint8_t>) {
+    if (k == RK::Sum) return reduce_kernel<RK::Sum>(g, init);
+    if (k == RK::Mean) return reduce_kernel<RK::Mean>(g, init);
+    if (k == RK::Prod) return reduce_kernel<RK::Prod>(g, init);
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    switch (k) {
+      case RK::SumSquare: return reduce_kernel<RK::SumSquare>(g, init);
+      case RK::L1: return reduce_kernel<RK::L1>(g, init);
+      case RK::L2: return reduce_kernel<RK::L2>(g, init);
+      case RK::LogSum: return reduce_kernel<RK::LogSum>(g, init);
+      case RK::LogSumExp: return reduce_kernel<RK::LogSumExp>(g, init);
+      default: break;
+    }
+  }
+  return nullptr;
+}
+
+CudaFactory reduce(ReduceKind kind, int64_t axes_input_since) {
+  return [kind, axes_input_since](PrepareContext& ctx, const KernelFactory& host) -> std::unique_ptr<Kernel> {
+    host_prepare(ctx, host);
+    bool identity = false;
+    const std::vector<bool> reduced = reduced_axes(ctx, axes_input_since, identity);
+    if (identity) return std::make_unique<DeviceCopyKernel>();
+    const ReduceGeom g = fold(ctx, ctx.inputs[0].shape, reduced);
+    std::unique_ptr<Kernel> k;
+    const DType t = ctx.inputs[0].dtype;
+    if (t == DType::Bool) {
+      // One byte holding 0 or 1: max/min are or/and, and an empty-set min is true (as on the CPU).
+      k = reduce_for<uint8_t>(kind, g, kind == ReduceKind::Min ? uint8_t{1} : uint8_t{0});
+    } else {
+      dispatch<float, double, int64_t, int32_t>(t, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        k = reduce_for<T>(kind, g, reduce_init<T>(kind));
+      });
+    }
+    if (!k) cpu::fail_dtype(ctx);
+    return k;
+  };
+}
+
+// ArgMax/ArgMin: one thread per (outer, inner) lane scans the axis, as the CPU kernel does.
+template <bool IsMax, class T>
+__global__ void arg_kernel(int64_t lanes, int64_t n, int64_t inner, bool last, const T* x, int64_t* y) {
+  for (int64_t lane = global_index(); lane < lanes; lane += grid_stride()) {
+    const T* xs = x + (lane / inner) * n * inner + lane % inner;
+    T best = xs[0];
+    int64_t bi = 0;
+    for (int64_t k = 1; k < n; ++k)
+      if (arg_better<IsMax>(xs[k * inner], best, last)) {
+        best = xs[k * inner];
+        bi = k;
+      }
+    y[lane] = bi;
+  }
+}
+
+template <bool IsMax, class T> class ArgKernel final : public Kernel {
+ public:
+  ArgKernel(int64_t n, int64_t inner, bool last) : n_(n), inner_(inner), last_(last) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const int64_t lanes = out[0]->numel();
+    if (lanes == 0) return;
+    arg_kernel<IsMax, T><<<blocks_for(lanes), kBlock, 0, stream()>>>(lanes, n_, inner_, last_, in[0]->ptr<T>(),
+                                                                     out[0]->ptr<int64_t>());
+    check_launch("ArgMax/ArgMin kernel");
+  }
+
+ private:
+  int64_t n_, inner_;
+  bool last_;
+};
+
+template <bool IsMax> std::unique_ptr<Kernel> make_arg(PrepareContext& ctx, const KernelFactory& host) {
+  host_prepare(ctx, host);
+  const std::vector<int64_t>& shape = ctx.inputs[0].shape;
+  const auto rank = static_cast<int64_t>(shape.size());
+  const int64_t axis = cpu::normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank);
+  const bool last = ctx.opset >= 12 && ctx.node.attr_int("select_last_index", 0) != 0;
+  int64_t inner = 1;
+  for (int64_t d = axis + 1; d < rank; ++d) inner *= shape[d];
+  std::unique_ptr<Kernel> k;
+  dispatch<float, double, int64_t, int32_t>(ctx.inputs[0].dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    k = std::make_unique<ArgKernel<IsMax, T>>(shape[axis], inner, last);
+  });
+  if (!k) cpu::fail_dtype(ctx);
+  return k;
+}
+
+}  // namespace
+
+void register_cuda_reduce(KernelRegistry& r) {
+  using RK = ReduceKind;
+  struct Entry {
+    const char* op;
+    RK kind;
+    int64_t axes_input_since;  // as register_cpu_reduce
+  };
+  const Entry entries[] = {
+      {"ReduceSum", RK::Sum, 13},        {"ReduceMean", RK::Mean, 18},     {"ReduceMax", RK::Max, 18},
+      {"ReduceMin", RK::Min, 18},        {"ReduceProd", RK::Prod, 18},     {"ReduceSumSquare", RK::SumSquare, 18},
+      {"ReduceL1", RK::L1, 18},          {"ReduceL2", RK::L2, 18},         {"ReduceLogSum", RK::LogSum, 18},
+      {"ReduceLogSumExp", RK::LogSumExp, 18},
+  };
+  for (const Entry& e : entries) twin(r, e.op, reduce(e.kind, e.axes_input_since));
+  twin(r, "ArgMax", make_arg<true>);
+  twin(r, "ArgMin", make_arg<false>);
+}
+
+}  // namespace onnxtrain::cuda
