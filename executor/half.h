@@ -4,8 +4,10 @@
 // Both round to nearest even, as numpy's astype and torch's .half()/.bfloat16() do; overflow gives infinity.
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 #include "executor/hd.h"
+#include "executor/kernel.h"
 
 namespace onnxtrain {
 
@@ -68,5 +70,15 @@ struct FloatToBFloat16 {
 struct BFloat16ToFloat {
   ONNXTRAIN_HD float operator()(uint16_t b) const { return bits_float(static_cast<uint32_t>(b) << 16); }
 };
+
+// The kernel K<Op, From, To> for a supported cast (float32 <-> float16/bfloat16), or null. Shared by the CPU
+// and CUDA factories so the two support the same pairs.
+template <template <class, class, class> class K> std::unique_ptr<Kernel> half_cast_kernel(DType from, DType to) {
+  if (from == DType::Float32 && to == DType::Float16) return std::make_unique<K<FloatToHalf, float, uint16_t>>();
+  if (from == DType::Float16 && to == DType::Float32) return std::make_unique<K<HalfToFloat, uint16_t, float>>();
+  if (from == DType::Float32 && to == DType::BFloat16) return std::make_unique<K<FloatToBFloat16, float, uint16_t>>();
+  if (from == DType::BFloat16 && to == DType::Float32) return std::make_unique<K<BFloat16ToFloat, uint16_t, float>>();
+  return nullptr;
+}
 
 }  // namespace onnxtrain

@@ -29,12 +29,7 @@ bool is_half(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 std::unique_ptr<Kernel> make_half_cast(PrepareContext& ctx, DType from, DType to) {
   if (!is_half(from) && !is_half(to)) return nullptr;
   if (from == to) return std::make_unique<CopyKernel>();
-  if (from == DType::Float32 && to == DType::Float16) return std::make_unique<HalfCastKernel<FloatToHalf, float, uint16_t>>();
-  if (from == DType::Float16 && to == DType::Float32) return std::make_unique<HalfCastKernel<HalfToFloat, uint16_t, float>>();
-  if (from == DType::Float32 && to == DType::BFloat16)
-    return std::make_unique<HalfCastKernel<FloatToBFloat16, float, uint16_t>>();
-  if (from == DType::BFloat16 && to == DType::Float32)
-    return std::make_unique<HalfCastKernel<BFloat16ToFloat, uint16_t, float>>();
+  if (auto k = half_cast_kernel<HalfCastKernel>(from, to)) return k;
   ctx.fail("casting " + dtype_name(from) + " to " + dtype_name(to) +
            " is not supported (float16 and bfloat16 cast only to and from float32)");
 }

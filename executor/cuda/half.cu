@@ -28,18 +28,8 @@ template <class Op, class TI, class TO> class HalfCastKernel final : public Kern
 
 }  // namespace
 
-// Called by unary.cu's Cast after the CPU factory validated the node: null when neither side is a half type.
-std::unique_ptr<Kernel> make_half_cast(DType from, DType to) {
-  const bool half_from = from == DType::Float16 || from == DType::BFloat16;
-  const bool half_to = to == DType::Float16 || to == DType::BFloat16;
-  if (!half_from && !half_to) return nullptr;
-  if (from == DType::Float32 && to == DType::Float16) return std::make_unique<HalfCastKernel<FloatToHalf, float, uint16_t>>();
-  if (from == DType::Float16 && to == DType::Float32) return std::make_unique<HalfCastKernel<HalfToFloat, uint16_t, float>>();
-  if (from == DType::Float32 && to == DType::BFloat16)
-    return std::make_unique<HalfCastKernel<FloatToBFloat16, float, uint16_t>>();
-  if (from == DType::BFloat16 && to == DType::Float32)
-    return std::make_unique<HalfCastKernel<BFloat16ToFloat, uint16_t, float>>();
-  return nullptr;  // unreachable: the CPU factory rejected every other pair
-}
+// Called by unary.cu's Cast after the CPU factory validated the node (and rejected the unsupported half pairs):
+// null when neither side is a half type.
+std::unique_ptr<Kernel> make_half_cast(DType from, DType to) { return half_cast_kernel<HalfCastKernel>(from, to); }
 
 }  // namespace onnxtrain::cuda
