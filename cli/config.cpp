@@ -239,7 +239,7 @@ const std::vector<Key>& keys() {
       {"schedule.tol", "0.0001", "adaptive: improvement threshold", [](const Ctx& c, RunConfig& r) { r.training.schedule.tol = c.num(0, kInf); }},
       {"schedule.n_iter_no_change", "10", "adaptive: patience in epochs", [](const Ctx& c, RunConfig& r) { r.training.schedule.n_iter_no_change = c.integer(1); }},
 
-      {"mixed_precision.dtype", "none", "none, float16 or bfloat16: MatMul/Gemm/Conv compute in it, weights stay float32",
+      {"mixed_precision.dtype", "none", "none, float16 or bfloat16: MatMul/Gemm/Conv inputs and outputs are rounded to it, weights stay float32",
        [](const Ctx& c, RunConfig& r) { r.training.mixed_precision.dtype = c.choice({"none", "float16", "bfloat16"}); }},
       {"mixed_precision.init_scale", "65536.0", "initial loss scale", [](const Ctx& c, RunConfig& r) { r.training.mixed_precision.init_scale = c.num(0, kInf, true); }},
       {"mixed_precision.growth_factor", "2.0", "the scale grows by this after growth_interval finite steps", [](const Ctx& c, RunConfig& r) { r.training.mixed_precision.growth_factor = c.num(1, kInf); }},
