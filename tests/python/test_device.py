@@ -122,3 +122,26 @@ def test_mixed_precision_config_forms():
     assert (spec.dtype, spec.growth_interval, spec.init_scale) == ("float16", 10, 65536.0)
     with pytest.raises(TypeError, match="mixed_precision"):
         ot.make_mixed_precision(3)
+
+
+def test_cli_trains_in_mixed_precision_and_resumes(model, build_dir, tmp_path):
+    onnx.save(model, tmp_path / "m.onnx")
+    x, y = data(256)
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("model: m.onnx\ndata:\n  train: d.npz\ntrain: {epochs: 2, batch_size: 16}\n"
+                   "mixed_precision: {dtype: float16, growth_interval: 10}\nlog: {progress: none}\n")
+    cli = str(build_dir / "cli" / "onnxtrain")
+    r = subprocess.run([cli, "train", str(cfg)], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    ckpt = sorted((tmp_path / "runs" / "run" / "checkpoints").glob("step-*.onnx"))[-1]
+    s = ot.TrainingSession.from_checkpoint(str(ckpt))
+    assert "mixed_precision.loss_scale" in s.state_names
+    # 32 batches: each one an optimizer step or a counted overflow (2^16 starts above what float16 holds here).
+    assert s.step + s.overflow_steps == 32 and s.overflow_steps >= 1
+    assert s.loss_scale in [2.0 ** k for k in range(10, 18)]
+    exported = onnx.load(tmp_path / "runs" / "run" / "model.onnx")
+    assert [n.op_type for n in exported.graph.node] == [n.op_type for n in model.graph.node]  # no casts left
+    r = subprocess.run([cli, "resume", str(ckpt), "--set", "train.epochs=3"], capture_output=True, text=True,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
