@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "executor/device.h"
 #include "graph/error.h"
 #include "training/trainer.h"
 
@@ -119,7 +120,15 @@ const std::vector<Key>& keys() {
       {"model", "null", "the ONNX model to train (required)", [](const Ctx& c, RunConfig& r) { r.model = c.str(); }},
       {"output", "runs/<config file name>", "folder for model.onnx, checkpoints/ and the metrics file",
        [](const Ctx& c, RunConfig& r) { r.output = c.str(); }},
-      {"device", "cpu", "cpu or cuda", [](const Ctx& c, RunConfig& r) { r.device = c.choice({"cpu", "cuda"}); }},
+      {"device", "cpu", "cpu, cuda or cuda:N (checked now: a missing CUDA fails here, saying what is missing)",
+       [](const Ctx& c, RunConfig& r) {
+         r.device = c.str();
+         try {
+           parse_device(r.device);
+         } catch (const Error& e) {
+           fail(c.where, e.what());  // "device 'gpu': expected ..." already names the key and the value
+         }
+       }},
       {"threads", "0", "CPU threads (OpenMP); 0 = OMP_NUM_THREADS or all cores",
        [](const Ctx& c, RunConfig& r) { r.threads = c.integer(0, 4096); }},
       {"trainable", "[]", "weights to train: names or glob patterns (* ?); [] = every float initializer",
@@ -229,6 +238,13 @@ const std::vector<Key>& keys() {
       {"schedule.power_t", "0.5", "invscaling exponent", [](const Ctx& c, RunConfig& r) { r.training.schedule.power_t = c.num(0, kInf); }},
       {"schedule.tol", "0.0001", "adaptive: improvement threshold", [](const Ctx& c, RunConfig& r) { r.training.schedule.tol = c.num(0, kInf); }},
       {"schedule.n_iter_no_change", "10", "adaptive: patience in epochs", [](const Ctx& c, RunConfig& r) { r.training.schedule.n_iter_no_change = c.integer(1); }},
+
+      {"mixed_precision.dtype", "none", "none, float16 or bfloat16: MatMul/Gemm/Conv inputs and outputs are rounded to it, weights stay float32",
+       [](const Ctx& c, RunConfig& r) { r.training.mixed_precision.dtype = c.choice({"none", "float16", "bfloat16"}); }},
+      {"mixed_precision.init_scale", "65536.0", "initial loss scale", [](const Ctx& c, RunConfig& r) { r.training.mixed_precision.init_scale = c.num(0, kInf, true); }},
+      {"mixed_precision.growth_factor", "2.0", "the scale grows by this after growth_interval finite steps", [](const Ctx& c, RunConfig& r) { r.training.mixed_precision.growth_factor = c.num(1, kInf); }},
+      {"mixed_precision.backoff_factor", "0.5", "the scale shrinks by this on an overflowed (skipped) step", [](const Ctx& c, RunConfig& r) { r.training.mixed_precision.backoff_factor = c.num(0, 1, true); }},
+      {"mixed_precision.growth_interval", "2000", "finite steps in a row before the scale grows", [](const Ctx& c, RunConfig& r) { r.training.mixed_precision.growth_interval = c.integer(1); }},
 
       {"train.epochs", "1", "passes over the training data", [](const Ctx& c, RunConfig& r) { r.epochs = c.integer(1); }},
       {"train.max_steps", "0", "stop after this many optimizer steps; 0 = no limit", [](const Ctx& c, RunConfig& r) { r.max_steps = c.integer(0); }},
@@ -410,7 +426,7 @@ RunConfig parse_config(const std::string& text, const std::filesystem::path& sou
   if (cfg.model.empty()) fail(source.string(), "model: required key missing (the ONNX model to train)");
   if (cfg.data.train.empty()) fail(source.string(), "data.train: required key missing (the training data file)");
   if (cfg.output.empty()) cfg.output = "runs/" + source.stem().string();
-  cfg.training.device = cfg.device == "cuda" ? Device::CUDA : Device::CPU;
+  cfg.training.device = cfg.device;
   if (cfg.patience > 0 && cfg.early_metric != "train_loss") {
     std::vector<std::string> valid = {"train_loss"};
     for (const std::string& m : cfg.metrics) valid.push_back("val_" + m);

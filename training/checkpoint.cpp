@@ -51,6 +51,11 @@ template <class V> void visit_config(TrainingConfig& c, V& v) {
   v("loss.pos_weight", l.pos_weight);
   v("numerics.on_non_finite", c.on_non_finite);
   v("numerics.check_every_value", c.check_every_value);
+  v("mixed_precision.dtype", c.mixed_precision.dtype);
+  v("mixed_precision.init_scale", c.mixed_precision.init_scale);
+  v("mixed_precision.growth_factor", c.mixed_precision.growth_factor);
+  v("mixed_precision.backoff_factor", c.mixed_precision.backoff_factor);
+  v("mixed_precision.growth_interval", c.mixed_precision.growth_interval);
   v("penalty.l1", c.penalty.l1);
   v("penalty.l2", c.penalty.l2);
   OptimizerSpec& o = c.optimizer;
@@ -264,6 +269,8 @@ TrainingConfig config_from_metadata(const Metadata& metadata, const std::string&
 
 Model TrainingSession::checkpoint() const {
   Model m = export_inference();
+  // The training step starts with the graph the session computes: with mixed precision, the rewritten model.
+  if (config_.mixed_precision.active()) apply_mixed_precision(m.graph, half_dtype(config_.mixed_precision));
   const Graph& main = m.graph;
   const Graph& tg = train_->graph();
 
@@ -454,6 +461,7 @@ TrainingSession TrainingSession::from_checkpoint(const Model& ckpt, const std::s
   model.training_info.clear();
   std::erase_if(model.metadata, [](const auto& kv) { return is_ours(kv.first); });
   std::erase_if(model.functions, [](const Function& f) { return f.domain == kFusedGradDomain; });
+  strip_mixed_precision(model.graph);  // the session re-applies it from the configuration
   if (std::none_of(model.graph.nodes.begin(), model.graph.nodes.end(),
                    [](const Node& n) { return n.domain == kFusedGradDomain; }))
     model.opset_imports.erase(kFusedGradDomain);

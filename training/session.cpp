@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 
+#include "executor/device.h"
 #include "executor/finite.h"
 #include "gradients/builder.h"
 #include "gradients/fused.h"
@@ -36,9 +37,23 @@ TrainingSession TrainingSession::from_file(const std::filesystem::path& model, T
 }
 
 TrainingSession::TrainingSession(Model model, TrainingConfig config)
-    : model_(std::move(model)), config_(std::move(config)), store_(std::make_shared<TensorStore>()) {
+    : model_(std::move(model)),
+      config_(std::move(config)),
+      device_(parse_device(config_.device)),
+      store_(std::make_shared<TensorStore>()) {
   fold_static_shapes(model_);  // exported slice bounds and pads become the constants gradient rules need
-  const Graph& g = model_.graph;
+  validate_mixed_precision(config_.mixed_precision);
+  const bool mixed = config_.mixed_precision.active();
+  // The graph the session computes: the model, with mixed precision's casts when asked for.
+  std::optional<Graph> compute;
+  if (mixed) {
+    if (config_.optimizer.gradient_accumulation > 1)
+      fail("mixed_precision", "does not support optimizer.gradient_accumulation > 1 yet");
+    if (config_.parallel.active()) fail("mixed_precision", "does not support data-parallel training yet");
+    compute = model_.graph;
+    apply_mixed_precision(*compute, half_dtype(config_.mixed_precision));
+  }
+  const Graph& g = compute ? *compute : model_.graph;
   if (g.outputs.empty()) fail("model", "has no outputs to train");
   trainable_ = config_.trainable;
   if (trainable_.empty()) {
@@ -72,6 +87,12 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   GraphBuilder b(gg, "seed/");
   Expr loss = value(b, loss_);
   Expr seed = scalar(b, loss.dtype(), 1.0);
+  if (mixed) {
+    if (loss.dtype() != DType::Float32)
+      fail("mixed_precision", "needs a float32 loss; this model's loss is " + dtype_name(loss.dtype()));
+    add_loss_scale_state(gg, config_.mixed_precision);
+    seed = value(b, kLossScale);  // the backward computes loss_scale * d(loss); unscaled below
+  }
   GradientRequest req;
   req.wrt = trainable_;
   req.outputs = {loss_};
@@ -79,6 +100,7 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   req.functions = model_.functions;
   GradientResult gr = build_gradients(gg, model_.opset_imports, req);
   grad_names_ = gr.grads;
+  if (mixed) unscale_gradients(gg, grad_names_);
   gg.outputs.clear();
   gg.outputs.push_back({loss_, loss.type});
   for (const std::string& w : trainable_) gg.outputs.push_back({grad_names_.at(w), *gg.type_of(grad_names_.at(w))});
@@ -93,6 +115,12 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   group_lr_names_ = og.group_learning_rates;
   step_name_ = og.step;
   state_names_ = og.state;
+  if (mixed) {
+    std::vector<std::string> guarded;
+    for (const std::string& w : trainable_) guarded.push_back(step_grads.at(w));
+    guard_updates_with_loss_scale(tg, tg.outputs.front().name, guarded, og.updates, config_.mixed_precision);
+    for (const std::string& n : loss_scale_state_names()) state_names_.push_back(n);
+  }
   updates_ = og.updates;
   std::optional<Graph> ag;
   OptimizerGraph accumulate_og;
@@ -108,7 +136,7 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   auto opsets = model_.opset_imports;
   opsets.emplace("onnxtrain", 1);  // fused gradient ops (ReluGrad, ...)
   ExecutorOptions eo;
-  eo.device = config_.device;
+  eo.device = device_;
   if (config_.parallel.active()) {
     registry_ = std::make_unique<KernelRegistry>(default_kernels());
     register_allreduce_kernel(*registry_, config_.parallel.communicator);
@@ -119,9 +147,12 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   eo.check_every_value = config_.check_every_value;
   infer_ = std::make_unique<Executor>(g, opsets, store_, eo);
   grad_ = std::make_unique<Executor>(std::move(gg), opsets, store_, eo);
-  // The steps that write state check the loss and every gradient before anything is written.
-  eo.must_be_finite = {loss_};
-  for (const std::string& w : trainable_) eo.must_be_finite.push_back(grad_names_.at(w));
+  // The steps that write state check the loss and every gradient before anything is written (with mixed
+  // precision the graph itself keeps the state on such a step, and counts it).
+  if (!mixed) {
+    eo.must_be_finite = {loss_};
+    for (const std::string& w : trainable_) eo.must_be_finite.push_back(grad_names_.at(w));
+  }
   eo.updates = og.updates;
   train_ = std::make_unique<Executor>(std::move(tg), opsets, store_, eo);
   if (ag) {
@@ -134,9 +165,9 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
 void TrainingSession::reduce_gradients(Graph& step_graph, std::map<std::string, std::string>& grads) const {
   const DataParallelSpec& dp = config_.parallel;
   if (!dp.active()) return;
-  if (dp.communicator->device() != config_.device)
+  if (dp.communicator->device() != device_)
     fail("parallel.communicator", "uses " + device_name(dp.communicator->device()) + " buffers but the session runs on " +
-                                      device_name(config_.device));
+                                      device_name(device_));
   // A summed loss sums its gradients over the ranks' samples, as one process would over the whole batch.
   const ReduceOp op = config_.loss.reduction == "sum" ? ReduceOp::Sum : ReduceOp::Mean;
   if (op == ReduceOp::Sum && (config_.penalty.l1 != 0 || config_.penalty.l2 != 0))
@@ -265,6 +296,24 @@ bool TrainingSession::stop_requested() const { return schedule_ && schedule_->st
 
 int64_t TrainingSession::step() const { return *store_->at(step_name_).ptr<int64_t>(); }
 
+namespace {
+// A scalar of the store on either device.
+template <class T> T read_scalar(const TensorStore& store, const std::string& name) {
+  const Tensor& t = store.at(name);
+  T v{};
+  copy_bytes(&v, Device::CPU, t.data, t.device, sizeof(T));
+  return v;
+}
+}  // namespace
+
+float TrainingSession::loss_scale() const {
+  return config_.mixed_precision.active() ? read_scalar<float>(*store_, kLossScale) : 0.0f;
+}
+
+int64_t TrainingSession::overflow_steps() const {
+  return config_.mixed_precision.active() ? read_scalar<int64_t>(*store_, kOverflowSteps) : 0;
+}
+
 Tensor TrainingSession::state(const std::string& name) const {
   if (std::find(state_names_.begin(), state_names_.end(), name) == state_names_.end()) {
     std::string all;
@@ -312,7 +361,7 @@ Model TrainingSession::export_gradient_model() const {
 ForwardBackwardSession& TrainingSession::forward_backward() {
   if (!forward_backward_)
     forward_backward_ = std::make_unique<ForwardBackwardSession>(model_, trainable_, config_.inputs_requiring_grad,
-                                                                 config_.device, store_);
+                                                                 device_, store_);
   return *forward_backward_;
 }
 

@@ -20,6 +20,7 @@
 #include "optimizers/optimizer.h"
 #include "optimizers/schedule.h"
 #include "training/forward_backward.h"
+#include "training/mixed_precision.h"
 
 namespace onnxtrain {
 
@@ -38,7 +39,9 @@ struct TrainingConfig {
   // The learning rate per optimizer step, written into "optim.lr" before each update. "constant" (the
   // default) leaves the rate alone, so set_learning_rate() keeps working; any other kind overrides it.
   ScheduleSpec schedule;
-  Device device = Device::CPU;
+  // Where the session runs: "cpu", "cuda" or "cuda:N", read by parse_device() (executor/device.h) when the
+  // session is built; a CUDA name fails there, saying whether CUDA is not compiled in or no device is visible.
+  std::string device = "cpu";
   // Data-parallel training (docs/distributed.md): with a communicator of more than one rank, rank 0's weights
   // and optimizer state are broadcast at construction, and each step averages the gradients (summed for
   // loss.reduction "sum") and the loss across ranks before the optimizer. Every rank must then call
@@ -48,6 +51,10 @@ struct TrainingConfig {
   // appears and that step's update is never applied. "raise": train_step throws NonFiniteError naming the step
   // and the tensor; "skip": train_step returns NaN and counts the step (skipped_steps()).
   std::string on_non_finite = "raise";
+  // Mixed precision (docs/trainer.md): MatMul/Gemm/Conv compute on float16 or bfloat16 values, weights stay
+  // float32, a dynamic loss scale (torch.amp.GradScaler's rule) guards the backward; a step whose loss or
+  // gradients are not finite is skipped and counted (overflow_steps()) instead of following on_non_finite.
+  MixedPrecisionSpec mixed_precision;
   // Debugging aid: check every value a step computes, so the error names the node that first produced a
   // NaN/Inf rather than the loss or gradient it reached. Costs a pass over every intermediate.
   bool check_every_value = false;
@@ -87,6 +94,9 @@ class TrainingSession {
   // With on_non_finite = "skip": steps whose update was not applied, and the report of the latest one.
   int64_t skipped_steps() const { return skipped_steps_; }
   const std::string& last_skip_reason() const { return last_skip_reason_; }
+  // With mixed precision: the current loss scale, and the steps skipped because of an overflow (both 0 without).
+  float loss_scale() const;
+  int64_t overflow_steps() const;
   // For epoch-based schedules (scikit-learn's adaptive): report an epoch's mean training loss, and ask whether
   // the schedule wants training to stop.
   void end_epoch(double mean_loss);
@@ -128,6 +138,7 @@ class TrainingSession {
   const Graph& gradient_graph() const { return grad_->graph(); }
   // The communicator of a data-parallel session; null otherwise.
   const std::shared_ptr<Communicator>& communicator() const { return config_.parallel.communicator; }
+  Device device() const { return device_; }
 
  private:
   std::span<const Tensor* const> order_feeds(Executor& ex, const Feeds& feeds);
@@ -139,6 +150,7 @@ class TrainingSession {
 
   Model model_;
   TrainingConfig config_;
+  Device device_;
   std::vector<std::string> trainable_;
   std::string target_, loss_, lr_name_;
   std::map<std::string, std::string> grad_names_;

@@ -7,6 +7,7 @@
 
 #include "executor/broadcast.h"
 #include "executor/cpu/eigen_map.h"
+#include "executor/cpu/half.h"
 #include "executor/cpu/kernel_util.h"
 #include "executor/functor_attrs.h"
 #include "executor/kernel.h"
@@ -110,6 +111,7 @@ std::unique_ptr<Kernel> make_cast_to(PrepareContext& ctx, DType to) {
   const DType from = ctx.inputs[0].dtype;
   same_as_input(ctx, to);
   if (from == to) return std::make_unique<CopyKernel>();
+  if (auto half = cpu::make_half_cast(ctx, from, to)) return half;
   std::unique_ptr<Kernel> k;
   dispatch<float, double, int64_t, int32_t, bool, uint8_t, int8_t>(from, [&](auto ft) {
     using TF = typename decltype(ft)::type;
@@ -192,7 +194,9 @@ void register_cpu_unary(KernelRegistry& r) {
   add(r, "Not", 1, {DType::Bool}, functor_unary<NotOp, bool>(kCheapGrain));
   add(r, "Identity", 1, {}, make_identity);
   add(r, "Cast", 6,
-      {DType::Float32, DType::Float64, DType::Int64, DType::Int32, DType::Bool, DType::UInt8, DType::Int8}, make_cast);
+      {DType::Float32, DType::Float64, DType::Int64, DType::Int32, DType::Bool, DType::UInt8, DType::Int8,
+       DType::Float16, DType::BFloat16},
+      make_cast);
   add(r, "CastLike", 15,
       {DType::Float32, DType::Float64, DType::Int64, DType::Int32, DType::Bool, DType::UInt8, DType::Int8},
       make_cast_like);

@@ -8,6 +8,9 @@
 #include "executor/functor_attrs.h"
 
 namespace onnxtrain::cuda {
+
+std::unique_ptr<Kernel> make_half_cast(DType from, DType to);  // half.cu
+
 namespace {
 
 template <class Op, class TI, class TO> __global__ void unary_kernel(int64_t n, const TI* x, TO* y, Op op) {
@@ -57,6 +60,7 @@ std::unique_ptr<Kernel> make_cast(PrepareContext& ctx, const KernelFactory& host
   host_prepare(ctx, host);
   const DType from = ctx.inputs[0].dtype, to = ctx.outputs[0].dtype;
   if (from == to) return std::make_unique<DeviceCopyKernel>();
+  if (auto half = make_half_cast(from, to)) return half;
   std::unique_ptr<Kernel> k;
   dispatch<float, double, int64_t, int32_t, bool, uint8_t, int8_t>(from, [&](auto ft) {
     using TF = typename decltype(ft)::type;

@@ -24,6 +24,7 @@ from ._onnxtrain import (  # noqa: F401  (re-exported)
     DistributedSampler,
     ForwardBackwardSession,
     LossSpec,
+    MixedPrecisionSpec,
     OnnxtrainError,
     OptimizerSpec,
     ParamGroup,
@@ -32,6 +33,8 @@ from ._onnxtrain import (  # noqa: F401  (re-exported)
     TrainingConfig,
     __version__,
     communicator_from_environment,
+    cuda_available,
+    cuda_unavailable_reason,
     launched_by_mpi,
     loss_kinds,
     optimizer_kinds,
@@ -40,8 +43,8 @@ from ._onnxtrain import (  # noqa: F401  (re-exported)
 from . import _onnxtrain
 
 __all__ = [
-    "Communicator", "Device", "DistributedSampler", "Elastic", "ForwardBackwardSession", "LossSpec", "OnnxtrainError", "OptimizerSpec", "ParamGroup",
-    "PenaltySpec", "ScheduleSpec", "TrainingConfig", "TrainingSession", "communicator_from_environment", "launched_by_mpi", "loss_kinds", "make_config", "make_loss",
+    "Communicator", "Device", "DistributedSampler", "Elastic", "ForwardBackwardSession", "LossSpec", "MixedPrecisionSpec", "OnnxtrainError", "OptimizerSpec", "ParamGroup",
+    "PenaltySpec", "ScheduleSpec", "TrainingConfig", "TrainingSession", "communicator_from_environment", "cuda_available", "cuda_unavailable_reason", "launched_by_mpi", "loss_kinds", "make_config", "make_loss", "make_mixed_precision",
     "make_optimizer", "make_penalty", "make_schedule", "optimizer_kinds", "schedule_kinds", "__version__",
 ]
 
@@ -112,21 +115,25 @@ def make_penalty(penalty: Union[None, PenaltySpec, Mapping[str, float], Sequence
     raise TypeError(f"penalty: expected None, Elastic(l1, l2), a dict or a pair, got {penalty!r}")
 
 
-def _device(device: Union[str, Device]) -> Device:
+def _device(device: Union[str, Device]) -> str:
+    """The device name TrainingConfig.device holds; the session checks it (parse_device) when it is built."""
     if isinstance(device, Device):
-        return device
-    name = str(device).lower()
-    if name == "cpu":
-        return Device.CPU
-    if name in ("cuda", "gpu"):
-        return Device.CUDA
-    raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
+        return "cpu" if device == Device.CPU else "cuda"
+    if not isinstance(device, str):
+        raise TypeError(f"device: expected 'cpu', 'cuda', 'cuda:N' or onnxtrain.Device, got {type(device).__name__}")
+    return device
+
+
+def make_mixed_precision(mixed_precision: Union[None, str, MixedPrecisionSpec, Mapping[str, Any]]) -> MixedPrecisionSpec:
+    """None (off), 'float16', 'bfloat16', a dict of MixedPrecisionSpec fields or a MixedPrecisionSpec."""
+    return _spec(MixedPrecisionSpec, "none" if mixed_precision is None else mixed_precision, "mixed_precision",
+                 kind_field="dtype")
 
 
 def make_config(*, trainable: Iterable[str] | None = None, loss: Any = "mse", optimizer: Any = "sgd",
                 learning_rate: float | None = None, schedule: Any = None, penalty: Any = None,
                 prediction: str | None = None, device: Union[str, Device] = "cpu",
-                inputs_requiring_grad: Iterable[str] | None = None) -> TrainingConfig:
+                inputs_requiring_grad: Iterable[str] | None = None, mixed_precision: Any = None) -> TrainingConfig:
     """A TrainingConfig from the same arguments as TrainingSession."""
     cfg = TrainingConfig()
     cfg.trainable = list(trainable or [])
@@ -137,6 +144,7 @@ def make_config(*, trainable: Iterable[str] | None = None, loss: Any = "mse", op
     cfg.schedule = make_schedule(schedule)
     cfg.penalty = make_penalty(penalty)
     cfg.device = _device(device)
+    cfg.mixed_precision = make_mixed_precision(mixed_precision)
     return cfg
 
 
@@ -174,8 +182,12 @@ class TrainingSession:
         schedule: None (constant), a schedule name, a dict or a ScheduleSpec (docs/schedules.md).
         penalty: None, ``Elastic(l1, l2)``, a dict or a pair.
         prediction: the model output the loss reads (default: the first).
-        device: 'cpu' or 'cuda'.
+        device: 'cpu', 'cuda' or 'cuda:N' (or an onnxtrain.Device). Without CUDA (not compiled in, or no device
+            visible) the session raises an error saying which.
         inputs_requiring_grad: model inputs whose gradients ``run_backward`` also returns.
+        mixed_precision: None (off), 'float16', 'bfloat16', a dict or a MixedPrecisionSpec: MatMul/Gemm/Conv
+            compute on half-precision values, weights stay float32, a dynamic loss scale guards the backward and
+            overflowed steps are skipped and counted (``loss_scale``, ``overflow_steps``; docs/trainer.md).
         config: a complete TrainingConfig instead of the arguments above.
         parallel: data-parallel training (docs/distributed.md): True for ``communicator_from_environment()`` (the
             MPI ranks under ``mpirun``, this process alone otherwise) or a Communicator. Rank 0's weights are
@@ -191,11 +203,11 @@ class TrainingSession:
                  optimizer: Any = "sgd", learning_rate: float | None = None, schedule: Any = None,
                  penalty: Any = None, prediction: str | None = None, device: Union[str, Device] = "cpu",
                  inputs_requiring_grad: Iterable[str] | None = None, config: TrainingConfig | None = None,
-                 parallel: Union[None, bool, Communicator] = None):
+                 parallel: Union[None, bool, Communicator] = None, mixed_precision: Any = None):
         if config is None:
             config = make_config(trainable=trainable, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
                                  schedule=schedule, penalty=penalty, prediction=prediction, device=device,
-                                 inputs_requiring_grad=inputs_requiring_grad)
+                                 inputs_requiring_grad=inputs_requiring_grad, mixed_precision=mixed_precision)
         self._s = _onnxtrain.TrainingSession(model, config, _communicator(parallel))
         self.config = config
 
@@ -304,6 +316,16 @@ class TrainingSession:
     def step(self) -> int:
         """Optimizer updates applied so far."""
         return self._s.step
+
+    @property
+    def loss_scale(self) -> float:
+        """Mixed precision: the current loss scale (0.0 without mixed precision)."""
+        return self._s.loss_scale
+
+    @property
+    def overflow_steps(self) -> int:
+        """Mixed precision: steps skipped because the loss or a gradient was not finite."""
+        return self._s.overflow_steps
 
     def end_epoch(self, mean_loss: float) -> None:
         """Reports an epoch's mean training loss (the 'adaptive' schedule reads it)."""

@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 
 #include "convert.h"
+#include "executor/device.h"
 #include "graph/error.h"
 #include "graph/model_io.h"
 #include "training/forward_backward.h"
@@ -17,15 +18,11 @@ namespace onnxtrain::py_binding {
 
 namespace {
 
+// Every device name goes through parse_device (executor/device.h), which also reports a missing CUDA.
 Device device_from(const py::handle& d) {
-  if (py::isinstance<Device>(d)) return d.cast<Device>();
-  if (py::isinstance<py::str>(d)) {
-    std::string s = d.cast<std::string>();
-    if (s == "cpu" || s == "CPU") return Device::CPU;
-    if (s == "cuda" || s == "CUDA" || s == "gpu") return Device::CUDA;
-    throw py::value_error("device: expected 'cpu' or 'cuda', got '" + s + "'");
-  }
-  raise_type_error("device: expected 'cpu', 'cuda' or onnxtrain.Device, got " + std::string(py::str(d.get_type())));
+  if (py::isinstance<Device>(d)) return parse_device(device_name(d.cast<Device>()));
+  if (py::isinstance<py::str>(d)) return parse_device(d.cast<std::string>());
+  raise_type_error("device: expected 'cpu', 'cuda', 'cuda:N' or onnxtrain.Device, got " + std::string(py::str(d.get_type())));
 }
 
 // State shared by both session wrappers: the model's interface and a lock.
@@ -245,6 +242,11 @@ The feeds of train_step/gradients are the model's inputs plus the loss target (t
                              "Optimizer updates applied so far.")
       .def("end_epoch", [](PyTraining& self, double loss) { self.run([&](TrainingSession& s) { s.end_epoch(loss); }); },
            py::arg("mean_loss"), "Reports an epoch's mean training loss (the adaptive schedule reads it).")
+      .def_property_readonly("loss_scale", [](PyTraining& self) { return self.run([](TrainingSession& s) { return s.loss_scale(); }); },
+                             "Mixed precision: the current loss scale (0 without mixed precision).")
+      .def_property_readonly("overflow_steps", [](PyTraining& self) {
+             return self.run([](TrainingSession& s) { return s.overflow_steps(); });
+           }, "Mixed precision: steps skipped because the loss or a gradient was not finite.")
       .def_property_readonly("stop_requested", [](PyTraining& self) { return self.s->stop_requested(); },
                              "True when the schedule (adaptive) asks training to stop.")
       .def("state", [](PyTraining& self, const std::string& name) {

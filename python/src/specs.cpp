@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include "convert.h"
+#include "executor/device.h"
 #include "losses/loss.h"
 #include "losses/penalty.h"
 #include "optimizers/optimizer.h"
@@ -165,6 +166,15 @@ void bind_specs(py::module_& m) {
       .field("n_iter_no_change", &ScheduleSpec::n_iter_no_change, "adaptive")
       .finish();
 
+  SpecClass<MixedPrecisionSpec>(m, "MixedPrecisionSpec",
+                                "Mixed precision with dynamic loss scaling (torch.amp.GradScaler's rule; docs/trainer.md).")
+      .field("dtype", &MixedPrecisionSpec::dtype, "none, float16 or bfloat16")
+      .field("init_scale", &MixedPrecisionSpec::init_scale, "initial loss scale")
+      .field("growth_factor", &MixedPrecisionSpec::growth_factor, "scale *= this after growth_interval finite steps")
+      .field("backoff_factor", &MixedPrecisionSpec::backoff_factor, "scale *= this on an overflowed (skipped) step")
+      .field("growth_interval", &MixedPrecisionSpec::growth_interval, "finite steps in a row before the scale grows")
+      .finish();
+
   SpecClass<TrainingConfig>(m, "TrainingConfig", "Everything a TrainingSession is built from.")
       .field("trainable", &TrainingConfig::trainable, "initializer names; empty = every floating-point initializer")
       .field("inputs_requiring_grad", &TrainingConfig::inputs_requiring_grad,
@@ -174,9 +184,13 @@ void bind_specs(py::module_& m) {
       .field("penalty", &TrainingConfig::penalty, "PenaltySpec")
       .field("optimizer", &TrainingConfig::optimizer, "OptimizerSpec")
       .field("schedule", &TrainingConfig::schedule, "ScheduleSpec")
-      .field("device", &TrainingConfig::device, "Device")
+      .field("mixed_precision", &TrainingConfig::mixed_precision, "MixedPrecisionSpec")
+      .field("device", &TrainingConfig::device, "'cpu', 'cuda' or 'cuda:N'")
       .finish();
 
+  m.def("cuda_available", &cuda_available, "Built with CUDA and at least one CUDA device is visible.");
+  m.def("cuda_unavailable_reason", &cuda_unavailable_reason,
+        "Why device='cuda' cannot be used here ('' when it can): CUDA not compiled in, or no device visible.");
   m.def("loss_kinds", &loss_kinds, "Every loss kind (aliases included).");
   m.def("optimizer_kinds", &optimizer_kinds, "Every optimizer kind.");
   m.def("schedule_kinds", &schedule_kinds, "Every schedule kind.");

@@ -4,6 +4,7 @@
 
 #include "cli/config.h"
 #include "common/test_env.h"
+#include "executor/device.h"
 #include "graph/error.h"
 
 namespace onnxtrain::cli {
@@ -59,7 +60,22 @@ TEST(Config, ErrorsNameLineKeyExpectationAndChoices) {
   EXPECT_NE(kind.find("dir/run.yaml:5: loss.kind: expected one of: "), std::string::npos) << kind;
   EXPECT_NE(kind.find("cross_entropy"), std::string::npos) << kind;
   EXPECT_NE(kind.find("(did you mean 'cross_entropy'?)"), std::string::npos) << kind;
-  EXPECT_EQ(error_of(kBase + "device: gpu\n"), "dir/run.yaml:4: device: expected one of: cpu, cuda; got 'gpu' (did you mean 'cpu'?)");
+  EXPECT_EQ(error_of(kBase + "device: gpu\n"),
+            "dir/run.yaml:4: device 'gpu': expected \"cpu\", \"cuda\" or \"cuda:N\" (N a device index >= 0)");
+  EXPECT_EQ(error_of(kBase + "device: [cuda]\n"), "dir/run.yaml:4: device: expected a string, got a list");
+}
+
+// The device key goes through parse_device: "cuda:N" reaches the session's config, and where CUDA cannot be
+// used the error names the file, the line, the value and what is missing.
+TEST(Config, DeviceIsParsedByParseDevice) {
+  EXPECT_EQ(parse_config(kBase + "device: cpu\n", "dir/run.yaml").training.device, "cpu");
+  if (cuda_available()) {
+    EXPECT_EQ(parse_config(kBase + "device: cuda:0\n", "dir/run.yaml").training.device, "cuda:0");
+    GTEST_SKIP() << "a CUDA device is present; the missing-CUDA error cannot be observed here";
+  }
+  EXPECT_EQ(error_of(kBase + "device: cuda:0\n"),
+            "dir/run.yaml:4: device 'cuda:0' requested, but " + cuda_unavailable_reason());
+  EXPECT_EQ(error_of(kBase, {"device=cuda:1"}), "--set device: device 'cuda:1' requested, but " + cuda_unavailable_reason());
 }
 
 TEST(Config, UnknownKeysSuggestTheIntendedOne) {

@@ -143,7 +143,7 @@ class _BaseMLP(SessionEstimator):
         "beta_2": [Interval(Real, 0, 1, closed="left")],
         "epsilon": [Interval(Real, 0, None, closed="neither")],
         "n_iter_no_change": [Interval(Integral, 1, None, closed="left"), Options(Real, {np.inf})],
-        "device": [StrOptions({"cpu", "cuda"})],
+        "device": [str],  # checked by the session (parse_device): "cpu", "cuda", "cuda:N"
     }
 
     _input_name = "X"
@@ -280,7 +280,7 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
     """Multi-layer perceptron regressor, trained by onnxtrain (scikit-learn's MLPRegressor API).
 
     Same parameters and defaults as ``sklearn.neural_network.MLPRegressor`` except ``solver``: 'adam' or 'sgd'
-    ('lbfgs' is not available) and ``loss``: 'squared_error' only. ``device``: 'cpu' or 'cuda'.
+    ('lbfgs' is not available) and ``loss``: 'squared_error' only. ``device``: 'cpu', 'cuda' or 'cuda:N'.
     The fitted network is ``model_`` (ONNX: input "X", output "predictions").
     """
 
@@ -328,7 +328,7 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
     """Multi-layer perceptron classifier, trained by onnxtrain (scikit-learn's MLPClassifier API).
 
     Same parameters and defaults as ``sklearn.neural_network.MLPClassifier`` except ``solver``: 'adam' or 'sgd'
-    ('lbfgs' is not available). ``device``: 'cpu' or 'cuda'. Multiclass trains softmax cross-entropy on the logits,
+    ('lbfgs' is not available). ``device``: 'cpu', 'cuda' or 'cuda:N'. Multiclass trains softmax cross-entropy on the logits,
     binary and multilabel the logistic log-loss on the logits (the gradients scikit-learn uses). The fitted
     network is ``model_`` (ONNX: input "X", outputs "label" and "probabilities").
     """

@@ -207,7 +207,7 @@ class OnnxRegressor(RegressorMixin, _OnnxEstimator):
         validation_fraction, n_iter_no_change, tol: as scikit-learn's MLP.
         trainable: None (every float initializer), a list of names, or a regular expression.
         prediction: the output the loss reads (default: the first float output).
-        device: 'cpu' or 'cuda'. verbose: print the loss after each epoch.
+        device: 'cpu', 'cuda' or 'cuda:N'. verbose: print the loss after each epoch.
 
     Fitted: model_ (the trained ModelProto), loss_curve_, validation_scores_, n_iter_, n_features_in_.
     """
