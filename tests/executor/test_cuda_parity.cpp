@@ -172,9 +172,9 @@ std::vector<Case> cases() {
   v.push_back({"ReduceSumSquare", node("ReduceSumSquare", {"x0", "ax"}), 18, {randn({3, 9}, 46)}, {{"ax", ints({1})}}});
   v.push_back({"ReduceL1", node("ReduceL1", {"x0", "ax"}), 18, {randn({3, 9}, 47)}, {{"ax", ints({0})}}});
   v.push_back({"ReduceL2", node("ReduceL2", {"x0", "ax"}), 18, {randn({3, 90}, 48)}, {{"ax", ints({1})}}});
-  Tensor positive = randn({3, 9}, 49);  // LogSum of a positive sum
-  for (float& f : positive.span<float>()) f = std::abs(f) + 0.1f;
-  v.push_back({"ReduceLogSum", node("ReduceLogSum", {"x0", "ax"}), 18, {positive}, {{"ax", ints({1})}}});
+  Tensor positive_sum = randn({3, 9}, 49);  // LogSum of a positive sum
+  for (float& f : positive_sum.span<float>()) f = std::abs(f) + 0.1f;
+  v.push_back({"ReduceLogSum", node("ReduceLogSum", {"x0", "ax"}), 18, {positive_sum}, {{"ax", ints({1})}}});
   v.push_back({"ReduceLogSumExp", node("ReduceLogSumExp", {"x0", "ax"}), 18, {randn({2, 100}, 50)}, {{"ax", ints({1})}}});
   v.push_back({"ReduceSumNoopEmptyAxes", node("ReduceSum", {"x0"}, 1, {{"noop_with_empty_axes", int64_t{1}}}), 18, {randn({3, 4}, 51)}, {}});
   v.push_back({"ArgMaxLast", node("ArgMax", {"x0"}, 1, {{"axis", int64_t{1}}, {"select_last_index", int64_t{1}}}), 13,
