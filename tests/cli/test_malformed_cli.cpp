@@ -148,6 +148,17 @@ TEST_F(MalformedCli, OutOfRangeNumbersNameTheLineKeyAndRange) {
   EXPECT_NE(set.text.find("--set train.epochs: train.epochs: expected an integer >= 1, got '-3'"), std::string::npos) << set.text;
 }
 
+// The numerical guard as the CLI reports it (policy "raise", the CLI's only one): a diverging run stops on the
+// step whose loss went non-finite, names it and the tensor, and exits 1.
+TEST_F(MalformedCli, NonFiniteLossNamesTheStepAndTensor) {
+  csv("train.csv", kRows);
+  const Outcome r = onnxtrain("train " + config(kCsvData, "optimizer: {learning_rate: 1e30}\ntrain: {batch_size: 1, epochs: 5}\n").string(), dir_);
+  EXPECT_EQ(r.code, 1) << r.text;
+  EXPECT_NE(r.text.find("onnxtrain train: training step "), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("went non-finite, so the step's update was not applied [value '"), std::string::npos) << r.text;
+  EXPECT_EQ(r.text.find("stopped:"), std::string::npos) << r.text;
+}
+
 // YAML that is valid but not shaped like a config (found by fuzz/fuzz_config.cpp): mapping keys that are lists or
 // mappings. They are config errors with the line, not a yaml-cpp exception.
 TEST(ConfigShape, NonScalarKeysAreConfigErrors) {
