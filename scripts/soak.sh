@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Soak run (docs/reliability.md, "Soak"): a CLI fine-tuning run, `onnxtrain train` on the digits example (a
 # pretrained classifier whose new head is trained, examples/digits), for SOAK_SECONDS (default 1800 = the issue's
-# 30 minutes), then stopped with Ctrl-C (SIGINT: the CLI saves a final checkpoint and exits 130). Every
-# SOAK_CKPT_STEPS optimizer steps (default 200000,
-# about one every 10 s on an idle core) it writes a checkpoint and all are kept. The resident set of the
-# training process is sampled every SOAK_EVERY seconds (default 60). Afterwards every checkpoint must load and
-# evaluate (`onnxtrain eval --model CKPT`) and continue training (`onnxtrain resume`, SOAK_RESUME_STEPS steps).
+# 30 minutes), then stopped with Ctrl-C (SIGINT: the CLI saves a final checkpoint and exits 130). It writes a
+# checkpoint every SOAK_CKPT_STEPS optimizer steps (default 200000, about one every 10 s on an idle core) and keeps
+# them all. The resident set of the training process is sampled every SOAK_EVERY seconds (default 60). Afterwards
+# every checkpoint must load and evaluate (`onnxtrain eval --model CKPT`) and continue training (`onnxtrain
+# resume`, SOAK_RESUME_STEPS steps, default 5).
 #
 # Fails when the resident set grows by more than SOAK_MAX_GROWTH_KB (default 4096) after the second sample (the
 # first includes start-up), when training stops early, or when any checkpoint fails. Prints CSV samples and a
