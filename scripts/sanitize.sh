@@ -52,7 +52,9 @@ if [ -n "$subset" ]; then
   status=0
   for t in "${subset_tests[@]}"; do
     echo "[sanitize] ${t%%:*} --gtest_filter=${t#*:}" >&2
-    timeout 1800 "$build/${t%%:*}" --gtest_filter="${t#*:}" --gtest_brief=1 || status=1
+    # From the binary's folder, as ctest would run it.
+    (cd "$build/$(dirname "${t%%:*}")" && timeout 1800 "./$(basename "${t%%:*}")" --gtest_filter="${t#*:}" --gtest_brief=1) ||
+      status=1
   done
   exit $status
 fi
