@@ -87,11 +87,11 @@ struct Ctx {
   }
   std::vector<double> numbers() const {
     if (node.IsNull()) return {};
-    if (!node.IsSequence()) bad("a list of numbers");
+    if (!node.IsSequence()) bad("a list of finite numbers");
     std::vector<double> r;
     for (const auto& n : node) {
       double v;
-      if (!n.IsScalar() || !YAML::convert<double>::decode(n, v)) bad("a list of numbers");
+      if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || !std::isfinite(v)) bad("a list of finite numbers");
       r.push_back(v);
     }
     return r;
@@ -106,6 +106,12 @@ struct Ctx {
     return s.str();
   }
 };
+
+// A mapping key as a name. YAML also allows lists and mappings as keys; no config has them.
+std::string key_name(const YAML::Node& k, const std::string& parent, const std::string& where) {
+  if (k.IsScalar() || k.IsNull()) return k.as<std::string>();
+  fail(where, (parent.empty() ? "" : parent + ": ") + "expected a key name, got " + Ctx{k, parent, where}.found());
+}
 
 struct Key {
   std::string path;  // "optimizer.learning_rate"
@@ -148,8 +154,8 @@ const std::vector<Key>& keys() {
          if (c.node.IsNull()) return;
          if (!c.node.IsMap()) c.bad("a mapping from model input to array or columns");
          for (const auto& kv : c.node) {
-           Ctx item{kv.second, c.key + "." + kv.first.as<std::string>(), c.where};
-           r.data.inputs[kv.first.as<std::string>()] = item.strings();
+           const std::string input = key_name(kv.first, c.key, c.where);
+           r.data.inputs[input] = Ctx{kv.second, c.key + "." + input, c.where}.strings();
          }
        }},
       {"data.target", "y", "the loss target: an array name or list of CSV columns", [](const Ctx& c, RunConfig& r) {
@@ -213,7 +219,7 @@ const std::vector<Key>& keys() {
            if (!g.IsMap()) Ctx{g, key, c.where}.bad("a mapping with match, learning_rate, weight_decay");
            ParamGroup pg;
            for (const auto& kv : g) {
-             const std::string k = kv.first.as<std::string>();
+             const std::string k = key_name(kv.first, key, c.where);
              Ctx item{kv.second, key + "." + k, c.where};
              if (k == "match") pg.match = item.strings();
              else if (k == "learning_rate") pg.learning_rate = item.num(0, kInf, true);
@@ -305,7 +311,7 @@ struct Parser {
 
   void walk(const YAML::Node& map, const std::string& section) {
     for (auto it = map.begin(); it != map.end(); ++it) {
-      const std::string name = it->first.as<std::string>();
+      const std::string name = key_name(it->first, section, where(section, it->first.Mark()));
       const std::string key = section.empty() ? name : section + "." + name;
       const std::string loc = where(key, it->first.Mark());
       if (const Key* k = find_key(key)) {

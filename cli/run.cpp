@@ -89,6 +89,7 @@ Dataset read_sources(const RunConfig& cfg, const std::vector<std::string>& files
     }
     for (auto& [k, t] : d) {
       if (all.count(k)) fail(where_of(cfg, key), "array '" + k + "' appears in more than one file");
+      if (t.rank() > 0 && t.shape[0] == 0) fail(where_of(cfg, key), f + ": no rows (array '" + k + "' is " + t.describe() + ")");
       all[k] = std::move(t);
     }
   }

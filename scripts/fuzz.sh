@@ -2,7 +2,7 @@
 # Runs the libFuzzer targets of fuzz/ for a bounded time each (docs/reliability.md, "Fuzzing").
 #
 #   scripts/fuzz.sh [seconds per target, default 60] [target ...]
-#   targets: fuzz_load_model fuzz_gradients fuzz_checkpoint (default: all)
+#   targets: fuzz_load_model fuzz_gradients fuzz_checkpoint fuzz_config (default: all)
 #
 # Builds them in the instrumented clang tree build/asan (configured by scripts/sanitize.sh: ASan + UBSan +
 # libFuzzer coverage). Each run starts from the seed corpus fuzz/corpus/<target without fuzz_> and keeps what it
@@ -14,7 +14,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_load_model fuzz_gradients fuzz_checkpoint)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_load_model fuzz_gradients fuzz_checkpoint fuzz_config)
 build="${ASAN_BUILD_DIR:-$here/build/asan}"
 work="$here/build/fuzz"
 

@@ -161,7 +161,10 @@ template <class T> class ResizeKernel final : public Kernel, public cpu::ResizeT
     }
     cur_.assign(x, x + n_in);
     std::vector<int64_t> shape = in_shape_;
-    for (const auto& [axis, taps] : axes_) {
+    for (const auto& axis_taps : axes_) {
+      // Not a structured binding: clang 14 (the sanitizer build) cannot capture one in the lambda below.
+      const size_t axis = axis_taps.first;
+      const AxisTaps& taps = axis_taps.second;
       int64_t pre = 1, post = 1;
       for (size_t i = 0; i < shape.size(); ++i) {
         if (i < axis) pre *= shape[i];

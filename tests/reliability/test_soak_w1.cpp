@@ -25,8 +25,10 @@ namespace onnxtrain {
 namespace {
 
 TEST(Soak, W1ThousandStepsNoLeaksFlatMemory) {
-  const auto model = test::source_dir() / ".." / "shared" / "bench" / "models" / "w1.onnx";
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << model << " is absent";
+  // Outside the development machine (a CI clone) the shared benchmark's file is absent; make_mlp.py's default
+  // sizes are W1's architecture, which is all a leak check needs, so the test never skips.
+  auto model = test::source_dir() / ".." / "shared" / "bench" / "models" / "w1.onnx";
+  if (!std::filesystem::exists(model)) model = test::make_mlp(test::temp_dir("soak_w1"), "64 256 256 1");
   // Memory is the point here, not speed: one thread keeps the 1000 steps at ~2 s even when other jobs share
   // the cores (two spinning OpenMP threads on a busy 2-core machine took 40+ s).
   omp_set_num_threads(1);

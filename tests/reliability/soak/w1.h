@@ -1,6 +1,6 @@
 #pragma once
-// Shared by the W1 leak test (test_soak_w1.cpp) and the soak driver (soak_train.cpp): the workload W1 of the
-// shared benchmark (benchmarks/bench_train.cpp) on synthetic batches, and the process's resident set.
+// The W1 leak test's workload (test_soak_w1.cpp): W1 of the shared benchmark (benchmarks/bench_train.cpp) on
+// synthetic batches, and the process's resident set.
 #include <cstdio>
 #include <random>
 #include <vector>
