@@ -77,7 +77,7 @@ class PlanCompiler {
       return *spec_.graph;
     fused_.nodes = spec_.graph->nodes;
     fused_.inputs = spec_.graph->inputs;
-    fold_transposes_into_matmuls(fused_.nodes, spec_.outputs);
+    fold_transposes_into_matmuls(fused_.nodes, spec_.outputs, spec_.graph);
     return fused_;
   }
 

@@ -38,13 +38,6 @@ std::vector<int64_t> identity(size_t r) {
   return p;
 }
 
-bool swaps_last_two(const std::vector<int64_t>& p) {
-  if (p.size() < 2) return false;
-  std::vector<int64_t> want = identity(p.size());
-  std::swap(want[p.size() - 1], want[p.size() - 2]);
-  return p == want;
-}
-
 struct Source {
   std::string value;
   std::vector<int64_t> perm;  // operand = Transpose(value, perm)
@@ -52,7 +45,8 @@ struct Source {
 
 class Folder {
  public:
-  Folder(std::vector<Node>& nodes, const std::vector<std::string>& keep) : nodes_(nodes), dead_(nodes.size(), false) {
+  Folder(std::vector<Node>& nodes, const std::vector<std::string>& keep, const Graph* types)
+      : nodes_(nodes), types_(types), dead_(nodes.size(), false) {
     for (size_t i = 0; i < nodes_.size(); ++i)
       for (const std::string& o : nodes_[i].outputs)
         if (!o.empty()) producer_[o] = i;
@@ -70,7 +64,7 @@ class Folder {
       }
     size_t removed = 0;
     for (size_t i = 0; i < nodes_.size(); ++i)
-      if (is_matmul(nodes_[i]) && absorb_output_transpose(i)) ++removed;
+      if (is_matmul(nodes_[i]) && !nodes_[i].has_attr(kMatMulPermY) && absorb_output_transpose(i)) ++removed;
     // Transposes that no longer have readers, last first so that chains die back to front.
     for (size_t i = nodes_.size(); i-- > 0;) {
       const Node& n = nodes_[i];
@@ -152,11 +146,14 @@ class Folder {
       return std::get<std::vector<int64_t>>(it->second).size();
     auto p = producer_.find(n.inputs[i]);
     if (p != producer_.end() && default_domain(nodes_[p->second]) && nodes_[p->second].op_type == "Flatten") return 2;
+    if (const TypeInfo* t = types_ ? types_->type_of(n.inputs[i]) : nullptr; t && t->shape) return t->shape->size();
     return 0;
   }
 
-  // MatMul(A, B) read only by a Transpose that swaps its last two dims becomes MatMul(B^T, A^T) writing the
-  // Transpose's output. Both operands must be matrices (rank >= 2): numpy's 1-D rules do not commute this way.
+  // MatMul(A, B) read only by a Transpose writes the Transpose's output directly: in permuted order when the
+  // perm keeps the last dim last (kMatMulPermY), else, when it moves the second-last dim last, as
+  // MatMul(B^T, A^T) (then permuted as needed). Both operands must be matrices (rank >= 2): numpy's 1-D rules do
+  // not commute this way.
   bool absorb_output_transpose(size_t mi) {
     Node& m = nodes_[mi];
     const std::string out = m.outputs[0];
@@ -174,7 +171,27 @@ class Folder {
           }
     if (!found) return false;
     const std::vector<int64_t>* p = transpose_perm(nodes_[ti]);
-    if (!p || !swaps_last_two(*p) || p->size() != std::max(ra, rb)) return false;
+    if (!p || p->size() != std::max(ra, rb)) return false;
+    const size_t r = p->size();
+    const bool swap = (*p)[r - 1] == static_cast<int64_t>(r) - 2;
+    if (!swap && (*p)[r - 1] != static_cast<int64_t>(r) - 1) return false;
+    // Y = Transpose(Y^T, s) with s swapping the last two dims, so out = Transpose(Y^T, s∘p).
+    std::vector<int64_t> perm_y = *p;
+    if (swap)
+      for (int64_t& v : perm_y)
+        if (v >= static_cast<int64_t>(r) - 2) v = 2 * static_cast<int64_t>(r) - 3 - v;
+    if (swap) swap_operands(m, ra, rb);
+    if (!is_identity(perm_y)) m.attributes[kMatMulPermY] = std::move(perm_y);
+    m.outputs[0] = nodes_[ti].outputs[0];
+    producer_[m.outputs[0]] = mi;
+    producer_.erase(out);
+    readers_[out] = 0;
+    dead_[ti] = true;
+    return true;
+  }
+
+  // MatMul(A, B) -> MatMul(B^T, A^T), which computes Y^T.
+  static void swap_operands(Node& m, size_t ra, size_t rb) {
     auto swapped = [&](size_t i, const char* attr, size_t rank) {
       auto it = m.attributes.find(attr);
       std::vector<int64_t> perm = it != m.attributes.end() ? std::get<std::vector<int64_t>>(it->second) : identity(rank);
@@ -188,15 +205,10 @@ class Folder {
     m.attributes.erase(kMatMulPermB);
     if (!is_identity(a.perm)) m.attributes[kMatMulPermA] = std::move(a.perm);
     if (!is_identity(b.perm)) m.attributes[kMatMulPermB] = std::move(b.perm);
-    m.outputs[0] = nodes_[ti].outputs[0];
-    producer_[m.outputs[0]] = mi;
-    producer_.erase(out);
-    readers_[out] = 0;
-    dead_[ti] = true;
-    return true;
   }
 
   std::vector<Node>& nodes_;
+  const Graph* types_;
   std::unordered_map<std::string, size_t> producer_;
   std::unordered_map<std::string, int64_t> readers_;
   std::vector<bool> dead_;
@@ -204,11 +216,12 @@ class Folder {
 
 }  // namespace
 
-size_t fold_transposes_into_matmuls(std::vector<Node>& nodes, const std::vector<std::string>& keep) {
+size_t fold_transposes_into_matmuls(std::vector<Node>& nodes, const std::vector<std::string>& keep,
+                                    const Graph* types) {
   for (const Node& n : nodes)
     for (const auto& [name, a] : n.attributes)
       if (std::holds_alternative<std::shared_ptr<Graph>>(a)) return 0;
-  return Folder(nodes, keep).run();
+  return Folder(nodes, keep, types).run();
 }
 
 }  // namespace onnxtrain

@@ -27,17 +27,19 @@ namespace {
 using cpu::required_input;
 using cpu::set_output;
 
-// One (batched) product Y[b] = alpha * op(A)[b] · op(B)[b] + beta * C, all sizes fixed at plan time. Y is
-// contiguous; A and B may be strided views (a Transpose folded in at plan time, executor/plan_fusion.h), each
-// matrix row-major with row stride ld, or the transpose of one.
+// One (batched) product Y[b] = alpha * op(A)[b] · op(B)[b] + beta * C, all sizes fixed at plan time. A and B
+// may be strided views and Y may be written in permuted order (Transposes folded in at plan time,
+// executor/plan_fusion.h): each matrix of A and B row-major with row stride ld, or the transpose of one; each of
+// Y row-major with row stride ldc.
 struct Geometry {
   int64_t M = 0, N = 0, K = 0;
   bool trans_a = false, trans_b = false;  // A stored [K, M] / B stored [N, K]
-  int64_t lda = 0, ldb = 0;                // row stride of the stored matrices
+  int64_t lda = 0, ldb = 0, ldc = 0;       // row stride of the stored matrices
   std::vector<int64_t> out_batch;          // broadcast batch dims of Y
   std::vector<int64_t> a_batch, b_batch;   // batch dims of A and B, left-padded with 1 to out_batch's rank
   std::vector<int64_t> a_bstride, b_bstride;  // element stride of A's and B's batch dims (same padding)
-  std::vector<int64_t> a_off, b_off;       // per output batch, element offset of the A and B matrices
+  std::vector<int64_t> y_bstride;          // element stride of Y's batch dims in the output buffer
+  std::vector<int64_t> a_off, b_off, y_off;  // per output batch, element offset of the A, B and Y matrices
   int64_t batch() const { return static_cast<int64_t>(a_off.size()); }
 };
 
@@ -101,39 +103,76 @@ void set_operand(PrepareContext& ctx, const Operand& o, size_t r, bool& trans, i
   }
 }
 
+// Y written as Transpose(Y, perm): returns the permuted output shape and sets Y's row and batch strides in it.
+// The perm keeps Y's last dim last, so each row of a matrix stays contiguous.
+std::vector<int64_t> permute_output(PrepareContext& ctx, Geometry& g, const std::vector<int64_t>& y) {
+  const std::vector<int64_t> perm = ctx.node.attr_ints(kMatMulPermY);
+  const size_t r = y.size();
+  std::vector<bool> seen(r, false);
+  bool ok = perm.size() == r && r >= 2 && g.out_batch.size() + 2 == r && perm[r - 1] == static_cast<int64_t>(r) - 1;
+  for (size_t k = 0; ok && k < r; ++k) {
+    ok = perm[k] >= 0 && perm[k] < static_cast<int64_t>(r) && !seen[static_cast<size_t>(perm[k])];
+    if (ok) seen[static_cast<size_t>(perm[k])] = true;
+  }
+  if (!ok)
+    ctx.fail(std::string(kMatMulPermY) + " " + shape_string(perm) +
+             " must permute the output's dims and keep its last dim last; the output is " + shape_string(y));
+  std::vector<int64_t> out(r);
+  for (size_t k = 0; k < r; ++k) out[k] = y[static_cast<size_t>(perm[k])];
+  const std::vector<int64_t> os = contiguous(out);
+  std::vector<int64_t> ys(r);
+  for (size_t k = 0; k < r; ++k) ys[static_cast<size_t>(perm[k])] = os[k];
+  g.ldc = g.M <= 1 ? std::max<int64_t>(g.N, 1) : ys[r - 2];
+  g.y_bstride.assign(ys.begin(), ys.end() - 2);
+  return out;
+}
+
 void fill_offsets(Geometry& g) {
   const size_t r = g.out_batch.size();
   int64_t total = 1;
   for (int64_t d : g.out_batch) total *= d;
+  if (g.ldc == 0) g.ldc = std::max<int64_t>(g.N, 1);
+  if (g.y_bstride.empty()) {
+    // Y contiguous.
+    g.y_bstride.assign(r, 0);
+    int64_t acc = g.M * g.N;
+    for (size_t i = r; i-- > 0;) {
+      g.y_bstride[i] = acc;
+      acc *= g.out_batch[i];
+    }
+  }
   g.a_off.assign(static_cast<size_t>(total), 0);
   g.b_off.assign(static_cast<size_t>(total), 0);
+  g.y_off.assign(static_cast<size_t>(total), 0);
   for (int64_t b = 0; b < total; ++b) {
-    int64_t rem = b, oa = 0, ob = 0;
+    int64_t rem = b, oa = 0, ob = 0, oy = 0;
     for (size_t i = r; i-- > 0;) {
       const int64_t idx = rem % g.out_batch[i];
       rem /= g.out_batch[i];
       // A broadcast dim (size 1) re-reads the same matrix.
       if (g.a_batch[i] != 1) oa += idx * g.a_bstride[i];
       if (g.b_batch[i] != 1) ob += idx * g.b_bstride[i];
+      oy += idx * g.y_bstride[i];
     }
     g.a_off[static_cast<size_t>(b)] = oa;
     g.b_off[static_cast<size_t>(b)] = ob;
+    g.y_off[static_cast<size_t>(b)] = oy;
   }
 }
 
 // A row-major Y = alpha * op(A) op(B) + beta * Y for dnnl_sgemm.
 struct Sgemm {
   char ta, tb;
-  int64_t M, N, K, lda, ldb;
+  int64_t M, N, K, lda, ldb, ldc;
   void run(float alpha, const float* a, const float* b, float beta, float* y) const {
-    if (dnnl_sgemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, y, N) != dnnl_success)
+    if (dnnl_sgemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, y, ldc) != dnnl_success)
       throw Error("oneDNN sgemm failed for a [" + std::to_string(M) + "," + std::to_string(K) + "] x [" +
                   std::to_string(K) + "," + std::to_string(N) + "] product");
   }
 };
 // One matrix of the batch, `rows` rows of A.
 Sgemm matrix_sgemm(const Geometry& g, int64_t rows) {
-  return {g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', rows, g.N, g.K, g.lda, g.ldb};
+  return {g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', rows, g.N, g.K, g.lda, g.ldb, g.ldc};
 }
 // The whole product as one sgemm when the batch folds away: a single product, or every untransposed A matrix
 // right after the previous one (rows of the same stride) and one B shared by all (a linear layer on
@@ -143,7 +182,8 @@ std::optional<Sgemm> folded_sgemm(const Geometry& g) {
   const bool b_shared = std::all_of(g.b_batch.begin(), g.b_batch.end(), [](int64_t d) { return d == 1; });
   if (!b_shared || g.trans_a) return std::nullopt;
   for (int64_t b = 0; b < g.batch(); ++b)
-    if (g.a_off[static_cast<size_t>(b)] != b * g.M * g.lda) return std::nullopt;
+    if (g.a_off[static_cast<size_t>(b)] != b * g.M * g.lda || g.y_off[static_cast<size_t>(b)] != b * g.M * g.ldc)
+      return std::nullopt;
   return matrix_sgemm(g, g.M * g.batch());
 }
 
@@ -200,11 +240,16 @@ template <class T> class MatMulKernel final : public Kernel {
       const T* c = in[2]->ptr<T>();
       for (int64_t bi = 0; bi < g_.batch(); ++bi)
         for (int64_t i = 0; i < g_.M; ++i)
-          for (int64_t j = 0; j < g_.N; ++j) y[bi * mn + i * g_.N + j] = c[i * c_rs_ + j * c_cs_];
+          for (int64_t j = 0; j < g_.N; ++j) y[g_.y_off[static_cast<size_t>(bi)] + i * g_.ldc + j] = c[i * c_rs_ + j * c_cs_];
     }
     if (g_.K == 0) {
       // An empty sum: alpha * 0 + beta * C.
-      for (int64_t i = 0; i < g_.batch() * mn; ++i) y[i] = has_c_ ? beta_ * y[i] : T(0);
+      for (int64_t bi = 0; bi < g_.batch(); ++bi)
+        for (int64_t i = 0; i < g_.M; ++i)
+          for (int64_t j = 0; j < g_.N; ++j) {
+            T& v = y[g_.y_off[static_cast<size_t>(bi)] + i * g_.ldc + j];
+            v = has_c_ ? beta_ * v : T(0);
+          }
       return;
     }
     const SerialScope serial(serial_);
@@ -214,7 +259,7 @@ template <class T> class MatMulKernel final : public Kernel {
     // Eigen stay on their thread). oneDNN's batched matmul primitive would do this in one call, but every
     // execute() builds an execution context with 5 operator new.
     cpu::parallel_for(g_.batch(), !serial_ && g_.batch() > 1, [&](int64_t bi) {
-      product(a + g_.a_off[static_cast<size_t>(bi)], b + g_.b_off[static_cast<size_t>(bi)], y + bi * mn);
+      product(a + g_.a_off[static_cast<size_t>(bi)], b + g_.b_off[static_cast<size_t>(bi)], y + g_.y_off[static_cast<size_t>(bi)]);
     });
   }
 
@@ -222,7 +267,7 @@ template <class T> class MatMulKernel final : public Kernel {
   void product(const T* pa, const T* pb, T* py) const {
     if constexpr (std::is_same_v<T, float>)
       if (per_matrix_) return per_matrix_->run(alpha_, pa, pb, has_c_ ? beta_ : 0.0f, py);
-    Eigen::Map<RowMat<T>> ym(py, g_.M, g_.N);
+    Eigen::Map<RowMat<T>, 0, Eigen::OuterStride<>> ym(py, g_.M, g_.N, Eigen::OuterStride<>(g_.ldc));
     // A transposed operand is the plain row-major matrix it is stored as, transposed by Eigen.
     using Strided = Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>;
     Strided am(pa, g_.trans_a ? g_.K : g_.M, g_.trans_a ? g_.M : g_.K, Eigen::OuterStride<>(g_.lda));
@@ -297,6 +342,7 @@ std::unique_ptr<Kernel> make_matmul(PrepareContext& ctx) {
   out = g.out_batch;
   if (a.shape.size() > 1) out.push_back(g.M);
   if (b.shape.size() > 1) out.push_back(g.N);
+  if (ctx.node.has_attr(kMatMulPermY)) out = permute_output(ctx, g, out);
   set_output(ctx, 0, a.dtype, out);
   fill_offsets(g);
   return make_kernel(ctx, a.dtype, std::move(g), 1.0, 0.0, false, 0, 0);

@@ -55,7 +55,9 @@ std::pair<size_t, size_t> check_case(const Case& c) {
   std::map<std::string, Tensor> feeds;
   unsigned seed = 1;
   for (const auto& [name, shape] : c.inputs) {
-    g.inputs.push_back({name, {c.dtype, std::nullopt}});
+    Shape known;
+    for (int64_t d : shape) known.push_back(Dim::of(d));
+    g.inputs.push_back({name, {c.dtype, known}});
     feeds[name] = random_tensor(c.dtype, shape, seed++);
   }
   for (const std::string& o : c.outputs) g.outputs.push_back({o, {c.dtype, std::nullopt}});
@@ -169,6 +171,40 @@ TEST(MatMulFold, UnreadablePermutationsAreLeftAlone) {
   // 1-D operands keep numpy's rules: the output transpose is not absorbed when a rank is unknown.
   Case v{{transpose("m", "mt", {1, 0}), node("MatMul", {"mt", "v"}, {"y"})}, {{"m", {4, 3}}, {"v", {4}}}, {"y"}};
   EXPECT_EQ(check_case(v).first, 1u);
+}
+
+// A product read only by a Transpose writes the permuted output directly: rows stay contiguous when the perm
+// keeps the last dim last (attention's heads merged back), or after computing B^T·A^T when it moves the
+// second-last dim last.
+TEST(MatMulFold, OutputTransposesAreWrittenInPlace) {
+  for (DType t : {DType::Float64, DType::Float32}) {
+    Case merge{{node("MatMul", {"p", "v"}, {"o"}), transpose("o", "y", {0, 2, 1, 3})},
+               {{"p", {2, 3, 5, 5}}, {"v", {2, 3, 5, 4}}},
+               {"y"},
+               t};
+    EXPECT_EQ(check_case(merge).first, 1u);
+    Case swapped{{node("MatMul", {"a", "b"}, {"o"}), transpose("o", "y", {0, 3, 1, 2})},
+                 {{"a", {2, 3, 5, 4}}, {"b", {2, 3, 4, 6}}},
+                 {"y"},
+                 t};
+    EXPECT_EQ(check_case(swapped).first, 1u);
+  }
+  // sgemm with an output row stride: per matrix, and per matrix of a shared-weight product that can no longer
+  // be one call.
+  Case heads{{node("MatMul", {"a", "b"}, {"o"}), transpose("o", "y", {0, 2, 1, 3})},
+             {{"a", {2, 2, 128, 128}}, {"b", {2, 2, 128, 128}}},
+             {"y"},
+             DType::Float32};
+  EXPECT_EQ(check_case(heads).first, 1u);
+  Case linear{{transpose("w", "wt", {1, 0}), node("MatMul", {"x", "wt"}, {"o"}), transpose("o", "y", {1, 0, 2})},
+              {{"x", {4, 64, 128}}, {"w", {96, 128}}},
+              {"y"},
+              DType::Float32};
+  EXPECT_EQ(check_case(linear).first, 1u);
+  // Unknown ranks (a 1-D operand would change what the output dims are): left alone.
+  Case unknown{{node("MatMul", {"a", "b"}, {"o"}), transpose("o", "y", {1, 0})}, {{"a", {3, 4}}, {"b", {4, 5}}}, {"y"}};
+  std::vector<Node> nodes = unknown.nodes;
+  EXPECT_EQ(fold_transposes_into_matmuls(nodes, {"y"}), 0u);
 }
 
 TEST(MatMulFold, FoldingLeavesForeignAndSubgraphNodesAlone) {
