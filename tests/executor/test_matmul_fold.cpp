@@ -12,11 +12,12 @@
 namespace onnxtrain {
 namespace {
 
+// Named after its first output, as exporters do.
 Node node(std::string op, std::vector<std::string> in, std::vector<std::string> out) {
   Node n;
-  n.name = out.front();
   n.op_type = std::move(op);
   n.inputs = std::move(in);
+  n.name = out.front();
   n.outputs = std::move(out);
   return n;
 }
