@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "executor/finite.h"
+#include "executor/plan_fusion.h"
 #include "graph/error.h"
 #include "graph/validate.h"
 
@@ -41,7 +42,7 @@ class PlanCompiler {
   }
 
   std::unique_ptr<ExecutionPlan> compile() {
-    const Graph& g = *spec_.graph;
+    const Graph& g = fused_graph();
     for (size_t i = 0; i < spec_.feed_names.size(); ++i) {
       Tensor* t = new_slot(spec_.feed_names[i]);
       t->dtype = spec_.feed_specs[i].dtype;
@@ -66,6 +67,18 @@ class PlanCompiler {
     Tensor* t = plan_->slots_.back().get();
     values_[name] = t;
     return t;
+  }
+
+  // The graph this plan runs: on the CPU with the built-in kernels, a copy whose Transposes are folded into the
+  // MatMuls that read them (executor/plan_fusion.h). Checking every value keeps every node as written, so a
+  // non-finite value is reported at the node that made it.
+  const Graph& fused_graph() {
+    if (spec_.device != Device::CPU || spec_.registry != &default_kernels() || spec_.check_every_value)
+      return *spec_.graph;
+    fused_.nodes = spec_.graph->nodes;
+    fused_.inputs = spec_.graph->inputs;
+    fold_transposes_into_matmuls(fused_.nodes, spec_.outputs, spec_.graph);
+    return fused_;
   }
 
   const Tensor* lookup(const std::string& name) const {
@@ -248,6 +261,7 @@ class PlanCompiler {
   }
 
   const PlanSpec& spec_;
+  Graph fused_;  // nodes only (initializers are state)
   std::unique_ptr<ExecutionPlan> plan_;
   std::unordered_map<std::string, Tensor*> values_;
   std::unordered_set<const Tensor*> folded_;

@@ -18,6 +18,7 @@
 
 #include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
+#include "executor/plan_fusion.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
@@ -26,65 +27,163 @@ namespace {
 using cpu::required_input;
 using cpu::set_output;
 
-// One (batched) product Y[b] = alpha * op(A)[b] · op(B)[b] + beta * C, all sizes fixed at plan time.
+// One (batched) product Y[b] = alpha * op(A)[b] · op(B)[b] + beta * C, all sizes fixed at plan time. A and B
+// may be strided views and Y may be written in permuted order (Transposes folded in at plan time,
+// executor/plan_fusion.h): each matrix of A and B row-major with row stride ld, or the transpose of one; each of
+// Y row-major with row stride ldc.
 struct Geometry {
   int64_t M = 0, N = 0, K = 0;
   bool trans_a = false, trans_b = false;  // A stored [K, M] / B stored [N, K]
+  int64_t lda = 0, ldb = 0, ldc = 0;       // row stride of the stored matrices
   std::vector<int64_t> out_batch;          // broadcast batch dims of Y
   std::vector<int64_t> a_batch, b_batch;   // batch dims of A and B, left-padded with 1 to out_batch's rank
-  std::vector<int64_t> a_off, b_off;       // per output batch, element offset of the A and B matrices
+  std::vector<int64_t> a_bstride, b_bstride;  // element stride of A's and B's batch dims (same padding)
+  std::vector<int64_t> y_bstride;          // element stride of Y's batch dims in the output buffer
+  std::vector<int64_t> a_off, b_off, y_off;  // per output batch, element offset of the A, B and Y matrices
   int64_t batch() const { return static_cast<int64_t>(a_off.size()); }
 };
+
+// An operand as the product reads it: logical dims [..., rows, cols] and the element stride of each dim in
+// its buffer.
+struct Operand {
+  std::vector<int64_t> dims, strides;
+};
+
+std::vector<int64_t> contiguous(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> s(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;) s[i - 1] = s[i] * dims[i];
+  return s;
+}
+
+// The operand Transpose(x, perm) read in place, when the MatMul carries the perm attribute `attr`.
+Operand operand(PrepareContext& ctx, const KernelInput& x, const char* attr, const char* what) {
+  Operand o{x.shape, contiguous(x.shape)};
+  if (!ctx.node.has_attr(attr)) return o;
+  const std::vector<int64_t> perm = ctx.node.attr_ints(attr);
+  std::vector<bool> seen(x.shape.size(), false);
+  bool ok = perm.size() == x.shape.size() && perm.size() >= 2;
+  for (int64_t p : perm) {
+    ok = ok && p >= 0 && p < static_cast<int64_t>(perm.size()) && !seen[static_cast<size_t>(p)];
+    if (ok) seen[static_cast<size_t>(p)] = true;
+  }
+  if (!ok)
+    ctx.fail(std::string(attr) + " " + shape_string(perm) + " is not a permutation of " + what + " " +
+             shape_string(x.shape));
+  const std::vector<int64_t> in_strides = contiguous(x.shape);
+  for (size_t k = 0; k < perm.size(); ++k) {
+    o.dims[k] = x.shape[static_cast<size_t>(perm[k])];
+    o.strides[k] = in_strides[static_cast<size_t>(perm[k])];
+  }
+  return o;
+}
+
+// How sgemm and Eigen read a [rows, cols] matrix with these strides: (false, ld) row-major with row stride ld,
+// (true, ld) the transpose of a row-major [cols, rows] matrix with row stride ld. Strides of size-1 dims are
+// free, and ld is kept at least the stored row's length as sgemm requires.
+std::optional<std::pair<bool, int64_t>> matrix_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  if (cs == 1 || cols <= 1) return std::make_pair(false, rows <= 1 ? std::max<int64_t>(cols, 1) : rs);
+  if (rs == 1 || rows <= 1) return std::make_pair(true, cols <= 1 ? std::max<int64_t>(rows, 1) : cs);
+  return std::nullopt;
+}
+
+// Fills the layout of one operand (rows x cols are M x K for A, K x N for B) and its batch dims and strides,
+// left-padded to rank r.
+void set_operand(PrepareContext& ctx, const Operand& o, size_t r, bool& trans, int64_t& ld,
+                 std::vector<int64_t>& batch, std::vector<int64_t>& bstride, const char* what) {
+  const size_t n = o.dims.size();
+  const auto layout = matrix_layout(o.dims[n - 2], o.dims[n - 1], o.strides[n - 2], o.strides[n - 1]);
+  if (!layout) ctx.fail(std::string(what) + " is read with neither its rows nor its columns contiguous");
+  trans = layout->first;
+  ld = layout->second;
+  batch.assign(r, 1);
+  bstride.assign(r, 0);
+  for (size_t i = 0; i + 2 < n; ++i) {
+    batch[r - (n - 2) + i] = o.dims[i];
+    bstride[r - (n - 2) + i] = o.strides[i];
+  }
+}
+
+// Y written as Transpose(Y, perm): returns the permuted output shape and sets Y's row and batch strides in it.
+// The perm keeps Y's last dim last, so each row of a matrix stays contiguous.
+std::vector<int64_t> permute_output(PrepareContext& ctx, Geometry& g, const std::vector<int64_t>& y) {
+  const std::vector<int64_t> perm = ctx.node.attr_ints(kMatMulPermY);
+  const size_t r = y.size();
+  std::vector<bool> seen(r, false);
+  bool ok = perm.size() == r && r >= 2 && g.out_batch.size() + 2 == r && perm[r - 1] == static_cast<int64_t>(r) - 1;
+  for (size_t k = 0; ok && k < r; ++k) {
+    ok = perm[k] >= 0 && perm[k] < static_cast<int64_t>(r) && !seen[static_cast<size_t>(perm[k])];
+    if (ok) seen[static_cast<size_t>(perm[k])] = true;
+  }
+  if (!ok)
+    ctx.fail(std::string(kMatMulPermY) + " " + shape_string(perm) +
+             " must permute the output's dims and keep its last dim last; the output is " + shape_string(y));
+  std::vector<int64_t> out(r);
+  for (size_t k = 0; k < r; ++k) out[k] = y[static_cast<size_t>(perm[k])];
+  const std::vector<int64_t> os = contiguous(out);
+  std::vector<int64_t> ys(r);
+  for (size_t k = 0; k < r; ++k) ys[static_cast<size_t>(perm[k])] = os[k];
+  g.ldc = g.M <= 1 ? std::max<int64_t>(g.N, 1) : ys[r - 2];
+  g.y_bstride.assign(ys.begin(), ys.end() - 2);
+  return out;
+}
 
 void fill_offsets(Geometry& g) {
   const size_t r = g.out_batch.size();
   int64_t total = 1;
   for (int64_t d : g.out_batch) total *= d;
-  auto strides = [r](const std::vector<int64_t>& dims, int64_t mat) {
-    std::vector<int64_t> s(r, 0);
-    int64_t acc = mat;
+  if (g.ldc == 0) g.ldc = std::max<int64_t>(g.N, 1);
+  if (g.y_bstride.empty()) {
+    // Y contiguous.
+    g.y_bstride.assign(r, 0);
+    int64_t acc = g.M * g.N;
     for (size_t i = r; i-- > 0;) {
-      s[i] = dims[i] == 1 ? 0 : acc;  // a broadcast dim re-reads the same matrix
-      acc *= dims[i];
+      g.y_bstride[i] = acc;
+      acc *= g.out_batch[i];
     }
-    return s;
-  };
-  const std::vector<int64_t> sa = strides(g.a_batch, g.M * g.K), sb = strides(g.b_batch, g.K * g.N);
+  }
   g.a_off.assign(static_cast<size_t>(total), 0);
   g.b_off.assign(static_cast<size_t>(total), 0);
+  g.y_off.assign(static_cast<size_t>(total), 0);
   for (int64_t b = 0; b < total; ++b) {
-    int64_t rem = b, oa = 0, ob = 0;
+    int64_t rem = b, oa = 0, ob = 0, oy = 0;
     for (size_t i = r; i-- > 0;) {
       const int64_t idx = rem % g.out_batch[i];
       rem /= g.out_batch[i];
-      oa += idx * sa[i];
-      ob += idx * sb[i];
+      // A broadcast dim (size 1) re-reads the same matrix.
+      if (g.a_batch[i] != 1) oa += idx * g.a_bstride[i];
+      if (g.b_batch[i] != 1) ob += idx * g.b_bstride[i];
+      oy += idx * g.y_bstride[i];
     }
     g.a_off[static_cast<size_t>(b)] = oa;
     g.b_off[static_cast<size_t>(b)] = ob;
+    g.y_off[static_cast<size_t>(b)] = oy;
   }
 }
 
 // A row-major Y = alpha * op(A) op(B) + beta * Y for dnnl_sgemm.
 struct Sgemm {
   char ta, tb;
-  int64_t M, N, K, lda, ldb;
+  int64_t M, N, K, lda, ldb, ldc;
   void run(float alpha, const float* a, const float* b, float beta, float* y) const {
-    if (dnnl_sgemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, y, N) != dnnl_success)
+    if (dnnl_sgemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, y, ldc) != dnnl_success)
       throw Error("oneDNN sgemm failed for a [" + std::to_string(M) + "," + std::to_string(K) + "] x [" +
                   std::to_string(K) + "," + std::to_string(N) + "] product");
   }
 };
 // One matrix of the batch, `rows` rows of A.
 Sgemm matrix_sgemm(const Geometry& g, int64_t rows) {
-  return {g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', rows, g.N, g.K, g.trans_a ? g.M : g.K, g.trans_b ? g.K : g.N};
+  return {g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', rows, g.N, g.K, g.lda, g.ldb, g.ldc};
 }
 // The whole product as one sgemm when the batch folds away: a single product, or every untransposed A matrix
-// right after the previous one and one B shared by all (a linear layer on [batch, tokens, features]).
+// right after the previous one (rows of the same stride) and one B shared by all (a linear layer on
+// [batch, tokens, features]).
 std::optional<Sgemm> folded_sgemm(const Geometry& g) {
   if (g.batch() == 1) return matrix_sgemm(g, g.M);
   const bool b_shared = std::all_of(g.b_batch.begin(), g.b_batch.end(), [](int64_t d) { return d == 1; });
-  if (!b_shared || g.a_batch != g.out_batch || g.trans_a) return std::nullopt;
+  if (!b_shared || g.trans_a) return std::nullopt;
+  for (int64_t b = 0; b < g.batch(); ++b)
+    if (g.a_off[static_cast<size_t>(b)] != b * g.M * g.lda || g.y_off[static_cast<size_t>(b)] != b * g.M * g.ldc)
+      return std::nullopt;
   return matrix_sgemm(g, g.M * g.batch());
 }
 
@@ -141,11 +240,16 @@ template <class T> class MatMulKernel final : public Kernel {
       const T* c = in[2]->ptr<T>();
       for (int64_t bi = 0; bi < g_.batch(); ++bi)
         for (int64_t i = 0; i < g_.M; ++i)
-          for (int64_t j = 0; j < g_.N; ++j) y[bi * mn + i * g_.N + j] = c[i * c_rs_ + j * c_cs_];
+          for (int64_t j = 0; j < g_.N; ++j) y[g_.y_off[static_cast<size_t>(bi)] + i * g_.ldc + j] = c[i * c_rs_ + j * c_cs_];
     }
     if (g_.K == 0) {
       // An empty sum: alpha * 0 + beta * C.
-      for (int64_t i = 0; i < g_.batch() * mn; ++i) y[i] = has_c_ ? beta_ * y[i] : T(0);
+      for (int64_t bi = 0; bi < g_.batch(); ++bi)
+        for (int64_t i = 0; i < g_.M; ++i)
+          for (int64_t j = 0; j < g_.N; ++j) {
+            T& v = y[g_.y_off[static_cast<size_t>(bi)] + i * g_.ldc + j];
+            v = has_c_ ? beta_ * v : T(0);
+          }
       return;
     }
     const SerialScope serial(serial_);
@@ -155,7 +259,7 @@ template <class T> class MatMulKernel final : public Kernel {
     // Eigen stay on their thread). oneDNN's batched matmul primitive would do this in one call, but every
     // execute() builds an execution context with 5 operator new.
     cpu::parallel_for(g_.batch(), !serial_ && g_.batch() > 1, [&](int64_t bi) {
-      product(a + g_.a_off[static_cast<size_t>(bi)], b + g_.b_off[static_cast<size_t>(bi)], y + bi * mn);
+      product(a + g_.a_off[static_cast<size_t>(bi)], b + g_.b_off[static_cast<size_t>(bi)], y + g_.y_off[static_cast<size_t>(bi)]);
     });
   }
 
@@ -163,10 +267,11 @@ template <class T> class MatMulKernel final : public Kernel {
   void product(const T* pa, const T* pb, T* py) const {
     if constexpr (std::is_same_v<T, float>)
       if (per_matrix_) return per_matrix_->run(alpha_, pa, pb, has_c_ ? beta_ : 0.0f, py);
-    Eigen::Map<RowMat<T>> ym(py, g_.M, g_.N);
+    Eigen::Map<RowMat<T>, 0, Eigen::OuterStride<>> ym(py, g_.M, g_.N, Eigen::OuterStride<>(g_.ldc));
     // A transposed operand is the plain row-major matrix it is stored as, transposed by Eigen.
-    Eigen::Map<const RowMat<T>> am(pa, g_.trans_a ? g_.K : g_.M, g_.trans_a ? g_.M : g_.K);
-    Eigen::Map<const RowMat<T>> bm(pb, g_.trans_b ? g_.N : g_.K, g_.trans_b ? g_.K : g_.N);
+    using Strided = Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>;
+    Strided am(pa, g_.trans_a ? g_.K : g_.M, g_.trans_a ? g_.M : g_.K, Eigen::OuterStride<>(g_.lda));
+    Strided bm(pb, g_.trans_b ? g_.N : g_.K, g_.trans_b ? g_.K : g_.N, Eigen::OuterStride<>(g_.ldb));
     if (has_c_) ym *= beta_;
     else ym.setZero();
     // Eigen folds alpha into the left operand, and its matrix-vector path then copies that scaled operand
@@ -203,31 +308,41 @@ std::unique_ptr<Kernel> make_matmul(PrepareContext& ctx) {
   const KernelInput& b = required_input(ctx, 1, "B");
   if (a.dtype != b.dtype) ctx.fail("A is " + dtype_name(a.dtype) + " but B is " + dtype_name(b.dtype));
   if (a.shape.empty() || b.shape.empty()) ctx.fail("MatMul inputs must have rank >= 1");
+  Operand oa = operand(ctx, a, kMatMulPermA, "A"), ob = operand(ctx, b, kMatMulPermB, "B");
   // numpy: a 1-D A is a row [1, K], a 1-D B a column [K, 1]; the added dim is dropped from the output.
-  std::vector<int64_t> as = a.shape, bs = b.shape;
-  if (as.size() == 1) as.insert(as.begin(), 1);
-  if (bs.size() == 1) bs.push_back(1);
+  if (oa.dims.size() == 1) {
+    oa.dims.insert(oa.dims.begin(), 1);
+    oa.strides.insert(oa.strides.begin(), oa.dims.back());
+  }
+  if (ob.dims.size() == 1) {
+    ob.dims.push_back(1);
+    ob.strides.push_back(1);
+  }
+  const std::vector<int64_t>& as = oa.dims;
+  const std::vector<int64_t>& bs = ob.dims;
+  // Errors name the operands as the graph wrote them (a folded Transpose included).
+  const std::string a_str = shape_string(ctx.node.has_attr(kMatMulPermA) ? as : a.shape);
+  const std::string b_str = shape_string(ctx.node.has_attr(kMatMulPermB) ? bs : b.shape);
   Geometry g;
   g.M = as[as.size() - 2];
   g.K = as.back();
   g.N = bs.back();
   if (bs[bs.size() - 2] != g.K)
-    ctx.fail("inner dims differ: A " + shape_string(a.shape) + " and B " + shape_string(b.shape));
-  const size_t ra = as.size() - 2, rb = bs.size() - 2, r = std::max(ra, rb);
-  g.a_batch.assign(r, 1);
-  g.b_batch.assign(r, 1);
-  std::copy(as.begin(), as.end() - 2, g.a_batch.begin() + static_cast<ptrdiff_t>(r - ra));
-  std::copy(bs.begin(), bs.end() - 2, g.b_batch.begin() + static_cast<ptrdiff_t>(r - rb));
+    ctx.fail("inner dims differ: A " + a_str + " and B " + b_str);
+  const size_t r = std::max(as.size(), bs.size()) - 2;
+  set_operand(ctx, oa, r, g.trans_a, g.lda, g.a_batch, g.a_bstride, "A");
+  set_operand(ctx, ob, r, g.trans_b, g.ldb, g.b_batch, g.b_bstride, "B");
   std::vector<int64_t> out;
   for (size_t i = 0; i < r; ++i) {
     const int64_t da = g.a_batch[i], db = g.b_batch[i];
     if (da != db && da != 1 && db != 1)
-      ctx.fail("batch dims of A " + shape_string(a.shape) + " and B " + shape_string(b.shape) + " do not broadcast");
+      ctx.fail("batch dims of A " + a_str + " and B " + b_str + " do not broadcast");
     g.out_batch.push_back(da == 1 ? db : da);
   }
   out = g.out_batch;
   if (a.shape.size() > 1) out.push_back(g.M);
   if (b.shape.size() > 1) out.push_back(g.N);
+  if (ctx.node.has_attr(kMatMulPermY)) out = permute_output(ctx, g, out);
   set_output(ctx, 0, a.dtype, out);
   fill_offsets(g);
   return make_kernel(ctx, a.dtype, std::move(g), 1.0, 0.0, false, 0, 0);
@@ -266,9 +381,11 @@ std::unique_ptr<Kernel> make_gemm(PrepareContext& ctx) {
     c_rs = cs[0] == 1 ? 0 : cs[1];
     c_cs = cs[1] == 1 ? 0 : 1;
   }
-  g.out_batch = {};
-  g.a_batch = {};
-  g.b_batch = {};
+  // The stored matrices are contiguous: A is [M, K] (or [K, M] when transA), B [K, N] (or [N, K]).
+  g.lda = g.trans_a ? g.M : g.K;
+  g.ldb = g.trans_b ? g.K : g.N;
+  g.lda = std::max<int64_t>(g.lda, 1);
+  g.ldb = std::max<int64_t>(g.ldb, 1);
   fill_offsets(g);
   set_output(ctx, 0, a.dtype, {g.M, g.N});
   return make_kernel(ctx, a.dtype, std::move(g), alpha, beta, has_c, c_rs, c_cs);

@@ -1,0 +1,227 @@
+#include "executor/plan_fusion.h"
+
+#include <numeric>
+#include <optional>
+#include <unordered_map>
+
+namespace onnxtrain {
+namespace {
+
+bool default_domain(const Node& n) { return n.domain.empty() || n.domain == "ai.onnx"; }
+
+bool is_permutation(const std::vector<int64_t>& p) {
+  std::vector<bool> seen(p.size(), false);
+  for (int64_t v : p) {
+    if (v < 0 || v >= static_cast<int64_t>(p.size()) || seen[static_cast<size_t>(v)]) return false;
+    seen[static_cast<size_t>(v)] = true;
+  }
+  return true;
+}
+
+// A GEMM reads a matrix whose rows or columns are contiguous: the operand's last dim must come from the
+// source's last dim (rows of stride ld) or its second-last dim must (a transposed matrix).
+bool gemm_readable(const std::vector<int64_t>& p) {
+  const size_t r = p.size();
+  const auto last = static_cast<int64_t>(r) - 1;
+  return r >= 2 && (p[r - 1] == last || p[r - 2] == last);
+}
+
+bool is_identity(const std::vector<int64_t>& p) {
+  for (size_t i = 0; i < p.size(); ++i)
+    if (p[i] != static_cast<int64_t>(i)) return false;
+  return true;
+}
+
+std::vector<int64_t> identity(size_t r) {
+  std::vector<int64_t> p(r);
+  std::iota(p.begin(), p.end(), 0);
+  return p;
+}
+
+struct Source {
+  std::string value;
+  std::vector<int64_t> perm;  // operand = Transpose(value, perm)
+};
+
+class Folder {
+ public:
+  Folder(std::vector<Node>& nodes, const std::vector<std::string>& keep, const Graph* types)
+      : nodes_(nodes), types_(types), dead_(nodes.size(), false) {
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      for (const std::string& o : nodes_[i].outputs)
+        if (!o.empty()) producer_[o] = i;
+    for (const Node& n : nodes_)
+      for (const std::string& in : n.inputs)
+        if (!in.empty()) ++readers_[in];
+    for (const std::string& k : keep) readers_[k] += 1 << 20;  // never dropped
+  }
+
+  size_t run() {
+    for (Node& n : nodes_)
+      if (is_matmul(n) && !n.has_attr(kMatMulPermA) && !n.has_attr(kMatMulPermB)) {
+        fold_operand(n, 0, kMatMulPermA);
+        fold_operand(n, 1, kMatMulPermB);
+      }
+    size_t removed = 0;
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      if (is_matmul(nodes_[i]) && !nodes_[i].has_attr(kMatMulPermY) && absorb_output_transpose(i)) ++removed;
+    // Transposes that no longer have readers, last first so that chains die back to front.
+    for (size_t i = nodes_.size(); i-- > 0;) {
+      const Node& n = nodes_[i];
+      if (dead_[i] || !transpose_perm(n) || readers_[n.outputs[0]] != 0) continue;
+      dead_[i] = true;
+      --readers_[n.inputs[0]];
+      ++removed;
+    }
+    if (removed == 0) return 0;
+    std::vector<Node> kept;
+    kept.reserve(nodes_.size() - removed);
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      if (!dead_[i]) kept.push_back(std::move(nodes_[i]));
+    nodes_ = std::move(kept);
+    return removed;
+  }
+
+ private:
+  static bool is_matmul(const Node& n) {
+    return default_domain(n) && n.op_type == "MatMul" && n.inputs.size() == 2 && n.outputs.size() == 1 &&
+           !n.inputs[0].empty() && !n.inputs[1].empty();
+  }
+
+  // The permutation of a Transpose node with one input and one output and an explicit, valid perm.
+  static const std::vector<int64_t>* transpose_perm(const Node& n) {
+    if (!default_domain(n) || n.op_type != "Transpose" || n.inputs.size() != 1 || n.outputs.size() != 1 ||
+        n.inputs[0].empty() || n.outputs[0].empty())
+      return nullptr;
+    auto it = n.attributes.find("perm");
+    if (it == n.attributes.end()) return nullptr;
+    const auto* p = std::get_if<std::vector<int64_t>>(&it->second);
+    return p && is_permutation(*p) ? p : nullptr;
+  }
+
+  const std::vector<int64_t>* produced_by_transpose(const std::string& v, std::string* input) const {
+    auto it = producer_.find(v);
+    if (it == producer_.end() || dead_[it->second]) return nullptr;
+    const Node& t = nodes_[it->second];
+    const std::vector<int64_t>* p = transpose_perm(t);
+    if (p) *input = t.inputs[0];
+    return p;
+  }
+
+  // The deepest value of a chain of Transposes ending in v that a GEMM can read through the chain's composed
+  // permutation.
+  std::optional<Source> source_of(const std::string& v) const {
+    std::string src;
+    const std::vector<int64_t>* p = produced_by_transpose(v, &src);
+    if (!p) return std::nullopt;
+    std::vector<int64_t> c = *p;
+    std::optional<Source> best;
+    if (gemm_readable(c)) best = Source{src, c};
+    std::string next;
+    while (const std::vector<int64_t>* q = produced_by_transpose(src, &next)) {
+      if (q->size() != c.size()) break;
+      // operand[k] = t1[c[k]] = t0[q[c[k]]]
+      for (int64_t& ck : c) ck = (*q)[static_cast<size_t>(ck)];
+      src = next;
+      if (gemm_readable(c)) best = Source{src, c};
+    }
+    return best;
+  }
+
+  void set_operand(Node& n, size_t i, const char* attr, Source s) {
+    --readers_[n.inputs[i]];
+    ++readers_[s.value];
+    n.inputs[i] = s.value;
+    if (is_identity(s.perm)) n.attributes.erase(attr);
+    else n.attributes[attr] = std::move(s.perm);
+  }
+
+  void fold_operand(Node& n, size_t i, const char* attr) {
+    if (auto s = source_of(n.inputs[i])) set_operand(n, i, attr, std::move(*s));
+  }
+
+  // The rank of MatMul operand i when it is known from the graph alone (0 otherwise).
+  size_t operand_rank(const Node& n, size_t i, const char* attr) const {
+    if (auto it = n.attributes.find(attr); it != n.attributes.end())
+      return std::get<std::vector<int64_t>>(it->second).size();
+    auto p = producer_.find(n.inputs[i]);
+    if (p != producer_.end() && default_domain(nodes_[p->second]) && nodes_[p->second].op_type == "Flatten") return 2;
+    if (const TypeInfo* t = types_ ? types_->type_of(n.inputs[i]) : nullptr; t && t->shape) return t->shape->size();
+    return 0;
+  }
+
+  // MatMul(A, B) read only by a Transpose writes the Transpose's output directly: in permuted order when the
+  // perm keeps the last dim last (kMatMulPermY), else, when it moves the second-last dim last, as
+  // MatMul(B^T, A^T) (then permuted as needed). Both operands must be matrices (rank >= 2): numpy's 1-D rules do
+  // not commute this way.
+  bool absorb_output_transpose(size_t mi) {
+    Node& m = nodes_[mi];
+    const std::string out = m.outputs[0];
+    if (readers_[out] != 1) return false;
+    const size_t ra = operand_rank(m, 0, kMatMulPermA), rb = operand_rank(m, 1, kMatMulPermB);
+    if (ra < 2 || rb < 2) return false;
+    size_t ti = 0;
+    bool found = false;
+    for (size_t j = mi + 1; j < nodes_.size() && !found; ++j)
+      if (!dead_[j])
+        for (const std::string& in : nodes_[j].inputs)
+          if (in == out) {
+            ti = j;
+            found = true;
+          }
+    if (!found) return false;
+    const std::vector<int64_t>* p = transpose_perm(nodes_[ti]);
+    if (!p || p->size() != std::max(ra, rb)) return false;
+    const size_t r = p->size();
+    const bool swap = (*p)[r - 1] == static_cast<int64_t>(r) - 2;
+    if (!swap && (*p)[r - 1] != static_cast<int64_t>(r) - 1) return false;
+    // Y = Transpose(Y^T, s) with s swapping the last two dims, so out = Transpose(Y^T, s∘p).
+    std::vector<int64_t> perm_y = *p;
+    if (swap)
+      for (int64_t& v : perm_y)
+        if (v >= static_cast<int64_t>(r) - 2) v = 2 * static_cast<int64_t>(r) - 3 - v;
+    if (swap) swap_operands(m, ra, rb);
+    if (!is_identity(perm_y)) m.attributes[kMatMulPermY] = std::move(perm_y);
+    m.outputs[0] = nodes_[ti].outputs[0];
+    producer_[m.outputs[0]] = mi;
+    producer_.erase(out);
+    readers_[out] = 0;
+    dead_[ti] = true;
+    return true;
+  }
+
+  // MatMul(A, B) -> MatMul(B^T, A^T), which computes Y^T.
+  static void swap_operands(Node& m, size_t ra, size_t rb) {
+    auto swapped = [&](size_t i, const char* attr, size_t rank) {
+      auto it = m.attributes.find(attr);
+      std::vector<int64_t> perm = it != m.attributes.end() ? std::get<std::vector<int64_t>>(it->second) : identity(rank);
+      std::swap(perm[rank - 1], perm[rank - 2]);
+      return Source{m.inputs[i], std::move(perm)};
+    };
+    Source a = swapped(1, kMatMulPermB, rb), b = swapped(0, kMatMulPermA, ra);
+    // The new operands read the same values as before: the reader counts do not change.
+    m.inputs = {a.value, b.value};
+    m.attributes.erase(kMatMulPermA);
+    m.attributes.erase(kMatMulPermB);
+    if (!is_identity(a.perm)) m.attributes[kMatMulPermA] = std::move(a.perm);
+    if (!is_identity(b.perm)) m.attributes[kMatMulPermB] = std::move(b.perm);
+  }
+
+  std::vector<Node>& nodes_;
+  const Graph* types_;
+  std::unordered_map<std::string, size_t> producer_;
+  std::unordered_map<std::string, int64_t> readers_;
+  std::vector<bool> dead_;
+};
+
+}  // namespace
+
+size_t fold_transposes_into_matmuls(std::vector<Node>& nodes, const std::vector<std::string>& keep,
+                                    const Graph* types) {
+  for (const Node& n : nodes)
+    for (const auto& [name, a] : n.attributes)
+      if (std::holds_alternative<std::shared_ptr<Graph>>(a)) return 0;
+  return Folder(nodes, keep, types).run();
+}
+
+}  // namespace onnxtrain

@@ -1,0 +1,225 @@
+// Transposes folded into MatMul at plan time (executor/plan_fusion.h): every case runs the graph twice, folded
+// (the default) and as written (check_every_value keeps every node), and the two must agree; the folded plan
+// must also have lost the Transpose steps it claims to fold.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "executor/executor.h"
+#include "executor/plan_fusion.h"
+
+namespace onnxtrain {
+namespace {
+
+// Named after its first output, as exporters do.
+Node node(std::string op, std::vector<std::string> in, std::vector<std::string> out) {
+  Node n;
+  n.op_type = std::move(op);
+  n.inputs = std::move(in);
+  n.name = out.front();
+  n.outputs = std::move(out);
+  return n;
+}
+
+Node transpose(const std::string& in, const std::string& out, std::vector<int64_t> perm) {
+  Node n = node("Transpose", {in}, {out});
+  n.attributes["perm"] = std::move(perm);
+  return n;
+}
+
+Tensor random_tensor(DType t, const std::vector<int64_t>& shape, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  Tensor x = Tensor::empty(t, shape);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    if (t == DType::Float64) x.ptr<double>()[i] = u(rng);
+    else x.ptr<float>()[i] = static_cast<float>(u(rng));
+  }
+  return x;
+}
+
+double at(const Tensor& t, int64_t i) {
+  return t.dtype == DType::Float64 ? t.ptr<double>()[i] : static_cast<double>(t.ptr<float>()[i]);
+}
+
+struct Case {
+  std::vector<Node> nodes;
+  std::map<std::string, std::vector<int64_t>> inputs;  // name -> shape
+  std::vector<std::string> outputs;
+  DType dtype = DType::Float64;
+};
+
+// Runs c folded and unfolded; returns the folded plan's and the plain plan's step counts.
+std::pair<size_t, size_t> check_case(const Case& c) {
+  Graph g;
+  std::map<std::string, Tensor> feeds;
+  unsigned seed = 1;
+  for (const auto& [name, shape] : c.inputs) {
+    Shape known;
+    for (int64_t d : shape) known.push_back(Dim::of(d));
+    g.inputs.push_back({name, {c.dtype, known}});
+    feeds[name] = random_tensor(c.dtype, shape, seed++);
+  }
+  for (const std::string& o : c.outputs) g.outputs.push_back({o, {c.dtype, std::nullopt}});
+  g.nodes = c.nodes;
+  Executor folded(g, {{"", 17}}, std::make_shared<TensorStore>());
+  ExecutorOptions plain_opts;
+  plain_opts.check_every_value = true;
+  Executor plain(g, {{"", 17}}, std::make_shared<TensorStore>(), plain_opts);
+  std::vector<Tensor> got = folded.run(feeds), want = plain.run(feeds);
+  EXPECT_EQ(got.size(), want.size());
+  const double tol = c.dtype == DType::Float64 ? 1e-12 : 1e-4;
+  for (size_t k = 0; k < got.size() && k < want.size(); ++k) {
+    EXPECT_EQ(got[k].shape, want[k].shape) << c.outputs[k];
+    if (got[k].shape != want[k].shape) continue;
+    double worst = 0;
+    for (int64_t i = 0; i < got[k].numel(); ++i)
+      worst = std::max(worst, std::abs(at(got[k], i) - at(want[k], i)) / (1.0 + std::abs(at(want[k], i))));
+    EXPECT_LE(worst, tol) << c.outputs[k];
+  }
+  return {folded.last_plan()->num_steps(), plain.last_plan()->num_steps()};
+}
+
+// A linear layer as PyTorch exports it: x · Transpose(W).
+TEST(MatMulFold, WeightTransposeBecomesTransposedOperand) {
+  Case c{{transpose("w", "wt", {1, 0}), node("MatMul", {"x", "wt"}, {"y"})}, {{"x", {2, 5, 6}}, {"w", {4, 6}}}, {"y"}};
+  auto [folded, plain] = check_case(c);
+  EXPECT_EQ(folded, 1u);
+  EXPECT_EQ(plain, 2u);
+  // Checked by hand as well: y[b, i, j] = sum_k x[b, i, k] w[j, k].
+  Graph g;
+  g.inputs = {{"x", {DType::Float64, std::nullopt}}, {"w", {DType::Float64, std::nullopt}}};
+  g.outputs = {{"y", {DType::Float64, std::nullopt}}};
+  g.nodes = c.nodes;
+  Executor ex(g, {{"", 17}}, std::make_shared<TensorStore>());
+  Tensor x = random_tensor(DType::Float64, {2, 5, 6}, 7), w = random_tensor(DType::Float64, {4, 6}, 8);
+  Tensor y = ex.run({{"x", x}, {"w", w}}).at(0);
+  ASSERT_EQ(y.shape, (std::vector<int64_t>{2, 5, 4}));
+  for (int64_t r = 0; r < 10; ++r)
+    for (int64_t j = 0; j < 4; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < 6; ++k) s += x.ptr<double>()[r * 6 + k] * w.ptr<double>()[j * 6 + k];
+      EXPECT_NEAR(y.ptr<double>()[r * 4 + j], s, 1e-12);
+    }
+}
+
+// Attention scores: Q and K split into heads by Transposes that keep the head dim contiguous.
+TEST(MatMulFold, HeadSplittingTransposesAreStridedOperands) {
+  for (DType t : {DType::Float64, DType::Float32}) {
+    Case c{{transpose("q", "qh", {0, 2, 1, 3}), transpose("k", "kh", {0, 2, 3, 1}), node("MatMul", {"qh", "kh"}, {"s"})},
+           {{"q", {2, 5, 3, 4}}, {"k", {2, 5, 3, 4}}},
+           {"s"},
+           t};
+    auto [folded, plain] = check_case(c);
+    EXPECT_EQ(folded, 1u);
+    EXPECT_EQ(plain, 3u);
+  }
+}
+
+// The sizes at which products go to sgemm: one folded call with a transposed weight, and per-matrix calls on
+// strided matrices.
+TEST(MatMulFold, SgemmPathsReadStridedOperands) {
+  Case linear{{transpose("w", "wt", {1, 0}), node("MatMul", {"x", "wt"}, {"y"})},
+              {{"x", {4, 64, 128}}, {"w", {96, 128}}},
+              {"y"},
+              DType::Float32};
+  EXPECT_EQ(check_case(linear).first, 1u);
+  Case heads{{transpose("a", "ah", {0, 2, 1, 3}), transpose("b", "bh", {0, 2, 3, 1}), node("MatMul", {"ah", "bh"}, {"y"})},
+             {{"a", {2, 128, 2, 128}}, {"b", {2, 96, 2, 128}}},
+             {"y"},
+             DType::Float32};
+  EXPECT_EQ(check_case(heads).first, 1u);
+}
+
+// A chain of Transposes composes; here to the identity, so the MatMul reads w itself.
+TEST(MatMulFold, TransposeChainsCompose) {
+  Case c{{transpose("w", "wt", {1, 0}), transpose("wt", "wtt", {1, 0}), node("MatMul", {"x", "wtt"}, {"y"})},
+         {{"x", {3, 4}}, {"w", {4, 5}}},
+         {"y"}};
+  EXPECT_EQ(check_case(c).first, 1u);
+  Case c3{{transpose("w", "w1", {1, 0, 2}), transpose("w1", "w2", {0, 2, 1}), node("MatMul", {"x", "w2"}, {"y"})},
+          {{"x", {3, 5, 2}}, {"w", {4, 3, 2}}},
+          {"y"}};
+  EXPECT_EQ(check_case(c3).first, 1u);
+}
+
+// The weight gradient of a linear layer: Transpose(Flatten(a)^T · Flatten(dy)) is computed as dy^T · a.
+TEST(MatMulFold, TransposedProductSwapsOperands) {
+  Case c{{node("Flatten", {"a"}, {"af"}), node("Flatten", {"dy"}, {"dyf"}), transpose("af", "aft", {1, 0}),
+          node("MatMul", {"aft", "dyf"}, {"dwt"}), transpose("dwt", "dw", {1, 0})},
+         {{"a", {6, 5}}, {"dy", {6, 3}}},
+         {"dw"}};
+  c.nodes[0].attributes["axis"] = int64_t{1};
+  c.nodes[1].attributes["axis"] = int64_t{1};
+  auto [folded, plain] = check_case(c);
+  EXPECT_EQ(folded, 3u);  // two Flatten views and the MatMul
+  EXPECT_EQ(plain, 5u);
+}
+
+// A Transpose that is also an output, or read by another op, still runs; the MatMul reads its input anyway.
+TEST(MatMulFold, TransposesWithOtherReadersStay) {
+  Case c{{transpose("w", "wt", {1, 0}), node("MatMul", {"x", "wt"}, {"y"}), node("Neg", {"wt"}, {"z"})},
+         {{"x", {3, 4}}, {"w", {5, 4}}},
+         {"y", "z", "wt"}};
+  EXPECT_EQ(check_case(c).first, 3u);
+}
+
+// A permutation that leaves neither matrix dim contiguous cannot be a GEMM operand: it stays a Transpose.
+TEST(MatMulFold, UnreadablePermutationsAreLeftAlone) {
+  Case c{{transpose("w", "wt", {2, 0, 1}), node("MatMul", {"x", "wt"}, {"y"})}, {{"x", {4, 2, 5}}, {"w", {5, 3, 4}}}, {"y"}};
+  EXPECT_EQ(check_case(c).first, 2u);
+  // 1-D operands keep numpy's rules: the output transpose is not absorbed when a rank is unknown.
+  Case v{{transpose("m", "mt", {1, 0}), node("MatMul", {"mt", "v"}, {"y"})}, {{"m", {4, 3}}, {"v", {4}}}, {"y"}};
+  EXPECT_EQ(check_case(v).first, 1u);
+}
+
+// A product read only by a Transpose writes the permuted output directly: rows stay contiguous when the perm
+// keeps the last dim last (attention's heads merged back), or after computing B^T·A^T when it moves the
+// second-last dim last.
+TEST(MatMulFold, OutputTransposesAreWrittenInPlace) {
+  for (DType t : {DType::Float64, DType::Float32}) {
+    Case merge{{node("MatMul", {"p", "v"}, {"o"}), transpose("o", "y", {0, 2, 1, 3})},
+               {{"p", {2, 3, 5, 5}}, {"v", {2, 3, 5, 4}}},
+               {"y"},
+               t};
+    EXPECT_EQ(check_case(merge).first, 1u);
+    Case swapped{{node("MatMul", {"a", "b"}, {"o"}), transpose("o", "y", {0, 3, 1, 2})},
+                 {{"a", {2, 3, 5, 4}}, {"b", {2, 3, 4, 6}}},
+                 {"y"},
+                 t};
+    EXPECT_EQ(check_case(swapped).first, 1u);
+  }
+  // sgemm with an output row stride: per matrix, and per matrix of a shared-weight product that can no longer
+  // be one call.
+  Case heads{{node("MatMul", {"a", "b"}, {"o"}), transpose("o", "y", {0, 2, 1, 3})},
+             {{"a", {2, 2, 128, 128}}, {"b", {2, 2, 128, 128}}},
+             {"y"},
+             DType::Float32};
+  EXPECT_EQ(check_case(heads).first, 1u);
+  Case linear{{transpose("w", "wt", {1, 0}), node("MatMul", {"x", "wt"}, {"o"}), transpose("o", "y", {1, 0, 2})},
+              {{"x", {4, 64, 128}}, {"w", {96, 128}}},
+              {"y"},
+              DType::Float32};
+  EXPECT_EQ(check_case(linear).first, 1u);
+  // Unknown ranks (a 1-D operand would change what the output dims are): left alone.
+  Case unknown{{node("MatMul", {"a", "b"}, {"o"}), transpose("o", "y", {1, 0})}, {{"a", {3, 4}}, {"b", {4, 5}}}, {"y"}};
+  std::vector<Node> nodes = unknown.nodes;
+  EXPECT_EQ(fold_transposes_into_matmuls(nodes, {"y"}), 0u);
+}
+
+TEST(MatMulFold, FoldingLeavesForeignAndSubgraphNodesAlone) {
+  std::vector<Node> nodes{transpose("w", "wt", {1, 0}), node("MatMul", {"x", "wt"}, {"y"})};
+  nodes[1].domain = "com.example";
+  EXPECT_EQ(fold_transposes_into_matmuls(nodes, {"y"}), 0u);
+  EXPECT_EQ(nodes.size(), 2u);
+  EXPECT_FALSE(nodes[1].has_attr(kMatMulPermB));
+  nodes[1].domain = "";
+  nodes.push_back(node("If", {"c"}, {"r"}));
+  nodes.back().attributes["then_branch"] = std::make_shared<Graph>();
+  EXPECT_EQ(fold_transposes_into_matmuls(nodes, {"y"}), 0u);
+  EXPECT_EQ(nodes[1].inputs[1], "wt");
+}
+
+}  // namespace
+}  // namespace onnxtrain
