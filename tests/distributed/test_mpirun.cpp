@@ -60,6 +60,13 @@ std::vector<float> read_floats(const std::filesystem::path& p) {
 
 constexpr double kTolerance = 1e-5;  // issue 9: relative, float32, after 20 steps
 
+// Adam with a summed loss sits at float32's noise floor: both runs sum the same 16 per-sample gradients in a
+// different order (8 + 8 across ranks, 16 in one GEMM), and Adam divides each element by sqrt(v), so an
+// element whose gradient is near zero turns a last-bit difference into a visible one. It measured 9.6e-6 on
+// one CPU and 1.8e-5 on another (a different GEMM kernel), with the same binary logic; 3e-5 bounds that noise
+// while a missing or wrong reduction still fails by orders of magnitude (~1, checked by removing AllReduce).
+double tolerance(const std::string& config) { return config == "adam_sum" ? 3e-5 : kTolerance; }
+
 class Equivalence : public Mpirun, public ::testing::WithParamInterface<const char*> {};
 
 // Two ranks with batch 8 each against one process with batch 16 on the same samples (the sampler's shards).
@@ -81,7 +88,7 @@ TEST_P(Equivalence, TwoRanksEqualOneProcessWithTwiceTheBatch) {
     EXPECT_EQ(r0.bytes, m1.graph.initializers.at(w).bytes) << w << ": the ranks' weights must be identical";
     const double rel = max_relative(r0.as<float>(), want.span<float>());
     worst = std::max(worst, rel);
-    EXPECT_LE(rel, kTolerance) << w;
+    EXPECT_LE(rel, tolerance(config)) << w;
   }
   const std::vector<float> losses = read_floats(dir_ / "losses_rank0.txt");
   ASSERT_EQ(losses.size(), ref_losses.size());
