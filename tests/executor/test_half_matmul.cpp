@@ -146,6 +146,28 @@ TEST(HalfMatMul, BatchedBroadcastAndVectorMatMulMatchFloat64) {
     }
 }
 
+// The gradient of a half Gemm's bias sums a half gradient over the batch.
+TEST(HalfMatMul, ReduceSumMatchesFloat64) {
+  for (DType t : kHalves) {
+    const Tensor x = random_half({6, 5}, 21, t);
+    const Tensor y = run_single(make_node("ReduceSum", 2, {{"keepdims", int64_t{0}}}), 13,
+                                {x, Tensor::from_vector<int64_t>({1}, {0})}, {1});
+    ASSERT_EQ(y.dtype, t);
+    ASSERT_EQ(y.shape, (std::vector<int64_t>{5}));
+    Ref ref;
+    for (int64_t j = 0; j < 5; ++j) {
+      double s = 0, as = 0;
+      for (int64_t i = 0; i < 6; ++i) {
+        s += value(x, i * 5 + j);
+        as += std::abs(value(x, i * 5 + j));
+      }
+      ref.y.push_back(s);
+      ref.abs_sum.push_back(as);
+    }
+    expect_close(y, ref, dtype_name(t) + " ReduceSum");
+  }
+}
+
 TEST(HalfMatMul, MixedDtypesFailNamingBoth) {
   const Tensor a = random_half({2, 3}, 1, DType::Float16), b = random_tensor<float>({3, 2}, 2, -1, 1);
   const std::string err = error_of([&] { run_single(make_node("MatMul", 2), 13, {a, b}); });
