@@ -71,7 +71,10 @@ int apply_mixed_precision(Graph& g, DType half) {
     const std::string base = std::string(kPrefix) + (n.name.empty() ? n.outputs.at(0) : n.name) + "/";
     // MatMul and Gemm have half-precision kernels and compute in `half`; the others have only float32 kernels
     // and compute on float32 copies of half-rounded values (emulation, docs/gpu.md).
-    const bool in_half = n.op_type == "MatMul" || n.op_type == "Gemm";
+    // A Gemm with a bias scaled by beta != 1 keeps the emulation: its bias gradient, dY * beta, would need a half
+    // Mul kernel, which does not exist.
+    const bool scaled_bias = n.inputs.size() > 2 && !n.inputs[2].empty() && n.attr_float("beta", 1.0f) != 1.0f;
+    const bool in_half = n.op_type == "MatMul" || (n.op_type == "Gemm" && !scaled_bias);
     auto shape_of = [&](const std::string& name) {
       const TypeInfo* ti = g.type_of(name);
       return ti ? ti->shape : std::nullopt;
