@@ -58,6 +58,7 @@ const KernelRegistry& default_kernels() {
     register_cpu_reduce(r);
     register_cpu_shape(r);
     register_cpu_matmul(r);
+    register_cpu_half_matmul(r);
     register_cpu_fused_grad(r);
     register_cpu_softmax(r);
     register_cpu_scatter(r);

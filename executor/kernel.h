@@ -86,6 +86,7 @@ void register_cpu_unary(KernelRegistry& r);
 void register_cpu_reduce(KernelRegistry& r);
 void register_cpu_shape(KernelRegistry& r);
 void register_cpu_matmul(KernelRegistry& r);
+void register_cpu_half_matmul(KernelRegistry& r);  // float16/bfloat16 MatMul, Gemm; after register_cpu_matmul
 void register_cpu_fused_grad(KernelRegistry& r);
 void register_cpu_softmax(KernelRegistry& r);
 void register_cpu_scatter(KernelRegistry& r);

@@ -69,31 +69,49 @@ int apply_mixed_precision(Graph& g, DType half) {
       continue;
     }
     const std::string base = std::string(kPrefix) + (n.name.empty() ? n.outputs.at(0) : n.name) + "/";
-    auto round_trip = [&](const std::string& from, const std::string& to, const std::string& tag) {
+    // MatMul and Gemm have half-precision kernels and compute in `half`; the others have only float32 kernels
+    // and compute on float32 copies of half-rounded values (emulation, docs/gpu.md).
+    // A Gemm with a bias scaled by beta != 1 keeps the emulation: its bias gradient, dY * beta, would need a half
+    // Mul kernel, which does not exist.
+    const bool scaled_bias = n.inputs.size() > 2 && !n.inputs[2].empty() && n.attr_float("beta", 1.0f) != 1.0f;
+    const bool in_half = n.op_type == "MatMul" || (n.op_type == "Gemm" && !scaled_bias);
+    auto shape_of = [&](const std::string& name) {
+      const TypeInfo* ti = g.type_of(name);
+      return ti ? ti->shape : std::nullopt;
+    };
+    auto to_half = [&](const std::string& from, const std::string& tag) {
       const std::string h = base + tag + "/" + std::string(dtype_name(half));
-      const TypeInfo* ft = g.type_of(from);
-      std::optional<Shape> shape = ft ? ft->shape : std::nullopt;
+      g.value_info[h] = TypeInfo{half, shape_of(from)};
       out.push_back(cast_node(base + tag + "/to_half", from, h, half));
-      out.push_back(cast_node(base + tag + "/to_float", h, to, DType::Float32));
-      g.value_info[h] = TypeInfo{half, shape};
-      g.value_info[to] = TypeInfo{DType::Float32, shape};
+      return h;
+    };
+    auto to_float = [&](const std::string& from, const std::string& to, const std::string& tag) {
+      g.value_info[to] = TypeInfo{DType::Float32, shape_of(from)};
+      out.push_back(cast_node(base + tag + "/to_float", from, to, DType::Float32));
     };
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       if (n.inputs[i].empty()) continue;
-      const std::string rounded = base + "in" + std::to_string(i);
-      round_trip(n.inputs[i], rounded, "in" + std::to_string(i));
-      n.inputs[i] = rounded;
+      const std::string tag = "in" + std::to_string(i);
+      const std::string h = to_half(n.inputs[i], tag);
+      if (in_half) {
+        n.inputs[i] = h;
+        continue;
+      }
+      n.inputs[i] = base + tag;
+      to_float(h, n.inputs[i], tag);
     }
     std::vector<std::string> finals = n.outputs;
     for (size_t j = 0; j < n.outputs.size(); ++j) {
-      const std::string raw = base + "out" + std::to_string(j) + "/float32";
-      if (const TypeInfo* ti = g.type_of(n.outputs[j])) g.value_info[raw] = *ti;
+      const std::string raw = base + "out" + std::to_string(j) + "/" + std::string(dtype_name(in_half ? half : DType::Float32));
+      if (const TypeInfo* ti = g.type_of(n.outputs[j])) g.value_info[raw] = TypeInfo{in_half ? half : ti->dtype, ti->shape};
       n.outputs[j] = raw;
     }
     out.push_back(std::move(n));
-    const Node& op = out.back();
-    const std::vector<std::string> raws = op.outputs;
-    for (size_t j = 0; j < raws.size(); ++j) round_trip(raws[j], finals[j], "out" + std::to_string(j));
+    const std::vector<std::string> raws = out.back().outputs;
+    for (size_t j = 0; j < raws.size(); ++j) {
+      const std::string tag = "out" + std::to_string(j);
+      to_float(in_half ? raws[j] : to_half(raws[j], tag), finals[j], tag);
+    }
     ++rewritten;
   }
   g.nodes = std::move(out);
@@ -101,29 +119,27 @@ int apply_mixed_precision(Graph& g, DType half) {
 }
 
 void strip_mixed_precision(Graph& g) {
-  // Each round trip is (x -> to_half -> h -> to_float -> y). An input round trip is undone by reading x where
-  // y was read; an output round trip by the op writing y again instead of x.
-  std::map<std::string, std::string> read_instead;  // y -> x, input round trips
-  std::map<std::string, std::string> write_instead;  // x -> y, output round trips
-  std::map<std::string, const Node*> half_of;  // h -> its to_half node
-  for (const Node& n : g.nodes)
-    if (ours(n) && n.name.ends_with("/to_half")) half_of[n.outputs.at(0)] = &n;
+  // Each of our casts is an edge x -> y. An input-side cast (tag "in<i>") is undone by the op reading x where it
+  // read y, an output-side one ("out<j>") by the op writing y where it wrote x; a round trip is two such edges
+  // and is followed to its end. MatMul/Gemm have one cast per input and output, the emulated ops two.
+  std::map<std::string, std::string> read_instead;   // y -> x, input side
+  std::map<std::string, std::string> write_instead;  // x -> y, output side
   for (const Node& n : g.nodes) {
-    if (!ours(n) || !n.name.ends_with("/to_float")) continue;
-    auto it = half_of.find(n.inputs.at(0));
-    if (it == half_of.end()) fail(n.describe(), "is a mixed-precision cast without its partner; the graph was edited");
-    const std::string& x = it->second->inputs.at(0);
-    const std::string& y = n.outputs.at(0);
-    const std::string stem = n.name.substr(0, n.name.size() - std::string_view("/to_float").size());
-    if (stem.substr(stem.rfind('/') + 1).starts_with("out")) write_instead[x] = y;
-    else read_instead[y] = x;
+    if (!ours(n)) continue;
+    if (n.op_type != "Cast" || n.inputs.size() != 1 || n.outputs.size() != 1)
+      fail(n.describe(), "is named as a mixed-precision cast but is not one; the graph was edited");
+    const std::string stem = n.name.substr(0, n.name.rfind('/'));
+    if (stem.substr(stem.rfind('/') + 1).starts_with("out")) write_instead[n.inputs[0]] = n.outputs[0];
+    else read_instead[n.outputs[0]] = n.inputs[0];
   }
+  auto follow = [](const std::map<std::string, std::string>& m, std::string v) {
+    for (auto it = m.find(v); it != m.end(); it = m.find(v)) v = it->second;
+    return v;
+  };
   std::erase_if(g.nodes, ours);
   for (Node& n : g.nodes) {
-    for (std::string& in : n.inputs)
-      if (auto it = read_instead.find(in); it != read_instead.end()) in = it->second;
-    for (std::string& o : n.outputs)
-      if (auto it = write_instead.find(o); it != write_instead.end()) o = it->second;
+    for (std::string& in : n.inputs) in = follow(read_instead, in);
+    for (std::string& o : n.outputs) o = follow(write_instead, o);
   }
   std::erase_if(g.value_info, [](const auto& kv) { return kv.first.rfind(kPrefix, 0) == 0; });
 }

@@ -29,9 +29,10 @@ DType half_dtype(const MixedPrecisionSpec& spec);
 // The ops whose float32 inputs and outputs the pass rounds to half precision.
 const std::vector<std::string>& mixed_precision_ops();
 
-// Rounds every float32 input and output of those ops through `half` (Cast to half, Cast back to float32), so
-// the op computes on half-precision values with float32 accumulation, and its gradient flowing back is rounded
-// the same way. Everything else (loss, softmax, normalisation, optimizer) stays float32. Returns the number of
+// MatMul and Gemm then compute in `half` (their float32 inputs Cast to half, their half output Cast back to
+// float32; the kernels accumulate in float32). Conv and ConvTranspose have float32 kernels only: their inputs
+// and outputs are rounded through `half` and back, so they compute on half-precision values in float32. Their
+// gradients flow back through the Casts the same way. Everything else (loss, softmax, normalisation, optimizer) stays float32. Returns the number of
 // ops rewritten. Applying it to a graph that already has the rewrite changes nothing.
 int apply_mixed_precision(Graph& g, DType half);
 // Undoes apply_mixed_precision (a checkpoint stores the rewritten model; the session rebuilds it from the

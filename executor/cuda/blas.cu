@@ -2,7 +2,11 @@
 // data is transposed. Batched MatMul uses one strided-batched call when each operand's batch is either the
 // output's or a single matrix shared by all (stride 0); other broadcast patterns loop over batches.
 // Gemm's C is broadcast into Y by a small kernel and then accumulated with beta. cuBLAS's default math mode
-// is kept (no TF32), so float32 results stay comparable with the CPU's.
+// is kept (no TF32), so float32 results stay comparable with the CPU's. float16/bfloat16 (mixed precision) run
+// the same kernels through half_matmul.cu's GemmEx call, accumulating in float32.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -18,13 +22,19 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
           const T* b, int64_t ldb, int64_t sb, double beta, T* c, int64_t ldc, int64_t sc, int64_t batch) {
   // Column-major view: C^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m).
   const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const T al = static_cast<T>(alpha), be = static_cast<T>(beta);
-  if constexpr (std::is_same_v<T, float>)
-    check(cublasSgemmStridedBatched(cublas(), opb, opa, n, m, k, &al, b, ldb, sb, a, lda, sa, &be, c, ldc, sc, batch),
-          "cublasSgemmStridedBatched");
-  else
-    check(cublasDgemmStridedBatched(cublas(), opb, opa, n, m, k, &al, b, ldb, sb, a, lda, sa, &be, c, ldc, sc, batch),
-          "cublasDgemmStridedBatched");
+  if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+    const DType t = std::is_same_v<T, __half> ? DType::Float16 : DType::BFloat16;
+    gemm_half(t, opb, opa, n, m, k, static_cast<float>(alpha), b, ldb, sb, a, lda, sa, static_cast<float>(beta), c,
+              ldc, sc, batch);
+  } else {
+    const T al = static_cast<T>(alpha), be = static_cast<T>(beta);
+    if constexpr (std::is_same_v<T, float>)
+      check(cublasSgemmStridedBatched(cublas(), opb, opa, n, m, k, &al, b, ldb, sb, a, lda, sa, &be, c, ldc, sc, batch),
+            "cublasSgemmStridedBatched");
+    else
+      check(cublasDgemmStridedBatched(cublas(), opb, opa, n, m, k, &al, b, ldb, sb, a, lda, sa, &be, c, ldc, sc, batch),
+            "cublasDgemmStridedBatched");
+  }
 }
 
 // Batch offsets (in matrices) of A and B for each output batch, under numpy broadcasting.
@@ -108,8 +118,12 @@ std::unique_ptr<Kernel> make_matmul(PrepareContext& ctx, const KernelFactory& ho
     }
   }
   BatchPlan p = plan_batches(ba, bb, out_batch);
-  if (ctx.inputs[0].dtype == DType::Float64) return std::make_unique<MatMulKernel<double>>(m, n, k, std::move(p));
-  return std::make_unique<MatMulKernel<float>>(m, n, k, std::move(p));
+  switch (ctx.inputs[0].dtype) {
+    case DType::Float64: return std::make_unique<MatMulKernel<double>>(m, n, k, std::move(p));
+    case DType::Float16: return std::make_unique<MatMulKernel<__half>>(m, n, k, std::move(p));
+    case DType::BFloat16: return std::make_unique<MatMulKernel<__nv_bfloat16>>(m, n, k, std::move(p));
+    default: return std::make_unique<MatMulKernel<float>>(m, n, k, std::move(p));
+  }
 }
 
 template <class T> __global__ void broadcast_copy_kernel(Strides<1> s, int64_t count, const T* x, T* y) {
@@ -159,8 +173,12 @@ std::unique_ptr<Kernel> make_gemm(PrepareContext& ctx, const KernelFactory& host
   std::optional<BroadcastPlan> c;
   if (ctx.inputs.size() > 2 && ctx.inputs[2].present() && beta != 0.0)
     c = plan_broadcast(std::vector<std::vector<int64_t>>{ctx.inputs[2].shape}, out);
-  if (ctx.inputs[0].dtype == DType::Float64) return std::make_unique<GemmKernel<double>>(ta, tb, m, n, k, alpha, beta, c);
-  return std::make_unique<GemmKernel<float>>(ta, tb, m, n, k, alpha, beta, c);
+  switch (ctx.inputs[0].dtype) {
+    case DType::Float64: return std::make_unique<GemmKernel<double>>(ta, tb, m, n, k, alpha, beta, c);
+    case DType::Float16: return std::make_unique<GemmKernel<__half>>(ta, tb, m, n, k, alpha, beta, c);
+    case DType::BFloat16: return std::make_unique<GemmKernel<__nv_bfloat16>>(ta, tb, m, n, k, alpha, beta, c);
+    default: return std::make_unique<GemmKernel<float>>(ta, tb, m, n, k, alpha, beta, c);
+  }
 }
 
 }  // namespace

@@ -41,6 +41,12 @@ class DeviceCopyKernel final : public Kernel {
 // Validates through the CPU factory and discards its kernel.
 inline void host_prepare(PrepareContext& ctx, const KernelFactory& host) { (void)host(ctx); }
 
+// Column-major C = op(B) op(A) (blas.cu's argument order) for float16/bfloat16 data with float32 accumulation
+// (half_matmul.cu); strides are in elements, batch 1 ignores them.
+void gemm_half(DType t, cublasOperation_t opb, cublasOperation_t opa, int64_t n, int64_t m, int64_t k, float alpha,
+               const void* b, int64_t ldb, int64_t sb, const void* a, int64_t lda, int64_t sa, float beta, void* c,
+               int64_t ldc, int64_t sc, int64_t batch);
+
 // Per-family registration (one per file in executor/cuda/), called from register_cuda_kernels().
 void register_cuda_elementwise(KernelRegistry& r);
 void register_cuda_unary(KernelRegistry& r);

@@ -6,7 +6,11 @@
 // kBlockThreshold elements per output: bias-gradient columns, small rows) run one thread per output; longer
 // ones one block per output with a shared-memory tree. The maths is ReduceFn of executor/functors.h, which
 // the CPU kernels call too. The summation order differs from the CPU's, so float results agree to rounding.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <memory>
+#include <type_traits>
 
 #include "executor/cuda/common.h"
 #include "executor/cuda/device_util.cuh"
@@ -134,6 +138,38 @@ template <ReduceKind K, class T> class ReduceKernel final : public Kernel {
   T init_, max_init_;
 };
 
+// Mixed precision's float16/bfloat16 ReduceSum (the bias gradient of a half Gemm, docs/gpu.md): float32
+// accumulation and one rounding, the numerics of the CPU's emulation (executor/cpu/half_matmul.cpp). One thread
+// per output, since these are bias-gradient columns (few outputs, a batch each).
+__device__ float widen(__half v) { return __half2float(v); }
+__device__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class H> __device__ H narrow(float v) {
+  if constexpr (std::is_same_v<H, __half>) return __float2half_rn(v);
+  else return __float2bfloat16_rn(v);
+}
+
+template <class H> __global__ void half_sum_kernel(ReduceGeom g, const H* x, H* y) {
+  for (int64_t o = global_index(); o < g.nout; o += grid_stride()) {
+    const int64_t b = g.base(o);
+    float acc = 0.0f;
+    for (int64_t r = 0; r < g.count; ++r) acc += widen(x[b + g.step(r)]);
+    y[o] = narrow<H>(acc);
+  }
+}
+
+template <class H> class HalfSumKernel final : public Kernel {
+ public:
+  explicit HalfSumKernel(ReduceGeom g) : g_(g) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    if (g_.nout == 0) return;
+    half_sum_kernel<H><<<blocks_for(g_.nout), kBlock, 0, stream()>>>(g_, in[0]->ptr<H>(), out[0]->ptr<H>());
+    check_launch("half-precision ReduceSum kernel");
+  }
+
+ private:
+  ReduceGeom g_;
+};
+
 // The axes a node reduces, as the CPU factory (which has already validated them) reads them.
 std::vector<bool> reduced_axes(const PrepareContext& ctx, int64_t axes_input_since, bool& identity) {
   const auto rank = static_cast<int64_t>(ctx.inputs[0].shape.size());
@@ -187,7 +223,12 @@ CudaFactory reduce(ReduceKind kind, int64_t axes_input_since) {
     const ReduceGeom g = fold(ctx, ctx.inputs[0].shape, reduced);
     std::unique_ptr<Kernel> k;
     const DType t = ctx.inputs[0].dtype;
-    if (t == DType::Bool) {
+    if (t == DType::Float16 || t == DType::BFloat16) {
+      if (kind == ReduceKind::Sum) {
+        if (t == DType::Float16) k = std::make_unique<HalfSumKernel<__half>>(g);
+        else k = std::make_unique<HalfSumKernel<__nv_bfloat16>>(g);
+      }
+    } else if (t == DType::Bool) {
       // One byte holding 0 or 1: max/min are or/and, and an empty-set min is true (as on the CPU).
       k = reduce_for<uint8_t>(kind, g, kind == ReduceKind::Min ? uint8_t{1} : uint8_t{0});
     } else {

@@ -9,6 +9,7 @@
 
 #include "executor/device.h"
 #include "executor/executor.h"
+#include "executor/half.h"
 
 namespace onnxtrain {
 namespace {
@@ -46,6 +47,20 @@ Node node(const std::string& op, std::vector<std::string> in, size_t n_out = 1, 
   for (size_t i = 0; i < n_out; ++i) n.outputs.push_back("y" + std::to_string(i));
   n.attributes = std::move(a);
   return n;
+}
+
+// randn rounded to float16 or bfloat16.
+Tensor randh(std::vector<int64_t> shape, uint32_t seed, DType t) {
+  const Tensor x = randn(shape, seed);
+  Tensor h = Tensor::empty(t, std::move(shape));
+  for (int64_t i = 0; i < x.numel(); ++i)
+    h.ptr<uint16_t>()[i] = t == DType::Float16 ? FloatToHalf{}(x.ptr<float>()[i]) : FloatToBFloat16{}(x.ptr<float>()[i]);
+  return h;
+}
+
+float half_value(const Tensor& t, int64_t i) {
+  const uint16_t v = t.ptr<uint16_t>()[i];
+  return t.dtype == DType::Float16 ? HalfToFloat{}(v) : BFloat16ToFloat{}(v);
 }
 
 std::vector<Tensor> run_on(Device d, const Case& c) {
@@ -152,6 +167,17 @@ std::vector<Case> cases() {
                {randn({1, 2, 4, 4}, 52), randn({1, 2, 8, 7}, 53)}, {}});
   v.push_back({"GlobalAveragePool3d", node("GlobalAveragePool", {"x0"}), 17, {randn({2, 3, 4, 3, 5}, 54)}, {}});
   v.push_back({"GlobalMaxPool", node("GlobalMaxPool", {"x0"}), 17, {randn({2, 3, 9}, 55)}, {}});
+  // Mixed precision's half-precision products (cuBLAS GemmEx with float32 accumulation vs the CPU's emulation).
+  for (DType h : {DType::Float16, DType::BFloat16}) {
+    const std::string t = h == DType::Float16 ? "Float16" : "BFloat16";
+    v.push_back({"MatMulBatched" + t, node("MatMul", {"x0", "x1"}), 17, {randh({2, 3, 4, 5}, 40, h), randh({5, 6}, 41, h)}, {}});
+    v.push_back({"MatMulBroadcastBatch" + t, node("MatMul", {"x0", "x1"}), 17,
+                 {randh({2, 1, 4, 5}, 42, h), randh({3, 5, 2}, 43, h)}, {}});
+    v.push_back({"GemmTransBias" + t, node("Gemm", {"x0", "x1", "x2"}, 1, {{"transA", int64_t{1}}, {"alpha", 0.5f}, {"beta", 2.0f}}),
+                 17, {randh({5, 4}, 44, h), randh({5, 3}, 45, h), randh({3}, 46, h)}, {}});
+    // The bias gradient of a half Gemm (executor/cuda/reduce.cu's half ReduceSum).
+    v.push_back({"ReduceSumColumns" + t, node("ReduceSum", {"x0", "ax"}), 18, {randh({8, 5}, 47, h)}, {{"ax", ints({0})}}});
+  }
   // Where's condition is fed as a bool tensor.
   Tensor c = Tensor::empty(DType::Bool, {3, 4});
   for (int64_t i = 0; i < 12; ++i) c.ptr<bool>()[i] = i % 3 == 0;
@@ -259,6 +285,11 @@ TEST_P(CudaParity, MatchesCpu) {
     for (int64_t i = 0; i < want[o].numel(); ++i) {
       if (want[o].dtype == DType::Float32)
         EXPECT_NEAR(got[o].ptr<float>()[i], want[o].ptr<float>()[i], 1e-5 * (1 + std::abs(want[o].ptr<float>()[i])))
+            << c.name << " output " << o << " element " << i;
+      else if (want[o].dtype == DType::Float16 || want[o].dtype == DType::BFloat16)
+        // Summation order may differ: allow one rounding step of the half type.
+        EXPECT_NEAR(half_value(got[o], i), half_value(want[o], i),
+                    (want[o].dtype == DType::Float16 ? 2e-3 : 1.6e-2) * (1 + std::abs(half_value(want[o], i))))
             << c.name << " output " << o << " element " << i;
       else
         EXPECT_EQ(0, std::memcmp(static_cast<const char*>(got[o].data) + i * dtype_size(got[o].dtype),

@@ -152,7 +152,10 @@ TEST(MixedPrecision, PassRoundsTheComputeOpsAndStripUndoesIt) {
   int to_half = 0;
   for (const Node& n : g.nodes)
     if (n.op_type == "Cast" && n.attr_int("to", 0) == static_cast<int64_t>(DType::Float16)) ++to_half;
-  EXPECT_EQ(to_half, 3 + 1 + 2 + 1);  // Gemm: 3 inputs + 1 output; MatMul: 2 inputs + 1 output
+  EXPECT_EQ(to_half, 3 + 2);  // Gemm's and MatMul's inputs; both then compute in float16
+  for (const Node& n : g.nodes)
+    if (n.op_type == "Gemm" || n.op_type == "MatMul")
+      EXPECT_EQ(g.type_of(n.outputs[0])->dtype, DType::Float16) << n.op_type << " should compute in float16";
   EXPECT_EQ(apply_mixed_precision(g, DType::Float16), 0);  // already applied
   strip_mixed_precision(g);
   ASSERT_EQ(g.nodes.size(), m.graph.nodes.size());
@@ -161,6 +164,35 @@ TEST(MixedPrecision, PassRoundsTheComputeOpsAndStripUndoesIt) {
     EXPECT_EQ(g.nodes[i].inputs, m.graph.nodes[i].inputs);
     EXPECT_EQ(g.nodes[i].outputs, m.graph.nodes[i].outputs);
   }
+}
+
+// Each mixed-precision gradient within half-precision error of the float32 one, relative to its largest element.
+void expect_grads_close(const std::map<std::string, Tensor>& f32, const std::map<std::string, Tensor>& mixed) {
+  for (const auto& [w, g] : f32) {
+    float scale = 0;
+    for (int64_t i = 0; i < g.numel(); ++i) scale = std::max(scale, std::abs(g.ptr<float>()[i]));
+    EXPECT_LT(max_abs_diff(g, mixed.at(w)), 5e-3f * scale + 1e-5f) << w;
+  }
+}
+
+// A Gemm whose bias is scaled (beta != 1) stays emulated in float32: its bias gradient dY * beta would need a
+// half Mul. Its gradients must still come out close to float32's.
+TEST(MixedPrecision, GemmWithScaledBiasIsEmulatedAndTrains) {
+  Model m = mlp32(4);
+  for (Node& n : m.graph.nodes)
+    if (n.op_type == "Gemm") n.attributes["beta"] = 0.5f;
+  Graph g = m.graph;
+  apply_mixed_precision(g, DType::Float16);
+  for (const Node& n : g.nodes) {
+    if (n.op_type == "Gemm") EXPECT_EQ(g.type_of(n.outputs[0])->dtype, DType::Float32);
+    if (n.op_type == "MatMul") EXPECT_EQ(g.type_of(n.outputs[0])->dtype, DType::Float16);
+  }
+  TrainingSession f32(m, config("none"));
+  TrainingSession f16(m, config("float16"));
+  std::mt19937 rng(9);
+  const Feeds f = with_target(batch(rng), f32.target_name());
+  auto a = f32.gradients(f), b = f16.gradients(f);
+  expect_grads_close(a.grads, b.grads);
 }
 
 TEST(MixedPrecision, ConfigErrorsNameTheKey) {
@@ -252,12 +284,7 @@ TEST(MixedPrecision, GradientsAreUnscaledAndCloseToFloat32) {
   Feeds f = with_target(batch(rng), f32.target_name());
   auto a = f32.gradients(f), b = f16.gradients(f);
   EXPECT_NEAR(a.loss, b.loss, 2e-3 * std::abs(a.loss) + 1e-4);
-  for (const auto& [w, g] : a.grads) {
-    float scale = 0;
-    for (int64_t i = 0; i < g.numel(); ++i) scale = std::max(scale, std::abs(g.ptr<float>()[i]));
-    const float d = max_abs_diff(g, b.grads.at(w));
-    EXPECT_LT(d, 5e-3f * scale + 1e-5f) << w;
-  }
+  expect_grads_close(a.grads, b.grads);
   EXPECT_GT(max_abs_diff(a.grads.at("fc1.weight"), b.grads.at("fc1.weight")), 0.0f) << "nothing was rounded";
 }
 
