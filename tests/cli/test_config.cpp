@@ -65,6 +65,18 @@ TEST(Config, ErrorsNameLineKeyExpectationAndChoices) {
   EXPECT_EQ(error_of(kBase + "device: [cuda]\n"), "dir/run.yaml:4: device: expected a string, got a list");
 }
 
+// The numerical-guard keys reach TrainingConfig (docs/reliability.md), defaults "raise" and false.
+TEST(Config, NonFinitePolicyKeys) {
+  RunConfig d = parse_config(kBase, "dir/run.yaml");
+  EXPECT_EQ(d.training.on_non_finite, "raise");
+  EXPECT_FALSE(d.training.check_every_value);
+  RunConfig c = parse_config(kBase + "train: {on_non_finite: skip, check_every_value: true}\n", "dir/run.yaml");
+  EXPECT_EQ(c.training.on_non_finite, "skip");
+  EXPECT_TRUE(c.training.check_every_value);
+  const std::string bad = error_of(kBase + "train:\n  on_non_finite: ignore\n");
+  EXPECT_NE(bad.find("dir/run.yaml:5: train.on_non_finite: expected one of: raise, skip"), std::string::npos) << bad;
+}
+
 // The device key goes through parse_device: "cuda:N" reaches the session's config, and where CUDA cannot be
 // used the error names the file, the line, the value and what is missing.
 TEST(Config, DeviceIsParsedByParseDevice) {
