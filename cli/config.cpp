@@ -415,8 +415,27 @@ std::string RunConfig::locate(const std::string& message) const {
   return message;
 }
 
+// YAML is UTF-8. yaml-cpp reads other bytes but writes them back escaped differently, so a config holding them
+// would not reproduce itself from the copy a checkpoint stores (found by fuzz_config): refuse it up front.
+void require_utf8(const std::string& s, const std::string& where) {
+  size_t line = 1;
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = len != 0 && i + len <= s.size() && !(len == 2 && c < 0xC2);
+    for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    if (!ok)
+      fail(where + (where.rfind("--set", 0) == 0 ? "" : ":" + std::to_string(line)),
+           "not valid UTF-8 (byte " + std::to_string(c) + " at offset " + std::to_string(i) + "); YAML text must be UTF-8");
+    if (c == '\n') ++line;
+    i += len;
+  }
+}
+
 RunConfig parse_config(const std::string& text, const std::filesystem::path& source,
                        const std::vector<std::string>& overrides) {
+  require_utf8(text, source.string());
+  for (const std::string& kv : overrides) require_utf8(kv, "--set " + kv.substr(0, kv.find('=')));
   YAML::Node root;
   try {
     root = YAML::Load(text);

@@ -1,5 +1,9 @@
 #include "graph/shape_inference.h"
 
+#include <optional>
+#include <set>
+#include <string>
+
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
@@ -82,9 +86,41 @@ void infer_missing(Graph& g) {
   }
 }
 
+// ONNX 1.16's convPoolShapeInference indexes its dilations/strides (sized from X's rank) by the kernel's rank
+// (from kernel_shape or W) without comparing the two, so a Conv whose X has the wrong rank reads past a vector
+// and crashes the process (found by fuzz_gradients). Refuse such a node first, naming it.
+void check_conv_pool_ranks(const Graph& g) {
+  static const std::set<std::string> kOps{"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "ConvInteger",
+                                          "QLinearConv"};
+  auto rank_of = [&](const std::string& v) -> std::optional<size_t> {
+    const TypeInfo* t = v.empty() ? nullptr : g.type_of(v);
+    if (!t || !t->shape) return std::nullopt;
+    return t->shape->size();
+  };
+  for (const Node& n : g.nodes) {
+    if (!(n.domain.empty() || n.domain == "ai.onnx") || !kOps.count(n.op_type) || !n.has_input(0)) continue;
+    const std::optional<size_t> x = rank_of(n.inputs[0]);
+    if (!x) continue;
+    if (*x < 3)
+      fail(n.describe(), "input '" + n.inputs[0] + "' has rank " + std::to_string(*x) +
+                             "; expected (N, C, spatial...) with at least one spatial dim");
+    std::optional<size_t> kernel;
+    if (n.attributes.count("kernel_shape")) kernel = n.attr_ints("kernel_shape").size();
+    else if (n.op_type.find("Conv") != std::string::npos) {
+      const size_t w = n.op_type == "QLinearConv" ? 3 : 1;
+      if (n.has_input(w))
+        if (const std::optional<size_t> r = rank_of(n.inputs[w]); r && *r >= 2) kernel = *r - 2;
+    }
+    if (kernel && *kernel != *x - 2)
+      fail(n.describe(), "the kernel has " + std::to_string(*kernel) + " spatial dims but input '" + n.inputs[0] +
+                             "' has " + std::to_string(*x - 2) + " (rank " + std::to_string(*x) + ")");
+  }
+}
+
 }  // namespace
 
 void infer_shapes(Model& m) {
+  check_conv_pool_ranks(m.graph);
   std::string first_error;
   // Data propagation resolves Shape -> Gather -> Reshape chains; if it trips on a model, plain inference
   // still gives element types and most shapes.

@@ -77,6 +77,18 @@ TEST(Config, NonFinitePolicyKeys) {
   EXPECT_NE(bad.find("dir/run.yaml:5: train.on_non_finite: expected one of: raise, skip"), std::string::npos) << bad;
 }
 
+// Regression (fuzz_config): bytes that are not UTF-8 are refused with the line, instead of being accepted once
+// and then failing to reproduce from the text a checkpoint stores.
+TEST(Config, NonUtf8TextIsRefused) {
+  const std::string text = "model: m.on\xff\xffnx\ndata:\n  train: t.npz\n";
+  EXPECT_NE(error_of(text).find("dir/run.yaml:1: not valid UTF-8"), std::string::npos) << error_of(text);
+  EXPECT_NE(error_of(kBase, {"output=r\xffun"}).find("--set output: not valid UTF-8"), std::string::npos);
+  // Valid multi-byte UTF-8 still round-trips.
+  RunConfig c = parse_config(kBase + "output: \"runs/caf\xc3\xa9\"\n", "dir/run.yaml");
+  EXPECT_EQ(c.output, "runs/caf\xc3\xa9");
+  EXPECT_EQ(parse_config(c.text, "dir/run.yaml").text, c.text);
+}
+
 // The device key goes through parse_device: "cuda:N" reaches the session's config, and where CUDA cannot be
 // used the error names the file, the line, the value and what is missing.
 TEST(Config, DeviceIsParsedByParseDevice) {
