@@ -99,6 +99,11 @@ void check_conv_pool_ranks(const Graph& g) {
   };
   for (const Node& n : g.nodes) {
     if (!(n.domain.empty() || n.domain == "ai.onnx") || !kOps.count(n.op_type) || !n.has_input(0)) continue;
+    for (const char* a : {"strides", "dilations", "kernel_shape"})
+      if (n.attributes.count(a))
+        for (int64_t v : n.attr_ints(a))
+          if (v <= 0)  // ONNX divides by strides: a zero is a floating-point exception, not an error
+            fail(n.describe(), std::string("attribute '") + a + "' has " + std::to_string(v) + "; expected every value >= 1");
     const std::optional<size_t> x = rank_of(n.inputs[0]);
     if (!x) continue;
     if (*x < 3)
@@ -119,8 +124,25 @@ void check_conv_pool_ranks(const Graph& g) {
 
 }  // namespace
 
+// ONNX 1.16's LayerNormalization inference (and others) index the input's dims by `axis` unchecked: an axis
+// outside the widest range any op accepts ([-rank - 1, rank], OneHot's) reads out of bounds. Refuse it first.
+static void check_axis_ranges(const Graph& g) {
+  for (const Node& n : g.nodes) {
+    auto it = n.attributes.find("axis");
+    if (it == n.attributes.end() || !n.has_input(0)) continue;
+    const int64_t* axis = std::get_if<int64_t>(&it->second);
+    const TypeInfo* t = g.type_of(n.inputs[0]);
+    if (!axis || !t || !t->shape) continue;
+    const auto r = static_cast<int64_t>(t->shape->size());
+    if (*axis < -r - 1 || *axis > r)
+      fail(n.describe(), "attribute 'axis' is " + std::to_string(*axis) + " but input '" + n.inputs[0] + "' has rank " +
+                             std::to_string(r));
+  }
+}
+
 void infer_shapes(Model& m) {
   check_conv_pool_ranks(m.graph);
+  check_axis_ranges(m.graph);
   std::string first_error;
   // Data propagation resolves Shape -> Gather -> Reshape chains; if it trips on a model, plain inference
   // still gives element types and most shapes.

@@ -2,6 +2,7 @@
 # Runs the libFuzzer targets of fuzz/ for a bounded time each (docs/reliability.md, "Fuzzing").
 #
 #   scripts/fuzz.sh [seconds per target, default 60] [target ...]
+#   scripts/fuzz.sh 0 [target ...]   # replay: run every seed of fuzz/corpus once (deterministic; what CI runs)
 #   targets: fuzz_load_model fuzz_gradients fuzz_checkpoint fuzz_config (default: all)
 #
 # Builds them in the instrumented clang tree build/asan (configured by scripts/sanitize.sh: ASan + UBSan +
@@ -29,9 +30,15 @@ status=0
 for t in "${targets[@]}"; do
   seeds="$here/fuzz/corpus/${t#fuzz_}"
   mkdir -p "$work/corpus/$t" "$work/artifacts/$t"
-  echo "[fuzz] $t for ${seconds}s (seeds: $seeds)" >&2
-  if ! "$build/fuzz/$t" "$work/corpus/$t" "$seeds" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-      -artifact_prefix="$work/artifacts/$t/" -print_final_stats=1 >"$work/$t.log" 2>&1; then
+  if [ "$seconds" = 0 ]; then
+    echo "[fuzz] $t: replaying the seed corpus $seeds" >&2
+    run=("$build/fuzz/$t" -runs=0 "$seeds")
+  else
+    echo "[fuzz] $t for ${seconds}s (seeds: $seeds)" >&2
+    run=("$build/fuzz/$t" "$work/corpus/$t" "$seeds" -max_total_time="$seconds")
+  fi
+  if ! "${run[@]}" -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$work/artifacts/$t/" -print_final_stats=1 \
+      >"$work/$t.log" 2>&1; then
     echo "[fuzz] $t FAILED; log: $work/$t.log" >&2
     tail -40 "$work/$t.log" >&2
     status=1

