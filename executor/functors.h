@@ -8,7 +8,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "executor/hd.h"
+#include "graph/hd.h"
 
 namespace onnxtrain {
 

@@ -1,12 +1,12 @@
 #include "graph/ir.h"
 
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <mutex>
 
 #include "graph/error.h"
+#include "graph/float16.h"
 
 namespace onnxtrain {
 
@@ -30,39 +30,6 @@ std::string dims_string(const std::vector<int64_t>& dims) {
   std::string out = "[";
   for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
   return out + "]";
-}
-
-// IEEE binary16 bits of f, rounding to nearest even like numpy's astype(float16).
-uint16_t float_to_half_bits(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t mant = x & 0x7FFFFFu;
-  const int exp = static_cast<int>((x >> 23) & 0xFFu);
-  if (exp == 0xFF) return static_cast<uint16_t>(sign | 0x7C00u | (mant ? 0x200u : 0u));
-  const int e = exp - 127 + 15;
-  if (e >= 0x1F) return static_cast<uint16_t>(sign | 0x7C00u);
-  if (e <= 0) {
-    if (e < -10) return static_cast<uint16_t>(sign);
-    mant |= 0x800000u;
-    const int shift = 14 - e;
-    uint32_t h = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1);
-    const uint32_t half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1u))) ++h;
-    return static_cast<uint16_t>(sign | h);
-  }
-  uint32_t h = sign | (static_cast<uint32_t>(e) << 10) | (mant >> 13);
-  const uint32_t rem = mant & 0x1FFFu;
-  // A carry out of the mantissa correctly bumps the exponent (and reaches infinity at the top).
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
-  return static_cast<uint16_t>(h);
-}
-
-uint16_t float_to_bfloat16_bits(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  if (std::isnan(f)) return static_cast<uint16_t>((x >> 16) | 0x40u);
-  const uint32_t rounded = x + 0x7FFFu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>(rounded >> 16);
 }
 
 template <class I>
@@ -138,8 +105,8 @@ TensorData TensorData::scalar_as(DType t, double v) {
   switch (t) {
     case DType::Float32: return scalar_bits(t, static_cast<float>(v));
     case DType::Float64: return scalar_bits(t, v);
-    case DType::Float16: return scalar_bits(t, float_to_half_bits(static_cast<float>(v)));
-    case DType::BFloat16: return scalar_bits(t, float_to_bfloat16_bits(static_cast<float>(v)));
+    case DType::Float16: return scalar_bits(t, FloatToHalf{}(static_cast<float>(v)));
+    case DType::BFloat16: return scalar_bits(t, FloatToBFloat16{}(static_cast<float>(v)));
     case DType::Int64: return scalar_bits(t, checked_int<int64_t>(v, t));
     case DType::Int32: return scalar_bits(t, checked_int<int32_t>(v, t));
     case DType::Int16: return scalar_bits(t, checked_int<int16_t>(v, t));
