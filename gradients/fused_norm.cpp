@@ -9,20 +9,13 @@ namespace onnxtrain {
 namespace {
 
 using fused_body::int64s;
+using fused_body::kInt;
 using fused_body::op;
 
-constexpr int32_t kFloatAttr = 1, kIntAttr = 2;  // AttributeProto type codes
-
+// The three outputs of both, and the one attribute each body reads by reference.
 Function make(const std::string& name, std::vector<std::string> inputs, std::string attribute, std::string doc) {
-  Function f;
-  f.name = name;
-  f.domain = kFusedGradDomain;
-  f.inputs = std::move(inputs);
-  f.outputs = {"dX", "dScale", "dBias"};
-  f.attributes = {std::move(attribute)};
-  f.opset_imports = {{"", 17}};
-  f.doc = std::move(doc);
-  return f;
+  return fused_body::function(name, std::move(inputs), {"dX", "dScale", "dBias"}, std::move(doc),
+                              {std::move(attribute)});
 }
 
 // Sums over `axes` with keepdims: ReduceSum takes its axes as an input at every opset from 13, while
@@ -40,11 +33,8 @@ Function layer_norm_grad() {
                     "dX = InvStdDev * (g - mean(g) - xhat * mean(g * xhat)), dScale = sum over rows of dY * xhat, "
                     "dBias = sum over rows of dY.");
   auto& n = f.nodes;
-  for (const char* v : {"dY", "X", "Mean", "InvStdDev"}) {
-    Node flat = op(std::string(v) + "_2d", "Flatten", {v}, std::string(v) + "_2d");
-    flat.attribute_refs["axis"] = {"axis", kIntAttr};
-    n.push_back(std::move(flat));
-  }
+  for (const char* v : {"dY", "X", "Mean", "InvStdDev"})
+    n.push_back(op(std::string(v) + "_2d", "Flatten", {v}, std::string(v) + "_2d", {}, {{"axis", "axis", kInt}}));
   n.push_back(op("Scale_2d", "Flatten", {"Scale"}, "Scale_2d", {{"axis", int64_t{0}}}));
   int64s(f, "last", {-1});
   int64s(f, "rows_axis", {0});
@@ -91,9 +81,7 @@ Function batch_norm_grad() {
   n.push_back(op("x3", "Reshape", {"X", "nc_rest"}, "x3"));
   n.push_back(op("dy3", "Reshape", {"dY", "nc_rest"}, "dy3"));
   n.push_back(op("scale3", "Reshape", {"Scale", "per_channel"}, "scale3"));
-  Node eps = op("eps_f", "Constant", {}, "eps_f");
-  eps.attribute_refs["value_float"] = {"epsilon", kFloatAttr};
-  n.push_back(std::move(eps));
+  fused_body::caller_attribute(f, "eps_f", "epsilon", fused_body::kFloat);
   n.push_back(op("eps", "CastLike", {"eps_f", "X"}, "eps"));
   // M = size(X) / C, exact in int64.
   n.push_back(op("size", "Size", {"X"}, "size"));
