@@ -7,8 +7,10 @@
 #include <random>
 #include <stdexcept>
 
+#include "common/test_env.h"
 #include "executor/executor.h"
 #include "gradients/fused.h"
+#include "gradients/fused_graph.h"
 #include "gradients/rule.h"
 #include "graph/error.h"
 
@@ -51,28 +53,19 @@ void expect_native_equals_body(const Graph& g, const std::map<std::string, Tenso
   if (native_out) *native_out = std::move(ra);
 }
 
+std::map<std::string, TypeInfo> types_of(const std::map<std::string, Tensor>& feeds) {
+  std::map<std::string, TypeInfo> types;
+  for (const auto& [name, t] : feeds) types[name] = static_type(t.dtype, t.shape);
+  return types;
+}
+
 // Runs f's op once through its native kernel and once through its inlined body, on the same feeds.
 // Inputs that are initializers (a target shape the output's shape depends on) are not fed.
 void expect_both_ways(const std::vector<Function>& fns, const Function& f, std::map<std::string, Attribute> attrs,
                       const std::map<std::string, Tensor>& feeds,
                       const std::map<std::string, TensorData>& initializers = {}) {
-  Graph g;
-  Node n;
-  n.name = "fused";
-  n.op_type = f.name;
-  n.domain = f.domain;
-  n.inputs = f.inputs;
-  n.outputs = f.outputs;
-  n.attributes = std::move(attrs);
-  g.nodes.push_back(n);
-  g.initializers = initializers;
-  for (const std::string& in : f.inputs) {
-    if (initializers.count(in)) continue;
-    Shape s;
-    for (int64_t d : feeds.at(in).shape) s.push_back(Dim::of(d));
-    g.inputs.push_back({in, {feeds.at(in).dtype, s}});
-  }
-  for (const std::string& out : f.outputs) g.outputs.push_back({out, {DType::Float64, std::nullopt}});
+  const Graph g =
+      fused_op_graph(f.name, std::move(attrs), f.inputs, types_of(feeds), f.outputs, DType::Float64, initializers);
   expect_native_equals_body(g, feeds, fns, false);
 }
 
@@ -182,6 +175,8 @@ TEST(FusedBothWays, BatchNormGrad4d) {
   expect_both_ways(fns, function_named(fns, "BatchNormalizationGrad"), {{"epsilon", 1e-5f}}, feeds);
 }
 
+const std::vector<std::string> kConvInputs{"dY", "X", "W"};  // the first two for AveragePoolGrad
+
 // The convolution family's fused ops carry the forward op's attributes (explicit pads, as the rules emit
 // them); their bodies read those by reference and take sizes from runtime shapes. One row per geometry.
 struct ConvFamilyCase {
@@ -239,42 +234,25 @@ TEST(FusedBothWays, ConvolutionFamilyTable) {
   std::mt19937 rng(11);
   for (const ConvFamilyCase& c : cases) {
     SCOPED_TRACE(c.label);
-    Graph g;
-    Node n;
-    n.name = "fused";
-    n.op_type = c.op;
-    n.domain = kFusedGradDomain;
-    n.attributes = c.attrs;
-    n.outputs = c.outputs;
-    const std::vector<std::string> names{"dY", "X", "W"};
+    const std::vector<std::string> inputs(kConvInputs.begin(), kConvInputs.begin() + c.inputs.size());
     std::map<std::string, Tensor> feeds;
-    for (size_t i = 0; i < c.inputs.size(); ++i) {
-      Tensor t = random_tensor(c.inputs[i], rng, -1, 1);
-      Shape s;
-      for (int64_t d : t.shape) s.push_back(Dim::of(d));
-      g.inputs.push_back({names[i], {DType::Float64, s}});
-      n.inputs.push_back(names[i]);
-      feeds[names[i]] = std::move(t);
-    }
-    for (const std::string& out : c.outputs)
-      if (!out.empty()) g.outputs.push_back({out, {DType::Float64, std::nullopt}});
-    g.nodes.push_back(n);
+    for (size_t i = 0; i < c.inputs.size(); ++i) feeds[inputs[i]] = random_tensor(c.inputs[i], rng, -1, 1);
+    const Graph g = fused_op_graph(c.op, c.attrs, inputs, types_of(feeds), c.outputs, DType::Float64);
     std::vector<Tensor> want;
     expect_native_equals_body(g, feeds, fns, true, &want);
     // float32 takes other paths (oneDNN's backward primitives for ConvGrad): against the float64 result.
-    for (auto& in : g.inputs) in.type.dtype = DType::Float32;
-    for (auto& out : g.outputs) out.type.dtype = DType::Float32;
     std::map<std::string, Tensor> feeds32;
     for (const auto& [name, t] : feeds) {
       Tensor f = Tensor::empty(DType::Float32, t.shape);
       for (int64_t i = 0; i < t.numel(); ++i) f.ptr<float>()[i] = static_cast<float>(t.ptr<double>()[i]);
       feeds32[name] = std::move(f);
     }
-    Executor e(g, {{"", 17}, {kFusedGradDomain, 1}}, std::make_shared<TensorStore>(), ExecutorOptions{});
+    const Graph g32 = fused_op_graph(c.op, c.attrs, inputs, types_of(feeds32), c.outputs, DType::Float32);
+    Executor e(g32, {{"", 17}, {kFusedGradDomain, 1}}, std::make_shared<TensorStore>(), ExecutorOptions{});
     const std::vector<Tensor> got = e.run(feeds32);
     ASSERT_EQ(got.size(), want.size());
     for (size_t o = 0; o < got.size(); ++o) {
-      SCOPED_TRACE("float32 " + g.outputs[o].name);
+      SCOPED_TRACE("float32 " + g32.outputs[o].name);
       ASSERT_EQ(got[o].shape, want[o].shape);
       for (int64_t i = 0; i < got[o].numel(); ++i) {
         const double w = want[o].ptr<double>()[i];
@@ -289,24 +267,10 @@ TEST(FusedBothWays, ConvolutionFamilyNeedsExplicitGeometry) {
   using I = std::vector<int64_t>;
   auto error_of = [](const std::string& op, std::map<std::string, Attribute> attrs,
                      const std::vector<std::vector<int64_t>>& shapes) -> std::string {
-    Graph g;
-    Node n;
-    n.name = "fused";
-    n.op_type = op;
-    n.domain = kFusedGradDomain;
-    n.attributes = std::move(attrs);
-    n.outputs = {"dX"};
-    const std::vector<std::string> names{"dY", "X", "W"};
+    const std::vector<std::string> inputs(kConvInputs.begin(), kConvInputs.begin() + shapes.size());
     std::map<std::string, Tensor> feeds;
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      Shape s;
-      for (int64_t d : shapes[i]) s.push_back(Dim::of(d));
-      g.inputs.push_back({names[i], {DType::Float32, s}});
-      n.inputs.push_back(names[i]);
-      feeds[names[i]] = Tensor::empty(DType::Float32, shapes[i]);
-    }
-    g.outputs.push_back({"dX", {DType::Float32, std::nullopt}});
-    g.nodes.push_back(n);
+    for (size_t i = 0; i < shapes.size(); ++i) feeds[inputs[i]] = Tensor::empty(DType::Float32, shapes[i]);
+    const Graph g = fused_op_graph(op, std::move(attrs), inputs, types_of(feeds), {"dX"}, DType::Float32);
     try {
       Executor e(g, {{"", 17}, {kFusedGradDomain, 1}}, std::make_shared<TensorStore>(), ExecutorOptions{});
       e.run(feeds);
@@ -326,6 +290,13 @@ TEST(FusedBothWays, ConvolutionFamilyNeedsExplicitGeometry) {
             std::string::npos);
   EXPECT_NE(error_of("ConvGrad", {{"pads", I{0, 0}}, {"strides", I{1}}}, {{1, 1, 5}, {1, 1, 4}, {1, 1, 3}}).find("expected Conv's output"),
             std::string::npos);
+}
+
+TEST(FusedBothWays, OneNodeGraphNamesAnInputWithoutAType) {
+  const std::string error = test::error_of(
+      [] { fused_op_graph("GatherGrad", {}, {"dY", "indices", "shape"}, {{"dY", static_type(DType::Float32, {2})}},
+                          {"dX"}, DType::Float32); });
+  EXPECT_EQ(error, "node 'fused' (onnxtrain.GatherGrad): input 'indices' has neither a type nor an initializer");
 }
 
 TEST(FusedBothWays, EveryFusedOpARuleEmitsHasABodyAndAKernel) {
