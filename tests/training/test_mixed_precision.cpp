@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 
+#include "common/mlp_model.h"
 #include "common/test_env.h"
 #include "executor/device.h"
 #include "executor/executor.h"
@@ -25,34 +26,7 @@ namespace {
 constexpr int kIn = 4, kHidden = 16, kBatch = 8;
 
 // fc1 (Gemm, transB=1) -> Relu -> MatMul -> Add, float32.
-Model mlp32(unsigned seed) {
-  Model m;
-  m.opset_imports[""] = 17;
-  Graph& g = m.graph;
-  g.name = "mlp32";
-  GraphBuilder b(g);
-  b.add_input("x", TypeInfo{DType::Float32, Shape{Dim::sym("N"), Dim::of(kIn)}});
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd;
-  auto init = [&](const std::string& name, std::vector<int64_t> dims, float scale) {
-    int64_t n = 1;
-    for (int64_t d : dims) n *= d;
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = nd(rng) * scale;
-    g.initializers[name] = TensorData::from<float>(dims, std::span<const float>(v));
-  };
-  init("fc1.weight", {kHidden, kIn}, 0.5f);
-  init("fc1.bias", {kHidden}, 0.1f);
-  init("fc2.weight", {kHidden, 1}, 0.3f);
-  init("fc2.bias", {1}, 0.1f);
-  std::string h = b.add("Gemm", {"x", "fc1.weight", "fc1.bias"}, {{"transB", int64_t{1}}});
-  std::string r = b.add("Relu", {h});
-  std::string z = b.add("MatMul", {r, "fc2.weight"});
-  b.add_node("Add", {z, "fc2.bias"}, 1, {}, {}, {"y"});
-  b.add_output("y", TypeInfo{DType::Float32, Shape{Dim::sym("N"), Dim::of(1)}});
-  infer_shapes(m);
-  return m;
-}
+Model mlp32(unsigned seed) { return test::relu_mlp<float>("mlp32", kIn, kHidden, seed, 0.3f, test::Fc2::MatMulAdd); }
 
 Feeds batch(std::mt19937& rng, float x_scale = 1.0f) {
   std::uniform_real_distribution<float> u(-1, 1);

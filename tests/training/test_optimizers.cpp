@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/mlp_model.h"
 #include "common/test_env.h"
 #include "graph/builder.h"
 #include "graph/error.h"
@@ -24,33 +25,7 @@ constexpr int kIn = 4, kHidden = 8, kBatch = 12, kBatches = 4, kSteps = 20;
 const char* kTorchPython = "/usr/bin/python3";
 
 // fc1 (Gemm, transB=1) -> Relu -> fc2, in float64, with the weight names torch's nn.Linear would have.
-Model mlp64(unsigned seed) {
-  Model m;
-  m.opset_imports[""] = 17;
-  Graph& g = m.graph;
-  g.name = "mlp64";
-  GraphBuilder b(g);
-  b.add_input("x", TypeInfo{DType::Float64, Shape{Dim::sym("N"), Dim::of(kIn)}});
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> nd;
-  auto init = [&](const std::string& name, std::vector<int64_t> dims, double scale) {
-    int64_t n = 1;
-    for (int64_t d : dims) n *= d;
-    std::vector<double> v(static_cast<size_t>(n));
-    for (double& x : v) x = nd(rng) * scale;
-    g.initializers[name] = TensorData::from<double>(dims, std::span<const double>(v));
-  };
-  init("fc1.weight", {kHidden, kIn}, 0.5);
-  init("fc1.bias", {kHidden}, 0.1);
-  init("fc2.weight", {1, kHidden}, 0.5);
-  init("fc2.bias", {1}, 0.1);
-  std::string h = b.add("Gemm", {"x", "fc1.weight", "fc1.bias"}, {{"transB", int64_t{1}}});
-  std::string r = b.add("Relu", {h});
-  b.add_node("Gemm", {r, "fc2.weight", "fc2.bias"}, 1, {{"transB", int64_t{1}}}, {}, {"y"});
-  b.add_output("y", TypeInfo{DType::Float64, Shape{Dim::sym("N"), Dim::of(1)}});
-  infer_shapes(m);
-  return m;
-}
+Model mlp64(unsigned seed) { return test::relu_mlp<double>("mlp64", kIn, kHidden, seed, 0.5, test::Fc2::Gemm); }
 
 struct Data {
   Tensor x = Tensor::empty(DType::Float64, {kBatches, kBatch, kIn});
