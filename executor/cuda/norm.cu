@@ -62,6 +62,31 @@ template <class T> __device__ void moments(const T* x, const Group& G, int64_t g
 
 unsigned grid_for(int64_t groups) { return static_cast<unsigned>(groups < 1 ? 1 : (groups > (1 << 20) ? 1 << 20 : groups)); }
 
+using Inputs = std::span<const Tensor* const>;
+using Outputs = std::span<Tensor* const>;
+
+// A kernel that launches one block per group (grid_for(groups) blocks): `launch(grid, in, out)` enqueues the
+// work on the stream, the plan-time parameters being its captures. With no groups there is nothing to do.
+template <class Launch> class GroupLaunchKernel final : public Kernel {
+ public:
+  GroupLaunchKernel(int64_t groups, const char* what, Launch launch)
+      : groups_(groups), what_(what), launch_(std::move(launch)) {}
+  void run(Inputs in, Outputs out) override {
+    if (groups_ == 0) return;
+    launch_(grid_for(groups_), in, out);
+    check_launch(what_);
+  }
+
+ private:
+  int64_t groups_;
+  const char* what_;
+  Launch launch_;
+};
+
+template <class Launch> std::unique_ptr<Kernel> group_kernel(int64_t groups, const char* what, Launch launch) {
+  return std::make_unique<GroupLaunchKernel<Launch>>(groups, what, std::move(launch));
+}
+
 // ---- forward ------------------------------------------------------------------------------------------------
 
 // Scale and bias offsets within a row: direct (the row's shape) or broadcast to it.
@@ -100,25 +125,15 @@ __global__ void layer_norm_kernel(Group G, int64_t rows, double eps, RowParams p
   }
 }
 
-template <class T, class U> class LayerNormKernel final : public Kernel {
- public:
-  LayerNormKernel(int64_t rows, int64_t len, double eps, RowParams p) : rows_(rows), len_(len), eps_(eps), p_(p) {}
-  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    if (rows_ == 0) return;
+template <class T, class U> std::unique_ptr<Kernel> layer_norm(int64_t rows, int64_t len, double eps, RowParams p) {
+  return group_kernel(rows, "LayerNormalization kernel", [=](unsigned grid, Inputs in, Outputs out) {
     const T* b = in.size() > 2 && in[2] ? in[2]->ptr<T>() : nullptr;
     U* mean_out = out.size() > 1 && out[1] ? out[1]->ptr<U>() : nullptr;
     U* inv_out = out.size() > 2 && out[2] ? out[2]->ptr<U>() : nullptr;
-    layer_norm_kernel<T, U><<<grid_for(rows_), kBlock, 0, stream()>>>(Group{1, len_, len_, len_}, rows_, eps_, p_,
-                                                                       in[0]->ptr<T>(), in[1]->ptr<T>(), b,
-                                                                       out[0]->ptr<T>(), mean_out, inv_out);
-    check_launch("LayerNormalization kernel");
-  }
-
- private:
-  int64_t rows_, len_;
-  double eps_;
-  RowParams p_;
-};
+    layer_norm_kernel<T, U><<<grid, kBlock, 0, stream()>>>(Group{1, len, len, len}, rows, eps, p, in[0]->ptr<T>(),
+                                                           in[1]->ptr<T>(), b, out[0]->ptr<T>(), mean_out, inv_out);
+  });
+}
 
 std::unique_ptr<Kernel> make_layer_norm(PrepareContext& ctx, const KernelFactory& host) {
   host_prepare(ctx, host);
@@ -137,8 +152,7 @@ std::unique_ptr<Kernel> make_layer_norm(PrepareContext& ctx, const KernelFactory
   std::unique_ptr<Kernel> k;
   dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (double_stats) k = std::make_unique<LayerNormKernel<T, double>>(rows, len, eps, p);
-    else k = std::make_unique<LayerNormKernel<T, float>>(rows, len, eps, p);
+    k = double_stats ? layer_norm<T, double>(rows, len, eps, p) : layer_norm<T, float>(rows, len, eps, p);
   });
   if (!k) cpu::fail_dtype(ctx);
   return k;
@@ -161,28 +175,17 @@ __global__ void row_norm_kernel(Group G, int64_t rows, int64_t plane, int64_t ch
   }
 }
 
-template <class T> class RowNormKernel final : public Kernel {
- public:
-  RowNormKernel(int64_t rows, int64_t len, int64_t plane, int64_t channels, double eps)
-      : rows_(rows), len_(len), plane_(plane), channels_(channels), eps_(eps) {}
-  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    if (rows_ == 0 || len_ == 0) return;
-    row_norm_kernel<T><<<grid_for(rows_), kBlock, 0, stream()>>>(Group{1, len_, len_, len_}, rows_, plane_, channels_,
-                                                                  eps_, in[0]->ptr<T>(), in[1]->ptr<T>(),
-                                                                  in[2]->ptr<T>(), out[0]->ptr<T>());
-    check_launch("Instance/GroupNormalization kernel");
-  }
-
- private:
-  int64_t rows_, len_, plane_, channels_;
-  double eps_;
-};
-
 std::unique_ptr<Kernel> row_norm(PrepareContext& ctx, int64_t rows, int64_t len, int64_t plane, int64_t channels) {
   const double eps = ctx.node.attr_float("epsilon", 1e-5f);
   std::unique_ptr<Kernel> k;
   dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
-    k = std::make_unique<RowNormKernel<typename decltype(tag)::type>>(rows, len, plane, channels, eps);
+    using T = typename decltype(tag)::type;
+    // An empty row has nothing to normalise.
+    k = group_kernel(len ? rows : 0, "Instance/GroupNormalization kernel", [=](unsigned grid, Inputs in, Outputs out) {
+      row_norm_kernel<T><<<grid, kBlock, 0, stream()>>>(Group{1, len, len, len}, rows, plane, channels, eps,
+                                                        in[0]->ptr<T>(), in[1]->ptr<T>(), in[2]->ptr<T>(),
+                                                        out[0]->ptr<T>());
+    });
   });
   if (!k) cpu::fail_dtype(ctx);
   return k;
@@ -232,27 +235,6 @@ __global__ void batch_norm_kernel(Group G, int64_t channels, double eps, double 
   }
 }
 
-template <class T> class BatchNormKernel final : public Kernel {
- public:
-  BatchNormKernel(Group g, int64_t c, double eps, double momentum, bool training)
-      : g_(g), c_(c), eps_(eps), momentum_(momentum), training_(training) {}
-  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    if (c_ == 0) return;
-    T* run_mean = training_ && out.size() > 1 && out[1] ? out[1]->ptr<T>() : nullptr;
-    T* run_var = training_ && out.size() > 2 && out[2] ? out[2]->ptr<T>() : nullptr;
-    batch_norm_kernel<T><<<grid_for(c_), kBlock, 0, stream()>>>(g_, c_, eps_, momentum_, training_, in[0]->ptr<T>(),
-                                                                 in[1]->ptr<T>(), in[2]->ptr<T>(), in[3]->ptr<T>(),
-                                                                 in[4]->ptr<T>(), out[0]->ptr<T>(), run_mean, run_var);
-    check_launch("BatchNormalization kernel");
-  }
-
- private:
-  Group g_;
-  int64_t c_;
-  double eps_, momentum_;
-  bool training_;
-};
-
 // Channel ch of an (N, C, spatial...) tensor: N planes of `spatial`, C * spatial apart.
 Group channel_groups(const std::vector<int64_t>& x) {
   const int64_t plane = spatial_of(x);
@@ -265,9 +247,17 @@ std::unique_ptr<Kernel> make_batch_norm(PrepareContext& ctx, const KernelFactory
   const bool training = ctx.opset >= 14 && ctx.node.attr_int("training_mode", 0) != 0;
   const double eps = ctx.node.attr_float("epsilon", 1e-5f), momentum = ctx.node.attr_float("momentum", 0.9f);
   std::unique_ptr<Kernel> k;
+  const Group g = channel_groups(x);
+  const int64_t c = x[1];
   dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
-    k = std::make_unique<BatchNormKernel<typename decltype(tag)::type>>(channel_groups(x), x[1], eps, momentum,
-                                                                         training);
+    using T = typename decltype(tag)::type;
+    k = group_kernel(c, "BatchNormalization kernel", [=](unsigned grid, Inputs in, Outputs out) {
+      T* run_mean = training && out.size() > 1 && out[1] ? out[1]->ptr<T>() : nullptr;
+      T* run_var = training && out.size() > 2 && out[2] ? out[2]->ptr<T>() : nullptr;
+      batch_norm_kernel<T><<<grid, kBlock, 0, stream()>>>(g, c, eps, momentum, training, in[0]->ptr<T>(),
+                                                          in[1]->ptr<T>(), in[2]->ptr<T>(), in[3]->ptr<T>(),
+                                                          in[4]->ptr<T>(), out[0]->ptr<T>(), run_mean, run_var);
+    });
   });
   if (!k) cpu::fail_dtype(ctx);
   return k;
@@ -393,31 +383,21 @@ __global__ void batch_norm_grad_kernel(Group G, int64_t channels, double eps, co
   }
 }
 
-template <class T> class BatchNormGradKernel final : public Kernel {
- public:
-  BatchNormGradKernel(Group g, int64_t c, double eps) : g_(g), c_(c), eps_(eps) {}
-  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    if (c_ == 0) return;
-    T* dscale = out.size() > 1 && out[1] ? out[1]->ptr<T>() : nullptr;
-    T* dbias = out.size() > 2 && out[2] ? out[2]->ptr<T>() : nullptr;
-    batch_norm_grad_kernel<T><<<grid_for(c_), kBlock, 0, stream()>>>(g_, c_, eps_, in[0]->ptr<T>(), in[1]->ptr<T>(),
-                                                                      in[2]->ptr<T>(), out[0]->ptr<T>(), dscale, dbias);
-    check_launch("BatchNormalizationGrad kernel");
-  }
-
- private:
-  Group g_;
-  int64_t c_;
-  double eps_;
-};
-
 std::unique_ptr<Kernel> make_batch_norm_grad(PrepareContext& ctx, const KernelFactory& host) {
   host_prepare(ctx, host);
   const std::vector<int64_t>& x = ctx.inputs[1].shape;
   const double eps = ctx.node.attr_float("epsilon", 1e-5f);
   std::unique_ptr<Kernel> k;
+  const Group g = channel_groups(x);
+  const int64_t c = x[1];
   dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
-    k = std::make_unique<BatchNormGradKernel<typename decltype(tag)::type>>(channel_groups(x), x[1], eps);
+    using T = typename decltype(tag)::type;
+    k = group_kernel(c, "BatchNormalizationGrad kernel", [=](unsigned grid, Inputs in, Outputs out) {
+      T* dscale = out.size() > 1 && out[1] ? out[1]->ptr<T>() : nullptr;
+      T* dbias = out.size() > 2 && out[2] ? out[2]->ptr<T>() : nullptr;
+      batch_norm_grad_kernel<T><<<grid, kBlock, 0, stream()>>>(g, c, eps, in[0]->ptr<T>(), in[1]->ptr<T>(),
+                                                               in[2]->ptr<T>(), out[0]->ptr<T>(), dscale, dbias);
+    });
   });
   if (!k) cpu::fail_dtype(ctx);
   return k;
