@@ -53,7 +53,8 @@ TensorData int64s(std::vector<int64_t> v) {
 
 // Shapes of W2 (the conv net, batch 64) and W3 (the transformer: 1024 tokens of a 1000-word vocabulary,
 // attention [16, 4, 64, 64], LayerNorm rows of 128). W2 itself has no BatchNormalization or AveragePool: those
-// rows run the ops on W2's activation shapes.
+// rows run the ops on W2's activation shapes. Attributes as the rules emit them: the bodies read them by
+// reference and have no defaults.
 std::vector<Case> cases() {
   using I = std::vector<int64_t>;
   const I c1{64, 16, 28, 28}, c2{64, 32, 14, 14}, tok{1024, 1000}, att{16, 4, 64, 64}, ln{16, 64, 128};
@@ -64,9 +65,9 @@ std::vector<Case> cases() {
        {{"dY", c1}, {"X", c1}, {"Scale", {16}}}, {}, {}, 20},
       {"bn_w2_conv2", "BatchNormalizationGrad", "W2 conv2's activations", {{"epsilon", 1e-5f}},
        {{"dY", c2}, {"X", c2}, {"Scale", {32}}}, {}, {}, 20},
-      {"logsoftmax_w3_tokens", "LogSoftmaxGrad", "W3's token log-softmax", {},
+      {"logsoftmax_w3_tokens", "LogSoftmaxGrad", "W3's token log-softmax", {{"axis", int64_t{-1}}},
        {{"dY", tok}, {"Y", tok, Fill::LogSoftmax}}, {}, {}, 20},
-      {"softmax_w3_attention", "SoftmaxGrad", "W3's attention softmax", {},
+      {"softmax_w3_attention", "SoftmaxGrad", "W3's attention softmax", {{"axis", int64_t{-1}}},
        {{"dY", att}, {"Y", att, Fill::Softmax}}, {}, {}, 20},
       {"layernorm_w3", "LayerNormalizationGrad", "W3's LayerNorm", {{"axis", int64_t{-1}}},
        {{"dY", ln}, {"X", ln}, {"Scale", {128}}, {"Mean", {16, 64, 1}}, {"InvStdDev", {16, 64, 1}, Fill::Positive}},
