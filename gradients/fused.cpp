@@ -17,15 +17,9 @@ void constant_like_y(Function& f, const std::string& name, float v) {
   f.nodes.push_back(op(name, "CastLike", {name + "_f", "Y"}, name));
 }
 
+// The (dY, Y) -> dX form most of them have.
 Function make(const std::string& name, const std::string& doc) {
-  Function f;
-  f.name = name;
-  f.domain = kFusedGradDomain;
-  f.inputs = {"dY", "Y"};
-  f.outputs = {"dX"};
-  f.opset_imports = {{"", 17}};
-  f.doc = doc;
-  return f;
+  return fused_body::function(name, {"dY", "Y"}, {"dX"}, doc);
 }
 
 }  // namespace
@@ -115,9 +109,7 @@ std::vector<Function> fused_grad_functions() {
   // scalar Constant made 1-D for ReduceSum's axes input.
   auto axis_ref = [](Function& f) {
     f.attributes = {"axis"};
-    Node axis = op("axis", "Constant", {}, "axis");
-    axis.attribute_refs["value_int"] = {"axis", 2};  // AttributeProto INT
-    f.nodes.push_back(std::move(axis));
+    fused_body::caller_attribute(f, "axis", "axis", fused_body::kInt);
     fused_body::int64s(f, "zero", {0});
     f.nodes.push_back(op("axes", "Unsqueeze", {"axis", "zero"}, "axes"));
   };
@@ -153,7 +145,7 @@ std::vector<Function> fused_grad_functions() {
     pool.op_type = "MaxPool";
     pool.inputs = {"X"};
     pool.outputs = {"pooled", "indices"};
-    constexpr int32_t kInt = 2, kString = 3, kInts = 7;  // AttributeProto type codes
+    using fused_body::kInt, fused_body::kInts, fused_body::kString;
     for (const char* a : {"dilations", "kernel_shape", "pads", "strides"}) pool.attribute_refs[a] = {a, kInts};
     pool.attribute_refs["ceil_mode"] = {"ceil_mode", kInt};
     pool.attribute_refs["auto_pad"] = {"auto_pad", kString};
