@@ -41,7 +41,7 @@ void write_all(int fd, const char* data, size_t n) {
   }
 }
 
-[[noreturn]] void child_main(int fd, const std::function<std::string()>& work) {
+[[noreturn]] void child_main(int fd, pid_t parent, const std::function<std::string()>& work) {
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS, SIGPIPE, SIGTERM}) ::signal(sig, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
@@ -49,6 +49,7 @@ void write_all(int fd, const char* data, size_t n) {
   if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(nullptr);
   // Dies with the thread that forked it, so a parent killed while waiting leaves no orphan computing on.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(122);  // it died before the line above took effect
   char tag = kReturned;
   std::string payload;
   try {
@@ -107,6 +108,7 @@ std::string signal_name(int sig) {
 }
 
 ChildResult run_in_child(const std::function<std::string()>& work, double timeout_seconds, const std::string& what) {
+  const pid_t parent = ::getpid();
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) fail(what, "cannot start its child process: " + errno_text("pipe"));
   const pid_t pid = ::fork();
@@ -118,7 +120,7 @@ ChildResult run_in_child(const std::function<std::string()>& work, double timeou
   }
   if (pid == 0) {
     ::close(fds[0]);
-    child_main(fds[1], work);
+    child_main(fds[1], parent, work);
   }
   ::close(fds[1]);
 
@@ -127,6 +129,7 @@ ChildResult run_in_child(const std::function<std::string()>& work, double timeou
                                            std::chrono::duration<double>(std::min(timeout_seconds, 1e9)));
   std::string buf;
   bool timed_out = false;
+  std::string io_error;    // the pipe failed: the child is killed, since nothing it sends can arrive
   bool collected = false;  // the child was reaped inside the loop
   int status = 0;
   char chunk[1 << 16];
@@ -142,6 +145,7 @@ ChildResult run_in_child(const std::function<std::string()>& work, double timeou
     const int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 200)));
     if (r < 0) {
       if (errno == EINTR) continue;
+      io_error = errno_text("poll");
       break;
     }
     if (r == 0) {
@@ -162,13 +166,14 @@ ChildResult run_in_child(const std::function<std::string()>& work, double timeou
     const ssize_t n = ::read(fds[0], chunk, sizeof chunk);
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
+      io_error = errno_text("read");
       break;
     }
     if (n == 0) break;  // end of file: the child exited (or closed the pipe) without finishing its message
     buf.append(chunk, static_cast<size_t>(n));
   }
   if (!collected) {
-    if (timed_out) ::kill(pid, SIGKILL);
+    if (timed_out || !io_error.empty()) ::kill(pid, SIGKILL);
     if (!reap(pid, status)) status = -1;
   }
   ::close(fds[0]);
@@ -184,7 +189,9 @@ ChildResult run_in_child(const std::function<std::string()>& work, double timeou
     return out;
   }
   out.status = ChildResult::Status::Crashed;
-  if (status == -1) {
+  if (!io_error.empty()) {
+    out.payload = "reading its result: " + io_error;
+  } else if (status == -1) {
     out.payload = "the child ended without a result and its exit status was collected elsewhere";
   } else if (WIFSIGNALED(status)) {
     out.payload = signal_name(WTERMSIG(status));
