@@ -181,6 +181,59 @@ TEST(IsolatedInference, SameTypesAsInProcess) {
   EXPECT_GE(compared, 4);
 }
 
+// Types the generated models above do not exercise: a value inside an If branch (the child must send subgraph
+// value_info back) and a shape only data propagation resolves (Shape -> Reshape).
+Model branches_and_propagation() {
+  Model m;
+  m.opset_imports[""] = 17;
+  m.graph.name = "g";
+  m.graph.inputs.push_back(value("x", {2, 3, 4}));
+  m.graph.inputs.push_back({"cond", {DType::Bool, Shape{}}});
+  auto node = [](std::string op, std::vector<std::string> in, std::string out) {
+    Node n;
+    n.op_type = std::move(op);
+    n.name = out;
+    n.inputs = std::move(in);
+    n.outputs = {std::move(out)};
+    return n;
+  };
+  auto branch = [&](const std::string& name, const std::string& op) {
+    auto g = std::make_shared<Graph>();
+    g->name = name;
+    g->nodes.push_back(node(op, {"x", "x"}, name + "_inner"));
+    g->nodes.push_back(node("Relu", {name + "_inner"}, name + "_out"));
+    g->outputs.push_back({name + "_out", {}});
+    return g;
+  };
+  Node i = node("If", {"cond"}, "branched");
+  i.attributes["then_branch"] = branch("then", "Add");
+  i.attributes["else_branch"] = branch("else", "Mul");
+  m.graph.nodes.push_back(i);
+  m.graph.nodes.push_back(node("Flatten", {"branched"}, "flat"));
+  m.graph.nodes.push_back(node("Shape", {"x"}, "shape"));
+  m.graph.nodes.push_back(node("Reshape", {"flat", "shape"}, "y"));
+  m.graph.outputs.push_back({"y", {DType::Float32, std::nullopt}});
+  return m;
+}
+
+TEST(IsolatedInference, SubgraphTypesAndPropagatedShapesAsInProcess) {
+  Model isolated = branches_and_propagation();
+  infer_shapes(isolated);
+  Model in_process = branches_and_propagation();
+  {
+    ScopedEnv off("ONNXTRAIN_ISOLATE_ONNX", "0");
+    infer_shapes(in_process);
+  }
+  EXPECT_EQ(test::diff(isolated, in_process), "");
+  const Graph& then_branch = *std::get<std::shared_ptr<Graph>>(isolated.graph.nodes[0].attributes.at("then_branch"));
+  const TypeInfo* inner = then_branch.type_of("then_inner");
+  ASSERT_TRUE(inner && inner->shape) << "no type for the branch's intermediate value";
+  EXPECT_EQ(inner->shape->size(), 3u);
+  const TypeInfo* y = isolated.graph.type_of("y");
+  ASSERT_TRUE(y && y->shape);
+  EXPECT_EQ(*y->shape, (Shape{Dim::of(2), Dim::of(3), Dim::of(4)}));  // only data propagation knows these
+}
+
 // The result is larger than a pipe's buffer (64 KiB): the parent reads while the child writes.
 TEST(IsolatedInference, LargeResultArrivesWhole) {
   Model m = relu_chain(3000);
