@@ -1,4 +1,5 @@
-// Bytes -> IR: protobuf parse, conversion, the ONNX checker and our validation, shape inference.
+// Bytes -> IR: protobuf parse, conversion, the ONNX checker and our validation, shape inference (ONNX's part in a
+// child process: a crash or hang there must come back as an Error).
 #include "fuzz/fuzz_common.h"
 #include "graph/model_io.h"
 

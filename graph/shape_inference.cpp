@@ -1,5 +1,11 @@
 #include "graph/shape_inference.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -8,6 +14,7 @@
 #include <onnx/shape_inference/implementation.h>
 
 #include "graph/error.h"
+#include "graph/isolate.h"
 #include "graph/proto.h"
 
 namespace onnxtrain {
@@ -86,80 +93,154 @@ void infer_missing(Graph& g) {
   }
 }
 
-// ONNX 1.16's convPoolShapeInference indexes its dilations/strides (sized from X's rank) by the kernel's rank
-// (from kernel_shape or W) without comparing the two, so a Conv whose X has the wrong rank reads past a vector
-// and crashes the process (found by fuzz_gradients). Refuse such a node first, naming it.
-void check_conv_pool_ranks(const Graph& g) {
-  static const std::set<std::string> kOps{"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "ConvInteger",
-                                          "QLinearConv"};
-  auto rank_of = [&](const std::string& v) -> std::optional<size_t> {
-    const TypeInfo* t = v.empty() ? nullptr : g.type_of(v);
-    if (!t || !t->shape) return std::nullopt;
-    return t->shape->size();
-  };
-  for (const Node& n : g.nodes) {
-    if (!(n.domain.empty() || n.domain == "ai.onnx") || !kOps.count(n.op_type) || !n.has_input(0)) continue;
-    for (const char* a : {"strides", "dilations", "kernel_shape"})
-      if (n.attributes.count(a))
-        for (int64_t v : n.attr_ints(a))
-          if (v <= 0)  // ONNX divides by strides: a zero is a floating-point exception, not an error
-            fail(n.describe(), std::string("attribute '") + a + "' has " + std::to_string(v) + "; expected every value >= 1");
-    const std::optional<size_t> x = rank_of(n.inputs[0]);
-    if (!x) continue;
-    if (*x < 3)
-      fail(n.describe(), "input '" + n.inputs[0] + "' has rank " + std::to_string(*x) +
-                             "; expected (N, C, spatial...) with at least one spatial dim");
-    std::optional<size_t> kernel;
-    if (n.attributes.count("kernel_shape")) kernel = n.attr_ints("kernel_shape").size();
-    else if (n.op_type.find("Conv") != std::string::npos) {
-      const size_t w = n.op_type == "QLinearConv" ? 3 : 1;
-      if (n.has_input(w))
-        if (const std::optional<size_t> r = rank_of(n.inputs[w]); r && *r >= 2) kernel = *r - 2;
+// Runs ONNX's inference on p, data propagation first: it resolves Shape -> Gather -> Reshape chains, and if it
+// trips on a model, plain inference still gives element types and most shapes. `fresh` rebuilds p, which a
+// failed attempt leaves half-inferred. Throws Error with the first attempt's message when both fail.
+void run_onnx_inference(onnx::ModelProto& p, const std::function<onnx::ModelProto()>& fresh) {
+  std::string first_error;
+  for (bool data_propagation : {true, false}) {
+    if (!data_propagation) p = fresh();
+    onnx::ShapeInferenceOptions opts{/*check_type=*/false, /*error_mode=*/0, data_propagation};
+    try {
+      onnx::shape_inference::InferShapes(p, onnx::OpSchemaRegistry::Instance(), opts);
+      return;
+    } catch (const std::exception& e) {
+      if (first_error.empty()) first_error = e.what();
     }
-    if (kernel && *kernel != *x - 2)
-      fail(n.describe(), "the kernel has " + std::to_string(*kernel) + " spatial dims but input '" + n.inputs[0] +
-                             "' has " + std::to_string(*x - 2) + " (rank " + std::to_string(*x) + ")");
   }
+  fail("ONNX shape inference", first_error);
+}
+
+// Drops what read_back does not look at (initializers, inputs, node inputs/outputs, non-graph attributes), so
+// the child sends back little more than the inferred types.
+void slim(onnx::GraphProto& g) {
+  g.clear_initializer();
+  g.clear_sparse_initializer();
+  g.clear_input();
+  g.clear_doc_string();
+  for (onnx::NodeProto& n : *g.mutable_node()) {
+    n.clear_input();
+    n.clear_output();
+    n.clear_doc_string();
+    auto* attrs = n.mutable_attribute();
+    int kept = 0;
+    for (int i = 0; i < attrs->size(); ++i)
+      if (attrs->Get(i).type() == onnx::AttributeProto::GRAPH) attrs->SwapElements(i, kept++);
+    attrs->DeleteSubrange(kept, attrs->size() - kept);
+    for (onnx::AttributeProto& a : *attrs) slim(*a.mutable_g());
+  }
+}
+
+// The schema registry is built on first use. Built in the parent, every child inherits it instead of building
+// it again (which would also cost each call most of the time the isolation takes).
+void warm_up_onnx() {
+  static const bool warm = onnx::OpSchemaRegistry::Schema("Relu", 14, "") != nullptr;
+  (void)warm;
+}
+
+// Test hook (tests/graph/test_isolation.cpp): makes the child that runs the whole graph fail in a way no model
+// reliably provokes. Read in the parent, so a child does nothing but act on it.
+std::string test_fault() {
+  const char* v = std::getenv("ONNXTRAIN_TEST_SHAPE_INFERENCE_FAULT");
+  return v ? v : "";
+}
+
+void act_on_test_fault(const std::string& fault) {
+  if (fault == "segv") ::raise(SIGSEGV);
+  if (fault == "abort") std::abort();
+  if (fault == "exit") ::_exit(3);
+  if (fault == "hang")
+    for (;;) ::pause();
+}
+
+// The first node whose prefix crashes ONNX's inference in a child, found by bisection: ONNX infers nodes in
+// order, so the prefix nodes[0, k) crashes iff it holds the crashing node. The graph's outputs are dropped from
+// every prefix (most are not produced yet). Returns -1 when even the whole node list does not crash without
+// them (the crash came from the graph's outputs, or does not reproduce).
+int crashing_node(onnx::ModelProto& p, const std::function<onnx::ModelProto()>& fresh, double timeout) {
+  const int n = p.graph().node_size();
+  auto crashes = [&](int k) {
+    const ChildResult r = run_in_child(
+        [&] {
+          // Cut in the child's copy of p: each bisection step forks from the parent's, which stays whole.
+          auto prefix = [&](onnx::ModelProto& q) {
+            q.mutable_graph()->mutable_node()->DeleteSubrange(k, n - k);
+            q.mutable_graph()->clear_output();
+          };
+          prefix(p);
+          run_onnx_inference(p, [&] {
+            onnx::ModelProto q = fresh();
+            prefix(q);
+            return q;
+          });
+          return std::string();
+        },
+        timeout, "ONNX shape inference");
+    return r.status == ChildResult::Status::Crashed || r.status == ChildResult::Status::TimedOut;
+  };
+  if (n == 0 || !crashes(n)) return -1;
+  int good = 0, bad = n;  // prefix `good` is assumed not to crash (it has no nodes when 0), prefix `bad` does
+  while (bad - good > 1) {
+    const int mid = good + (bad - good) / 2;
+    (crashes(mid) ? bad : good) = mid;
+  }
+  return bad - 1;
+}
+
+void infer_isolated(Model& m, const OnnxIsolation& iso) {
+  warm_up_onnx();
+  onnx::ModelProto p = inference_proto(m);
+  auto fresh = [&] { return inference_proto(m); };
+  const std::string fault = test_fault();
+  const ChildResult r = run_in_child(
+      [&] {
+        act_on_test_fault(fault);
+        // The child's memory is its own copy of the parent's: inferring into p here leaves the parent's p as
+        // it was, for the bisection below.
+        run_onnx_inference(p, fresh);
+        slim(*p.mutable_graph());
+        return p.graph().SerializeAsString();
+      },
+      iso.timeout_seconds, "ONNX shape inference");
+  const std::string graph = "graph '" + m.graph.name + "' (" + std::to_string(m.graph.nodes.size()) + " nodes)";
+  switch (r.status) {
+    case ChildResult::Status::Returned: {
+      onnx::GraphProto gp;
+      if (!gp.ParseFromString(r.payload))
+        fail("ONNX shape inference", "the child process's result for " + graph + " did not parse");
+      read_back(gp, m.graph);
+      infer_missing(m.graph);
+      return;
+    }
+    case ChildResult::Status::Threw:
+      fail("", r.payload);  // run_onnx_inference's message, already located
+    case ChildResult::Status::TimedOut: {
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%g", iso.timeout_seconds);
+      fail("ONNX shape inference", std::string("did not finish within ") + secs + " s on " + graph +
+                                       "; the child process running it was killed (ONNXTRAIN_ONNX_TIMEOUT sets the "
+                                       "limit, docs/reliability.md)");
+    }
+    case ChildResult::Status::Crashed: break;
+  }
+  const int at = crashing_node(p, fresh, iso.timeout_seconds);
+  const std::string where = at >= 0 && static_cast<size_t>(at) < m.graph.nodes.size()
+                                ? "on " + m.graph.nodes[static_cast<size_t>(at)].describe()
+                                : "on " + graph + " (no prefix of its nodes crashes alone)";
+  fail("", "ONNX shape inference crashed (" + r.payload + ") " + where +
+               "; it ran in a child process, so only the child died. The node's attributes or input types are "
+               "malformed, or ONNX's inference has a bug for them");
 }
 
 }  // namespace
 
-// ONNX 1.16's LayerNormalization inference (and others) index the input's dims by `axis` unchecked: an axis
-// outside the widest range any op accepts ([-rank - 1, rank], OneHot's) reads out of bounds. Refuse it first.
-static void check_axis_ranges(const Graph& g) {
-  for (const Node& n : g.nodes) {
-    auto it = n.attributes.find("axis");
-    if (it == n.attributes.end() || !n.has_input(0)) continue;
-    const int64_t* axis = std::get_if<int64_t>(&it->second);
-    const TypeInfo* t = g.type_of(n.inputs[0]);
-    if (!axis || !t || !t->shape) continue;
-    const auto r = static_cast<int64_t>(t->shape->size());
-    if (*axis < -r - 1 || *axis > r)
-      fail(n.describe(), "attribute 'axis' is " + std::to_string(*axis) + " but input '" + n.inputs[0] + "' has rank " +
-                             std::to_string(r));
-  }
-}
-
 void infer_shapes(Model& m) {
-  check_conv_pool_ranks(m.graph);
-  check_axis_ranges(m.graph);
-  std::string first_error;
-  // Data propagation resolves Shape -> Gather -> Reshape chains; if it trips on a model, plain inference
-  // still gives element types and most shapes.
-  for (bool data_propagation : {true, false}) {
-    onnx::ModelProto p = inference_proto(m);
-    onnx::ShapeInferenceOptions opts{/*check_type=*/false, /*error_mode=*/0, data_propagation};
-    try {
-      onnx::shape_inference::InferShapes(p, onnx::OpSchemaRegistry::Instance(), opts);
-    } catch (const std::exception& e) {
-      if (first_error.empty()) first_error = e.what();
-      continue;
-    }
-    read_back(p.graph(), m.graph);
-    infer_missing(m.graph);
-    return;
-  }
-  fail("ONNX shape inference", first_error);
+  const OnnxIsolation iso = onnx_isolation_from_env();
+  if (iso.enabled) return infer_isolated(m, iso);
+  onnx::ModelProto p = inference_proto(m);
+  run_onnx_inference(p, [&] { return inference_proto(m); });
+  read_back(p.graph(), m.graph);
+  infer_missing(m.graph);
 }
 
 }  // namespace onnxtrain

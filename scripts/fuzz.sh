@@ -26,6 +26,9 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$here/scripts/lsan.supp:print_suppressions=0}"
 export OMP_NUM_THREADS=1
+# ONNX's shape inference runs in a child process (docs/reliability.md); its timeout must stay below libFuzzer's
+# 10 s per input, so a model that hangs ONNX is an Error (what the loader promises), not a fuzzer timeout.
+export ONNXTRAIN_ONNX_TIMEOUT="${ONNXTRAIN_ONNX_TIMEOUT:-3}"
 status=0
 for t in "${targets[@]}"; do
   seeds="$here/fuzz/corpus/${t#fuzz_}"

@@ -41,6 +41,12 @@ std::vector<int64_t> spatial_attr(RuleContext& c, const std::string& name, size_
   std::vector<int64_t> v = c.node().attr_ints(name, std::vector<int64_t>(n, fallback));
   if (v.size() != n)
     c.fail("attribute '" + name + "' has " + std::to_string(v.size()) + " entries, expected " + std::to_string(n));
+  // window() divides by strides: a zero must be an error here, since ONNX's inference, which would have
+  // crashed on it in its child process, does not see every node whose shape we know (infer_missing).
+  const int64_t least = name == "output_padding" ? 0 : 1;
+  for (int64_t x : v)
+    if (x < least)
+      c.fail("attribute '" + name + "' has " + std::to_string(x) + "; expected every value >= " + std::to_string(least));
   return v;
 }
 

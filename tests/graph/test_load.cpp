@@ -202,12 +202,14 @@ TEST(LoadErrors, CheckerFailureNamesSourceAndNode) {
   EXPECT_NO_THROW(load_model_from_bytes(serialize_model(m), "bad.onnx", lax));
 }
 
-// Regression (fuzz_gradients): a Conv whose input has rank 2 while its weight has two spatial dims crashed ONNX
-// 1.16's shape inference (it indexes dilations by the kernel's rank); the loader refuses it first, naming it.
+// Regression (fuzz_gradients): a Conv whose input has rank 2 while its weight has two spatial dims crashes ONNX
+// 1.16's shape inference (it indexes an empty dilations vector by the kernel's rank). The inference runs in a
+// child process, so the child dies and the loader reports the node. The other crash classes and the hang are
+// in test_isolation.cpp.
 TEST(LoadErrors, ConvInputRankBelowKernelIsAnError) {
   const fs::path p = test::source_dir() / "fuzz" / "corpus" / "gradients" / "regress-conv-input-rank-below-kernel.onnx";
-  const std::string e = test::error_of([&] { load_model(p); });
-  EXPECT_NE(e.find("node 'conv' (Conv): input 'x' has rank 2"), std::string::npos) << e;
+  expect_error([&] { load_model(p); },
+               {p.string() + ": ONNX shape inference crashed (", ") on node 'conv' (Conv); it ran in a child process"});
 }
 
 TEST(LoadErrors, CycleThroughLoad) {
