@@ -205,3 +205,63 @@ def test_estimators_take_on_non_finite_and_raise_by_default():
     assert onnx_est.n_skipped_steps_ == 2
     with pytest.raises(onnxtrain.OnnxtrainError, match="training step 1 "):
         OnnxRegressor(make_mlp([4, 8, 1], seed=0), max_iter=1, batch_size=8, shuffle=False).fit(X, y_bad)
+
+
+_RANK_SCRIPT = r'''
+import sys, warnings
+import numpy as np
+import onnxtrain as ot
+sys.path.insert(0, sys.argv[1])
+from make_mlp import make_mlp
+
+out, policy = sys.argv[2], sys.argv[3]
+s = ot.TrainingSession(make_mlp([4, 8, 1], seed=3), optimizer="adam", learning_rate=0.01, parallel=True,
+                       on_non_finite=policy)
+rng = np.random.default_rng(s.rank)  # each rank its own shard
+log = []
+for step in range(4):
+    x = rng.standard_normal((6, 4)).astype(np.float32)
+    y = rng.standard_normal((6, 1)).astype(np.float32)
+    if step == 1 and s.rank == 1:
+        x[0, 0] = np.inf  # only rank 1's batch
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            log.append(repr(s.train_step({"x": x, s.target_name: y})))
+    except ot.OnnxtrainError as e:
+        log.append("raised: " + str(e).split(" [")[0])
+np.savez(f"{out}/rank{s.rank}.npz", skipped=s.skipped_steps, step=s.step, **s.weights())
+open(f"{out}/rank{s.rank}.log", "w").write("\n".join(log))
+'''
+
+
+@pytest.mark.parametrize("policy", ["skip", "raise"])
+def test_a_nan_on_one_mpi_rank_is_handled_on_every_rank_alike(policy, tmp_path, python_env):
+    import shutil
+    import subprocess
+
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("no mpirun on PATH (install openmpi-bin)")
+    script = tmp_path / "rank.py"
+    script.write_text(_RANK_SCRIPT)
+    env = dict(python_env, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
+    cmd = [mpirun, "-np", "2", "--oversubscribe", "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", sys.executable,
+           str(script), str(ROOT / "examples"), str(tmp_path), policy]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout + run.stderr
+    r0, r1 = (dict(np.load(tmp_path / f"rank{r}.npz")) for r in (0, 1))
+    logs = [(tmp_path / f"rank{r}.log").read_text().splitlines() for r in (0, 1)]
+    # Rank 0's own batch was finite, yet it sees the NaN in the reduced values and does what rank 1 does.
+    for log in logs:
+        assert len(log) == 4, log
+        if policy == "skip":
+            assert log[1] == "nan" and all(v != "nan" for v in log[:1] + log[2:]), log
+        else:
+            assert log[1] == ("raised: training step 2 (optimizer step 2): the loss (reduced over the data-parallel "
+                              "ranks) went non-finite, so the step's update was not applied"), log
+    assert int(r0["skipped"]) == int(r1["skipped"]) == (1 if policy == "skip" else 0)
+    assert int(r0["step"]) == int(r1["step"]) == 3
+    for name in r0:
+        assert np.array_equal(r0[name], r1[name]), f"{name}: the ranks must hold the same weights"
+        assert np.all(np.isfinite(r0[name])), name
