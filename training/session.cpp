@@ -69,6 +69,11 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   }
   if (config_.on_non_finite != "raise" && config_.on_non_finite != "skip")
     fail("on_non_finite", "expected 'raise' or 'skip', got '" + config_.on_non_finite + "'");
+  // check_every_value stops a rank at its own first NaN, before the allreduce the other ranks then wait in;
+  // skipping there would leave the ranks one collective apart, mixing the next step's values.
+  if (config_.check_every_value && config_.on_non_finite == "skip" && config_.parallel.active())
+    fail("check_every_value", "cannot be combined with on_non_finite 'skip' in data-parallel training (a rank would "
+                              "skip before a collective the others wait in); debug with on_non_finite 'raise'");
   validate_optimizer(config_.optimizer, trainable_);  // before anything else reads the learning rate
   std::string prediction = config_.prediction.empty() ? g.outputs.front().name : config_.prediction;
   if (std::none_of(g.outputs.begin(), g.outputs.end(), [&](const ValueInfo& v) { return v.name == prediction; }))

@@ -185,6 +185,14 @@ TEST_F(SkipPolicy, DataParallelRanksDecideOnTheReducedValues) {
   const std::string msg = test::error_of([&] { raising.train_step(f); });
   EXPECT_NE(msg.find("training step 1"), std::string::npos) << msg;
   EXPECT_EQ(raising.step(), 0);
+  // Checking every value stops a rank before the collective: with skip, the ranks would fall out of step.
+  c.on_non_finite = "skip";
+  c.check_every_value = true;
+  peer->poison = false;
+  const std::string refused = test::error_of([&] { TrainingSession::from_file(model_, c); });
+  EXPECT_NE(refused.find("check_every_value: cannot be combined with on_non_finite 'skip' in data-parallel training"),
+            std::string::npos)
+      << refused;
 }
 
 DataLoader in_order(const TrainingSession& s, const Rows& r, int64_t batch) {
