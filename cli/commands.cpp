@@ -143,7 +143,7 @@ int cmd_resume(const std::vector<std::string>& argv) {
   Args a = parse_args(argv, {});
   if (a.help) return std::printf("%s", usage_of("resume")), 0;
   if (a.positional.size() != 1) throw UsageError("expected one checkpoint file");
-  static const std::vector<std::string> changeable = {"train.epochs", "train.max_steps", "checkpoint.every", "checkpoint.keep_last",
+  static const std::vector<std::string> changeable = {"train.epochs", "train.max_steps", "train.max_skipped_steps", "checkpoint.every", "checkpoint.keep_last",
                                                       "early_stopping.patience", "early_stopping.min_delta", "log.progress",
                                                       "threads", "output"};
   for (const std::string& kv : a.sets) {

@@ -252,10 +252,12 @@ const std::vector<Key>& keys() {
       {"mixed_precision.backoff_factor", "0.5", "the scale shrinks by this on an overflowed (skipped) step", [](const Ctx& c, RunConfig& r) { r.training.mixed_precision.backoff_factor = c.num(0, 1, true); }},
       {"mixed_precision.growth_interval", "2000", "finite steps in a row before the scale grows", [](const Ctx& c, RunConfig& r) { r.training.mixed_precision.growth_interval = c.integer(1); }},
 
-      {"train.on_non_finite", "raise", "a NaN/Inf loss or gradient: raise (stop, naming step and tensor) or skip (the step is not applied)",
+      {"train.on_non_finite", "raise", "a NaN/Inf loss or gradient: raise (stop, naming step and tensor) or skip (not applied; warned, counted in the summary)",
        [](const Ctx& c, RunConfig& r) { r.training.on_non_finite = c.choice({"raise", "skip"}); }},
       {"train.check_every_value", "false", "debugging: check every intermediate value so the error names the first non-finite tensor",
        [](const Ctx& c, RunConfig& r) { r.training.check_every_value = c.boolean(); }},
+      {"train.max_skipped_steps", "0", "with on_non_finite skip: fail (exit 1) once more steps than this were skipped; 0 = no limit",
+       [](const Ctx& c, RunConfig& r) { r.max_skipped_steps = c.integer(0); }},
       {"train.epochs", "1", "passes over the training data", [](const Ctx& c, RunConfig& r) { r.epochs = c.integer(1); }},
       {"train.max_steps", "0", "stop after this many optimizer steps; 0 = no limit", [](const Ctx& c, RunConfig& r) { r.max_steps = c.integer(0); }},
       {"train.batch_size", "32", "rows per batch (per rank under mpirun: a step trains on batch_size x ranks rows)", [](const Ctx& c, RunConfig& r) { r.batch_size = c.integer(1); }},

@@ -36,6 +36,7 @@ struct RunConfig {
   TrainingConfig training;  // loss, penalty, optimizer, schedule, device, prediction
   DataConfig data;
   int64_t epochs = 1, max_steps = 0, batch_size = 32, eval_batch_size = 0;
+  int64_t max_skipped_steps = 0;  // with on_non_finite skip: more skipped steps than this end the run (0 = no limit)
   std::vector<std::string> metrics = {"loss"};
   std::string early_metric = "val_loss", early_mode = "auto";
   int64_t patience = 0;

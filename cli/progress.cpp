@@ -16,7 +16,9 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
-Progress::Progress(std::string mode, std::FILE* out) : mode_(std::move(mode)), out_(out) {
+bool report_skipped_step(int64_t n) { return n <= kSkipWarnFirst || n % kSkipWarnEvery == 0; }
+
+Progress::Progress(std::string mode, std::FILE* out, std::FILE* warn) : mode_(std::move(mode)), out_(out), warn_(warn) {
   if (mode_ == "auto") mode_ = isatty(fileno(out_)) ? "bar" : "lines";
 }
 
@@ -25,7 +27,23 @@ void Progress::clear_bar() {
   bar_shown_ = false;
 }
 
-void Progress::on_step(Trainer&, const StepInfo& s) {
+void Progress::warn_skipped(Trainer& t, const StepInfo& s) {
+  const int64_t n = t.session().skipped_steps();
+  if (!report_skipped_step(n)) return;
+  clear_bar();
+  std::fflush(out_);
+  std::fprintf(warn_, "onnxtrain: warning: skipped step #%lld (epoch %lld, batch %lld/%lld): %s\n", static_cast<long long>(n),
+               static_cast<long long>(s.epoch + 1), static_cast<long long>(s.batch + 1),
+               static_cast<long long>(s.batches_per_epoch), t.session().last_skip_reason().c_str());
+  if (n == kSkipWarnFirst)
+    std::fprintf(warn_, "onnxtrain: warning: %lld steps skipped so far; from now on only every %lldth skipped step is "
+                        "reported (the summary counts them all)\n",
+                 static_cast<long long>(n), static_cast<long long>(kSkipWarnEvery));
+  std::fflush(warn_);
+}
+
+void Progress::on_step(Trainer& t, const StepInfo& s) {
+  if (s.skipped) warn_skipped(t, s);
   if (mode_ == "none") return;
   const auto now = Clock::now();
   const double total = double(s.epochs) * s.batches_per_epoch;
@@ -70,6 +88,7 @@ void Progress::on_epoch_end(Trainer&, const EpochInfo& e) {
   clear_bar();
   std::fprintf(out_, "epoch %lld done: step %lld train_loss %.6g", static_cast<long long>(e.epoch + 1),
                static_cast<long long>(e.step), e.train_loss);
+  if (e.skipped) std::fprintf(out_, " skipped %lld", static_cast<long long>(e.skipped));
   for (const auto& [k, v] : e.metrics) std::fprintf(out_, " %s %.6g", k.c_str(), v);
   std::fprintf(out_, " (%s)\n", format_duration(e.seconds).c_str());
   std::fflush(out_);

@@ -225,6 +225,7 @@ int run_training(const RunConfig& cfg, TrainingSession& session, const RunData& 
   TrainerOptions opts;
   opts.epochs = cfg.epochs;
   opts.max_steps = cfg.max_steps;
+  opts.max_skipped_steps = cfg.max_skipped_steps;
   opts.metrics = cfg.metrics;
   opts.prediction = cfg.training.prediction;
   opts.loss_kind = cfg.training.loss.kind;
@@ -268,6 +269,9 @@ int run_training(const RunConfig& cfg, TrainingSession& session, const RunData& 
   session.export_inference(model_path);
   std::printf("stopped: %s after %lld steps (%lld epochs complete)\n", r.reason.c_str(), static_cast<long long>(r.steps),
               static_cast<long long>(r.epochs));
+  if (cfg.training.on_non_finite == "skip" || r.skipped_steps > 0)
+    std::printf("skipped steps: %lld (non-finite loss or gradient; train.on_non_finite: skip)\n",
+                static_cast<long long>(r.skipped_steps));
   std::printf("checkpoint: %s\n", r.checkpoint.string().c_str());
   std::printf("metrics log: %s\n", (out / cfg.log_file).string().c_str());
   std::printf("trained model: %s\n", model_path.string().c_str());
@@ -275,6 +279,14 @@ int run_training(const RunConfig& cfg, TrainingSession& session, const RunData& 
   if (r.reason == "interrupted") {
     std::printf("interrupted; continue with: onnxtrain resume %s\n", r.checkpoint.string().c_str());
     return 130;
+  }
+  if (r.reason == "max_skipped_steps") {
+    const std::string& last = session.last_skip_reason();
+    std::fflush(stdout);
+    std::fprintf(stderr, "onnxtrain: %s: %lld steps were skipped, more than the limit of %lld, so the run stopped%s%s\n",
+                 where_of(cfg, "train.max_skipped_steps").c_str(), static_cast<long long>(r.skipped_steps),
+                 static_cast<long long>(cfg.max_skipped_steps), last.empty() ? "" : "; the latest: ", last.c_str());
+    return 1;
   }
   if (r.reason == "diverged") {
     std::fprintf(stderr, "onnxtrain: the loss is not finite (diverged); lower optimizer.learning_rate or clip gradients\n");

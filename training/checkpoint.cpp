@@ -345,6 +345,9 @@ Model TrainingSession::checkpoint() const {
   for (auto& kv : config_to_metadata(config_)) meta.push_back(std::move(kv));
   meta.emplace_back(std::string(kCheckpointKeyPrefix) + "step", std::to_string(step()));
   meta.emplace_back(std::string(kCheckpointKeyPrefix) + "micro_batches", std::to_string(micro_));
+  // The non-finite policy's counters. Readers that predate them ignore the keys (format stays 1).
+  meta.emplace_back(std::string(kCheckpointKeyPrefix) + "skipped_steps", std::to_string(skipped_steps_));
+  meta.emplace_back(std::string(kCheckpointKeyPrefix) + "train_step_calls", std::to_string(step_calls_));
   if (schedule_) {
     std::vector<double> st = schedule_->state();
     if (!st.empty()) {
@@ -493,6 +496,20 @@ TrainingSession TrainingSession::from_checkpoint(const Model& ckpt, const std::s
       r.bad("micro_batches", "expected 0 <= value < gradient_accumulation, got " + std::to_string(micro));
     s.micro_ = static_cast<int>(micro);
   }
+  // Checkpoints from before these counters: no step was skipped, and every call so far was an update or one
+  // of the micro-batches accumulated.
+  s.step_calls_ = s.step() * std::max(1, s.config_.optimizer.gradient_accumulation) + s.micro_;
+  for (auto [key, field] : {std::pair<const char*, int64_t*>{"skipped_steps", &s.skipped_steps_},
+                            std::pair<const char*, int64_t*>{"train_step_calls", &s.step_calls_}}) {
+    if (!r.get(key)) continue;
+    int64_t v = 0;
+    r(key, v);
+    if (v < 0) r.bad(key, "expected an integer >= 0, got " + std::to_string(v));
+    *field = v;
+  }
+  if (s.skipped_steps_ > s.step_calls_)
+    r.bad("skipped_steps", "is " + std::to_string(s.skipped_steps_) + ", more than the train_step calls (" +
+                               std::to_string(s.step_calls_) + ")");
   if (s.schedule_) {
     std::vector<double> st;
     r("schedule_state", st);

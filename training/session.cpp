@@ -69,6 +69,11 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   }
   if (config_.on_non_finite != "raise" && config_.on_non_finite != "skip")
     fail("on_non_finite", "expected 'raise' or 'skip', got '" + config_.on_non_finite + "'");
+  // check_every_value stops a rank at its own first NaN, before the allreduce the other ranks then wait in;
+  // skipping there would leave the ranks one collective apart, mixing the next step's values.
+  if (config_.check_every_value && config_.on_non_finite == "skip" && config_.parallel.active())
+    fail("check_every_value", "cannot be combined with on_non_finite 'skip' in data-parallel training (a rank would "
+                              "skip before a collective the others wait in); debug with on_non_finite 'raise'");
   validate_optimizer(config_.optimizer, trainable_);  // before anything else reads the learning rate
   std::string prediction = config_.prediction.empty() ? g.outputs.front().name : config_.prediction;
   if (std::none_of(g.outputs.begin(), g.outputs.end(), [&](const ValueInfo& v) { return v.name == prediction; }))
@@ -110,6 +115,8 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   tg.outputs.resize(1);
   std::map<std::string, std::string> step_grads = grad_names_;
   reduce_gradients(tg, step_grads);
+  // Checked after the reduction: a NaN on one rank reaches every rank's reduced values, and all must skip it.
+  std::vector<std::string> step_checked = describe_guarded(tg.outputs.front().name, step_grads);
   OptimizerGraph og = append_optimizer(tg, step_grads, config_.optimizer);
   lr_name_ = og.learning_rate;
   group_lr_names_ = og.group_learning_rates;
@@ -124,12 +131,14 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   updates_ = og.updates;
   std::optional<Graph> ag;
   OptimizerGraph accumulate_og;
+  std::vector<std::string> micro_checked;
   if (config_.optimizer.gradient_accumulation > 1) {
     ag = gg;
     ag->outputs.resize(1);
     // Reduced every micro-batch: the sum of the ranks' means is the mean of their sums.
     std::map<std::string, std::string> micro_grads = grad_names_;
     reduce_gradients(*ag, micro_grads);
+    micro_checked = describe_guarded(ag->outputs.front().name, micro_grads);
     accumulate_og = append_optimizer(*ag, micro_grads, config_.optimizer, OptimizerPhase::AccumulateOnly);
   }
 
@@ -149,17 +158,28 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   grad_ = std::make_unique<Executor>(std::move(gg), opsets, store_, eo);
   // The steps that write state check the loss and every gradient before anything is written (with mixed
   // precision the graph itself keeps the state on such a step, and counts it).
-  if (!mixed) {
-    eo.must_be_finite = {loss_};
-    for (const std::string& w : trainable_) eo.must_be_finite.push_back(grad_names_.at(w));
-  }
+  if (!mixed) eo.must_be_finite = step_checked;
   eo.updates = og.updates;
   train_ = std::make_unique<Executor>(std::move(tg), opsets, store_, eo);
   if (ag) {
+    eo.must_be_finite = micro_checked;
     eo.updates = accumulate_og.updates;
     accumulate_ = std::make_unique<Executor>(std::move(*ag), opsets, store_, eo);
   }
   if (config_.parallel.active()) synchronize_initial_state();
+}
+
+std::vector<std::string> TrainingSession::describe_guarded(const std::string& loss,
+                                                          const std::map<std::string, std::string>& grads) {
+  const bool reduced = config_.parallel.active();
+  const std::string suffix = reduced ? " (reduced over the data-parallel ranks)" : "";
+  std::vector<std::string> checked = {loss};
+  guarded_[loss] = "the loss" + suffix;
+  for (const std::string& w : trainable_) {
+    checked.push_back(grads.at(w));
+    guarded_.emplace(grads.at(w), "the gradient of '" + w + "'" + suffix);
+  }
+  return checked;
 }
 
 void TrainingSession::reduce_gradients(Graph& step_graph, std::map<std::string, std::string>& grads) const {
@@ -245,9 +265,8 @@ float TrainingSession::train_step(const Feeds& feeds) {
 }
 
 void TrainingSession::skip_or_raise(const NonFiniteError& e) {
-  std::string what = e.value() == loss_ ? "the loss" : "value '" + e.value() + "'";
-  for (const auto& [w, g] : grad_names_)
-    if (g == e.value()) what = "the gradient of '" + w + "'";
+  auto it = guarded_.find(e.value());
+  const std::string what = it != guarded_.end() ? it->second : "value '" + e.value() + "'";
   std::string msg = "training step " + std::to_string(step_calls_) + " (optimizer step " + std::to_string(step() + 1) +
                     "): " + what + " went non-finite, so the step's update was not applied [" + e.what() + "]";
   if (config_.on_non_finite == "raise") throw NonFiniteError(msg, e.value());

@@ -49,7 +49,8 @@ struct TrainingConfig {
   DataParallelSpec parallel;
   // Numerical guard (docs/reliability.md): a NaN or Inf in the loss or a gradient is found on the step it
   // appears and that step's update is never applied. "raise": train_step throws NonFiniteError naming the step
-  // and the tensor; "skip": train_step returns NaN and counts the step (skipped_steps()).
+  // and the tensor; "skip": train_step returns NaN and counts the step (skipped_steps()). Data-parallel, the
+  // values checked are the ones reduced over the ranks, so every rank takes the same decision.
   std::string on_non_finite = "raise";
   // Mixed precision (docs/trainer.md): MatMul/Gemm/Conv compute on float16 or bfloat16 values, weights stay
   // float32, a dynamic loss scale (torch.amp.GradScaler's rule) guards the backward; a step whose loss or
@@ -91,9 +92,14 @@ class TrainingSession {
   void set_learning_rate(double lr);
   // Optimizer updates applied so far ("optim.step"); micro-batches of an accumulation do not count.
   int64_t step() const;
-  // With on_non_finite = "skip": steps whose update was not applied, and the report of the latest one.
+  // With on_non_finite = "skip": train_step calls whose update was not applied (micro-batches included; they
+  // do not advance step()), and the report of the latest one ("" before the first, and after a resume). The
+  // count is saved in checkpoints.
   int64_t skipped_steps() const { return skipped_steps_; }
   const std::string& last_skip_reason() const { return last_skip_reason_; }
+  // train_step calls so far, skipped ones and micro-batches included: the "training step N" of a non-finite
+  // report. Saved in checkpoints, so a resumed run keeps numbering.
+  int64_t train_step_calls() const { return step_calls_; }
   // With mixed precision: the current loss scale, and the steps skipped because of an overflow (both 0 without).
   float loss_scale() const;
   int64_t overflow_steps() const;
@@ -147,6 +153,8 @@ class TrainingSession {
   void synchronize_initial_state();
   bool writes_files() const { return !config_.parallel.active() || config_.parallel.communicator->rank() == 0; }
   void skip_or_raise(const NonFiniteError& e);
+  // Records how reports name the loss and gradients a step checks; returns them, loss first.
+  std::vector<std::string> describe_guarded(const std::string& loss, const std::map<std::string, std::string>& grads);
 
   Model model_;
   TrainingConfig config_;
@@ -167,6 +175,8 @@ class TrainingSession {
   int64_t step_calls_ = 0;  // train_step calls, for naming the step in a non-finite report
   int64_t skipped_steps_ = 0;
   std::string last_skip_reason_;
+  // The values train_step checks for NaN/Inf, with how a report names them ("the gradient of 'w'").
+  std::map<std::string, std::string> guarded_;
   std::shared_ptr<const LabelRange> labels_;  // set when the loss reads class indices (checked per batch)
 };
 

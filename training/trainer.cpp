@@ -190,6 +190,8 @@ Trainer::Trainer(TrainingSession& session, DataLoader& train, TrainerOptions opt
     : session_(session), train_(train), options_(std::move(options)) {
   if (options_.epochs < 1) fail("epochs", "expected an integer >= 1, got " + std::to_string(options_.epochs));
   if (options_.max_steps < 0) fail("max_steps", "expected an integer >= 0, got " + std::to_string(options_.max_steps));
+  if (options_.max_skipped_steps < 0)
+    fail("max_skipped_steps", "expected an integer >= 0, got " + std::to_string(options_.max_skipped_steps));
 }
 
 namespace {
@@ -245,6 +247,8 @@ TrainResult Trainer::fit() {
     if (parallel && options_.interrupt && comm->allreduce(stop_ ? 1.0 : 0.0, ReduceOp::Sum) > 0 && !stop_)
       stop_ = "interrupted";
     if (!stop_ && options_.max_steps > 0 && session_.step() >= options_.max_steps) stop_ = "max_steps";
+    if (!stop_ && options_.max_skipped_steps > 0 && session_.skipped_steps() > options_.max_skipped_steps)
+      stop_ = "max_skipped_steps";
     return stop_.has_value();
   };
   while (epoch_ < options_.epochs && !check_stop()) {
@@ -254,9 +258,12 @@ TrainResult Trainer::fit() {
       const auto t0 = Clock::now();
       const Feeds& f = train_.batch(batch_);
       const int64_t before = session_.step();
+      const int64_t skipped_before = session_.skipped_steps();
       const float loss = session_.train_step(f);
+      const bool skipped = session_.skipped_steps() != skipped_before;
       ++batch_;
-      epoch_loss_ += loss;
+      if (skipped) ++epoch_skipped_;
+      else epoch_loss_ += loss;
       StepInfo s;
       s.epoch = epoch_;
       s.batch = batch_ - 1;
@@ -266,16 +273,18 @@ TrainResult Trainer::fit() {
       s.max_steps = options_.max_steps;
       s.samples = f.begin()->second.shape[0] * world_size();  // the sampler gives every rank as many rows
       s.updated = s.step != before;
+      s.skipped = skipped;
       s.loss = loss;
       s.learning_rate = session_.learning_rate();
       s.seconds = since(t0);
       for (auto& cb : callbacks_) cb->on_step(*this, s);
-      if (!std::isfinite(loss)) request_stop("diverged");
+      if (!skipped && !std::isfinite(loss)) request_stop("diverged");
     }
     if (batch_ < nb) break;  // stopped inside the epoch
     EpochInfo e;
     e.epoch = epoch_;
-    e.train_loss = epoch_loss_ / nb;
+    e.skipped = epoch_skipped_;
+    e.train_loss = nb > epoch_skipped_ ? epoch_loss_ / double(nb - epoch_skipped_) : std::nan("");
     e.metrics = validate();
     e.step = session_.step();
     e.seconds = since(epoch_start);
@@ -285,6 +294,7 @@ TrainResult Trainer::fit() {
     ++epoch_;
     batch_ = 0;
     epoch_loss_ = 0;
+    epoch_skipped_ = 0;
     for (auto& cb : callbacks_) cb->on_epoch_end(*this, e);
     if (session_.stop_requested()) request_stop("schedule");
   }
@@ -292,6 +302,7 @@ TrainResult Trainer::fit() {
   r.reason = stop_.value_or("finished");
   if (r.reason == "max_steps" && batch_ != 0) last_metrics_ = validate();  // metrics of the final weights
   r.steps = session_.step();
+  r.skipped_steps = session_.skipped_steps();
   r.epochs = epoch_;
   r.metrics = last_metrics_;
   for (auto& cb : callbacks_) cb->on_train_end(*this, r);
@@ -304,6 +315,7 @@ Model Trainer::checkpoint() const {
   put("epoch", std::to_string(epoch_));
   put("batch", std::to_string(batch_));
   put("epoch_loss", exact(epoch_loss_));
+  put("epoch_skipped", std::to_string(epoch_skipped_));
   put("seed", std::to_string(train_.sampler().seed()));
   put("batch_size", std::to_string(train_.batch_size()));
   put("samples", std::to_string(train_.size()));
@@ -361,9 +373,14 @@ void Trainer::restore(const Model& ckpt, const std::string& source) {
   epoch_ = read_key<int64_t>(m, kTrainerKey + "epoch", source);
   batch_ = read_key<int64_t>(m, kTrainerKey + "batch", source);
   epoch_loss_ = read_key<double>(m, kTrainerKey + "epoch_loss", source);
+  // Absent in checkpoints from before the skip policy was counted: nothing was skipped then.
+  epoch_skipped_ = find_key(m, kTrainerKey + "epoch_skipped") ? read_key<int64_t>(m, kTrainerKey + "epoch_skipped", source) : 0;
   if (epoch_ < 0 || batch_ < 0 || batch_ > train_.batches_per_epoch())
     fail(source, "trainer position epoch " + std::to_string(epoch_) + " batch " + std::to_string(batch_) +
                      " does not fit this data (" + std::to_string(train_.batches_per_epoch()) + " batches per epoch)");
+  if (epoch_skipped_ < 0 || epoch_skipped_ > batch_)
+    fail(source, "metadata key '" + kTrainerKey + "epoch_skipped': expected 0 to " + std::to_string(batch_) +
+                     " (the batches of this epoch so far), got " + std::to_string(epoch_skipped_));
   for (auto& cb : callbacks_) cb->load_state(m, source);
 }
 

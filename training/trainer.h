@@ -53,6 +53,9 @@ struct StepInfo {
   int64_t max_steps = 0;          // TrainerOptions::max_steps (0 = none)
   int64_t samples = 0;            // rows in this batch, all data-parallel ranks together
   bool updated = false;           // false for the first N-1 micro-batches of an accumulation
+  // on_non_finite "skip": this batch's loss or a gradient was NaN/Inf and nothing was applied (loss is NaN;
+  // session().last_skip_reason() names the step and the tensor).
+  bool skipped = false;
   float loss = 0;
   double learning_rate = 0;
   double seconds = 0;             // wall time of this step
@@ -61,16 +64,19 @@ struct StepInfo {
 struct EpochInfo {
   int64_t epoch = 0;
   int64_t step = 0;
-  double train_loss = 0;                  // mean batch loss of the epoch
+  double train_loss = 0;                  // mean batch loss of the epoch's batches that were not skipped
+  int64_t skipped = 0;                    // batches of the epoch skipped (on_non_finite "skip")
   std::map<std::string, double> metrics;  // "val_loss", "val_accuracy", ... (empty without validation)
   double seconds = 0;
 };
 
 struct TrainResult {
   // finished (all epochs), max_steps, early_stopping, schedule (the adaptive schedule asked to stop),
-  // interrupted (interrupt flag), stopped (a callback called request_stop)
+  // interrupted (interrupt flag), stopped (a callback called request_stop), max_skipped_steps (more steps were
+  // skipped than TrainerOptions::max_skipped_steps allows)
   std::string reason;
   int64_t steps = 0;
+  int64_t skipped_steps = 0;  // the session's skipped_steps() at the end (the whole run, resumes included)
   int64_t epochs = 0;  // epochs completed
   std::map<std::string, double> metrics;  // the last validation metrics
   std::filesystem::path checkpoint;       // the last checkpoint written, if any
@@ -94,6 +100,10 @@ class Callback {
 struct TrainerOptions {
   int64_t epochs = 1;
   int64_t max_steps = 0;  // optimizer steps; 0 = no limit
+  // With on_non_finite "skip": stop (reason "max_skipped_steps") once the session has skipped more steps than
+  // this, counted over the whole run including before a resume; 0 = no limit. A run that skips every step is
+  // broken, and this turns it into an error instead of a run that trains nothing.
+  int64_t max_skipped_steps = 0;
   std::vector<std::string> metrics = {"loss"};  // computed on the validation loader after each epoch
   std::string prediction;                       // model output for metrics ("" = the loss's, the first)
   std::string loss_kind;                        // for the accuracy threshold of single-column outputs
@@ -148,7 +158,8 @@ class Trainer {
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::unique_ptr<Evaluator> evaluator_;
   int64_t epoch_ = 0, batch_ = 0;
-  double epoch_loss_ = 0;  // sum of this epoch's batch losses so far
+  double epoch_loss_ = 0;  // sum of this epoch's batch losses so far (skipped batches excluded)
+  int64_t epoch_skipped_ = 0;  // batches of this epoch skipped so far
   std::optional<std::string> stop_;
   std::map<std::string, double> last_metrics_;
 };

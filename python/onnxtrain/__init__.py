@@ -14,6 +14,7 @@ scikit-learn estimators live in :mod:`onnxtrain.sklearn`.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Iterable, Mapping, Sequence, Union
 
 import numpy as np
@@ -43,13 +44,28 @@ from ._onnxtrain import (  # noqa: F401  (re-exported)
 from . import _onnxtrain
 
 __all__ = [
-    "Communicator", "Device", "DistributedSampler", "Elastic", "ForwardBackwardSession", "LossSpec", "MixedPrecisionSpec", "OnnxtrainError", "OptimizerSpec", "ParamGroup",
+    "Communicator", "Device", "DistributedSampler", "Elastic", "ForwardBackwardSession", "LossSpec", "MixedPrecisionSpec", "NonFiniteStepWarning", "OnnxtrainError", "OptimizerSpec", "ParamGroup",
     "PenaltySpec", "ScheduleSpec", "TrainingConfig", "TrainingSession", "communicator_from_environment", "cuda_available", "cuda_unavailable_reason", "launched_by_mpi", "loss_kinds", "make_config", "make_loss", "make_mixed_precision",
     "make_optimizer", "make_penalty", "make_schedule", "optimizer_kinds", "schedule_kinds", "__version__",
 ]
 
 ModelLike = Union[str, "os.PathLike[str]", bytes, Any]  # Any: onnx.ModelProto (anything with SerializeToString)
 Feeds = Mapping[str, Any]
+
+
+class NonFiniteStepWarning(RuntimeWarning):
+    """A training step was skipped (``on_non_finite="skip"``): its loss or a gradient was NaN/Inf, so nothing was
+    applied. The message names the step and the tensor. Warned for each of the first 10 skipped steps of a
+    session, then for every 100th; ``skipped_steps`` counts them all. Silence with
+    ``warnings.simplefilter("ignore", onnxtrain.NonFiniteStepWarning)``."""
+
+
+# The CLI's rate limit (cli/progress.h, report_skipped_step): a run that skips often still shows it, unflooded.
+_SKIP_WARN_FIRST, _SKIP_WARN_EVERY = 10, 100
+
+
+def _skip_is_reported(n: int) -> bool:
+    return n <= _SKIP_WARN_FIRST or n % _SKIP_WARN_EVERY == 0
 
 
 def Elastic(l1: float = 0.0, l2: float = 0.0) -> PenaltySpec:
@@ -133,9 +149,14 @@ def make_mixed_precision(mixed_precision: Union[None, str, MixedPrecisionSpec, M
 def make_config(*, trainable: Iterable[str] | None = None, loss: Any = "mse", optimizer: Any = "sgd",
                 learning_rate: float | None = None, schedule: Any = None, penalty: Any = None,
                 prediction: str | None = None, device: Union[str, Device] = "cpu",
-                inputs_requiring_grad: Iterable[str] | None = None, mixed_precision: Any = None) -> TrainingConfig:
+                inputs_requiring_grad: Iterable[str] | None = None, mixed_precision: Any = None,
+                on_non_finite: str = "raise", check_every_value: bool = False) -> TrainingConfig:
     """A TrainingConfig from the same arguments as TrainingSession."""
+    if on_non_finite not in ("raise", "skip"):
+        raise ValueError(f"on_non_finite: expected 'raise' or 'skip', got {on_non_finite!r}")
     cfg = TrainingConfig()
+    cfg.on_non_finite = on_non_finite
+    cfg.check_every_value = bool(check_every_value)
     cfg.trainable = list(trainable or [])
     cfg.inputs_requiring_grad = list(inputs_requiring_grad or [])
     cfg.prediction = prediction or ""
@@ -188,6 +209,12 @@ class TrainingSession:
         mixed_precision: None (off), 'float16', 'bfloat16', a dict or a MixedPrecisionSpec: MatMul/Gemm/Conv
             compute on half-precision values, weights stay float32, a dynamic loss scale guards the backward and
             overflowed steps are skipped and counted (``loss_scale``, ``overflow_steps``; docs/trainer.md).
+        on_non_finite: what a step whose loss or a gradient is NaN/Inf does (its update is never applied;
+            docs/reliability.md). 'raise' (default): ``train_step`` raises OnnxtrainError naming the step and the
+            tensor. 'skip': ``train_step`` returns NaN, the step is counted in ``skipped_steps`` and a
+            ``NonFiniteStepWarning`` names it (the first 10, then every 100th).
+        check_every_value: debugging aid: check every intermediate value, so the report names the node that first
+            produced the NaN/Inf. Costs a pass over every value per step.
         config: a complete TrainingConfig instead of the arguments above.
         parallel: data-parallel training (docs/distributed.md): True for ``communicator_from_environment()`` (the
             MPI ranks under ``mpirun``, this process alone otherwise) or a Communicator. Rank 0's weights are
@@ -203,13 +230,16 @@ class TrainingSession:
                  optimizer: Any = "sgd", learning_rate: float | None = None, schedule: Any = None,
                  penalty: Any = None, prediction: str | None = None, device: Union[str, Device] = "cpu",
                  inputs_requiring_grad: Iterable[str] | None = None, config: TrainingConfig | None = None,
-                 parallel: Union[None, bool, Communicator] = None, mixed_precision: Any = None):
+                 parallel: Union[None, bool, Communicator] = None, mixed_precision: Any = None,
+                 on_non_finite: str = "raise", check_every_value: bool = False):
         if config is None:
             config = make_config(trainable=trainable, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
                                  schedule=schedule, penalty=penalty, prediction=prediction, device=device,
-                                 inputs_requiring_grad=inputs_requiring_grad, mixed_precision=mixed_precision)
+                                 inputs_requiring_grad=inputs_requiring_grad, mixed_precision=mixed_precision,
+                                 on_non_finite=on_non_finite, check_every_value=check_every_value)
         self._s = _onnxtrain.TrainingSession(model, config, _communicator(parallel))
         self.config = config
+        self._skips_seen = 0
 
     @classmethod
     def from_checkpoint(cls, checkpoint: ModelLike, parallel: Union[None, bool, Communicator] = None) -> "TrainingSession":
@@ -218,6 +248,7 @@ class TrainingSession:
         self = cls.__new__(cls)
         self._s = _onnxtrain.TrainingSession.from_checkpoint(checkpoint, _communicator(parallel))
         self.config = None
+        self._skips_seen = self._s.skipped_steps  # those were reported by the run that saved the checkpoint
         return self
 
     @property
@@ -239,8 +270,22 @@ class TrainingSession:
 
     # Running.
     def train_step(self, feeds: Feeds | None = None, /, **inputs: Any) -> float:
-        """One optimizer step on a batch (model inputs plus the target); returns the loss before the update."""
-        return self._s.train_step(_feeds(feeds, inputs))
+        """One optimizer step on a batch (model inputs plus the target); returns the loss before the update, or
+        NaN for a step skipped under ``on_non_finite="skip"`` (then a NonFiniteStepWarning may name it)."""
+        loss = self._s.train_step(_feeds(feeds, inputs))
+        if loss != loss:  # NaN: only then can the step have been skipped
+            self._warn_skipped()
+        return loss
+
+    def _warn_skipped(self) -> None:
+        n = self._s.skipped_steps
+        if n == self._skips_seen:
+            return
+        self._skips_seen = n
+        if _skip_is_reported(n):
+            note = (f" (from now on only every {_SKIP_WARN_EVERY}th skipped step is reported; skipped_steps counts "
+                    "them all)") if n == _SKIP_WARN_FIRST else ""
+            warnings.warn(NonFiniteStepWarning(f"skipped step #{n}: {self._s.last_skip_reason}{note}"), stacklevel=3)
 
     def infer(self, feeds: Feeds | None = None, /, **inputs: Any) -> list[np.ndarray]:
         """The model's outputs, in order."""
@@ -326,6 +371,22 @@ class TrainingSession:
     def overflow_steps(self) -> int:
         """Mixed precision: steps skipped because the loss or a gradient was not finite."""
         return self._s.overflow_steps
+
+    @property
+    def skipped_steps(self) -> int:
+        """on_non_finite='skip': train_step calls whose loss or a gradient was NaN/Inf, so nothing was applied
+        (they do not advance ``step``). Saved in checkpoints."""
+        return self._s.skipped_steps
+
+    @property
+    def last_skip_reason(self) -> str:
+        """The report of the latest skipped step, naming the step and the tensor ('' before the first)."""
+        return self._s.last_skip_reason
+
+    @property
+    def train_step_calls(self) -> int:
+        """train_step calls so far, skipped ones and micro-batches included (the "training step N" of a report)."""
+        return self._s.train_step_calls
 
     def end_epoch(self, mean_loss: float) -> None:
         """Reports an epoch's mean training loss (the 'adaptive' schedule reads it)."""

@@ -247,6 +247,15 @@ The feeds of train_step/gradients are the model's inputs plus the loss target (t
       .def_property_readonly("overflow_steps", [](PyTraining& self) {
              return self.run([](TrainingSession& s) { return s.overflow_steps(); });
            }, "Mixed precision: steps skipped because the loss or a gradient was not finite.")
+      .def_property_readonly("skipped_steps", [](PyTraining& self) {
+             return self.run([](TrainingSession& s) { return s.skipped_steps(); });
+           }, "on_non_finite='skip': train_step calls whose loss or a gradient was NaN/Inf, so nothing was applied.")
+      .def_property_readonly("last_skip_reason", [](PyTraining& self) {
+             return self.run([](TrainingSession& s) { return s.last_skip_reason(); });
+           }, "The report of the latest skipped step (step and tensor); '' before the first.")
+      .def_property_readonly("train_step_calls", [](PyTraining& self) {
+             return self.run([](TrainingSession& s) { return s.train_step_calls(); });
+           }, "train_step calls so far (skipped ones and micro-batches included): the 'training step N' of a report.")
       .def_property_readonly("stop_requested", [](PyTraining& self) { return self.s->stop_requested(); },
                              "True when the schedule (adaptive) asks training to stop.")
       .def("state", [](PyTraining& self, const std::string& name) {

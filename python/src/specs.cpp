@@ -186,6 +186,10 @@ void bind_specs(py::module_& m) {
       .field("schedule", &TrainingConfig::schedule, "ScheduleSpec")
       .field("mixed_precision", &TrainingConfig::mixed_precision, "MixedPrecisionSpec")
       .field("device", &TrainingConfig::device, "'cpu', 'cuda' or 'cuda:N'")
+      .field("on_non_finite", &TrainingConfig::on_non_finite,
+             "a NaN/Inf loss or gradient: 'raise' (OnnxtrainError naming step and tensor) or 'skip' (not applied, counted)")
+      .field("check_every_value", &TrainingConfig::check_every_value,
+             "debugging: check every intermediate value, so a report names the node that first went NaN/Inf")
       .finish();
 
   m.def("cuda_available", &cuda_available, "Built with CUDA and at least one CUDA device is visible.");

@@ -75,6 +75,11 @@ TEST(Config, NonFinitePolicyKeys) {
   EXPECT_TRUE(c.training.check_every_value);
   const std::string bad = error_of(kBase + "train:\n  on_non_finite: ignore\n");
   EXPECT_NE(bad.find("dir/run.yaml:5: train.on_non_finite: expected one of: raise, skip"), std::string::npos) << bad;
+  EXPECT_EQ(d.max_skipped_steps, 0);
+  EXPECT_EQ(parse_config(kBase + "train: {on_non_finite: skip, max_skipped_steps: 50}\n", "dir/run.yaml").max_skipped_steps, 50);
+  const std::string negative = error_of(kBase + "train:\n  max_skipped_steps: -1\n");
+  EXPECT_NE(negative.find("dir/run.yaml:5: train.max_skipped_steps: expected an integer >= 0, got '-1'"), std::string::npos)
+      << negative;
 }
 
 // Regression (fuzz_config): bytes that are not UTF-8 are refused with the line, instead of being accepted once

@@ -33,6 +33,13 @@ Outcome onnxtrain(const std::string& args, const fs::path& dir) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, s.str()};
 }
 
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
 // A float32 .npy file of the given shape filled with 0.5.
 void write_npy(const fs::path& path, const std::vector<int64_t>& shape) {
   std::string dims;
@@ -148,7 +155,7 @@ TEST_F(MalformedCli, OutOfRangeNumbersNameTheLineKeyAndRange) {
   EXPECT_NE(set.text.find("--set train.epochs: train.epochs: expected an integer >= 1, got '-3'"), std::string::npos) << set.text;
 }
 
-// The numerical guard as the CLI reports it (policy "raise", the CLI's only one): a diverging run stops on the
+// The numerical guard as the CLI reports it with policy "raise" (the default): a diverging run stops on the
 // step whose loss went non-finite, names it and the tensor, and exits 1.
 TEST_F(MalformedCli, NonFiniteLossNamesTheStepAndTensor) {
   csv("train.csv", kRows);
@@ -157,6 +164,60 @@ TEST_F(MalformedCli, NonFiniteLossNamesTheStepAndTensor) {
   EXPECT_NE(r.text.find("onnxtrain train: training step "), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("went non-finite, so the step's update was not applied [value '"), std::string::npos) << r.text;
   EXPECT_EQ(r.text.find("stopped:"), std::string::npos) << r.text;
+}
+
+// Policy "skip": one warning line per skipped step naming it and the tensor, the count in the summary, and the
+// trained model is the one a run without that row produces (batch 1, in file order).
+TEST_F(MalformedCli, SkipPolicyWarnsNamesTheStepAndTrainsAsWithoutTheRow) {
+  const std::string skip = "  shuffle: false\ntrain: {batch_size: 1, epochs: 1, on_non_finite: skip}\n";
+  csv("train.csv", "a,b,c,t\n1,2,3,0.5\n4,5,6,1.5\n7,8,9,2.5\n2,inf,1,0.5\n3,1,2,1\n0,1,0,0.1\n");
+  const Outcome r = onnxtrain("train " + config(kCsvData, skip).string(), dir_);
+  ASSERT_EQ(r.code, 0) << r.text;
+  EXPECT_NE(r.text.find("onnxtrain: warning: skipped step #1 (epoch 1, batch 4/6): training step 4 (optimizer step 4): "
+                        "the loss went non-finite, so the step's update was not applied [value 'loss'"),
+            std::string::npos)
+      << r.text;
+  EXPECT_NE(r.text.find("stopped: finished after 5 steps"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("skipped steps: 1 "), std::string::npos) << r.text;
+  const std::string skipped_model = read_text(dir_ / "out/model.onnx");
+
+  csv("train.csv", "a,b,c,t\n1,2,3,0.5\n4,5,6,1.5\n7,8,9,2.5\n3,1,2,1\n0,1,0,0.1\n");
+  const Outcome ref = onnxtrain("train " + config(kCsvData, skip).string(), dir_);
+  ASSERT_EQ(ref.code, 0) << ref.text;
+  EXPECT_NE(ref.text.find("skipped steps: 0 "), std::string::npos) << ref.text;
+  EXPECT_EQ(ref.text.find("warning"), std::string::npos) << ref.text;
+  EXPECT_FALSE(skipped_model.empty());
+  EXPECT_TRUE(read_text(dir_ / "out/model.onnx") == skipped_model) << "the skipped row changed the trained weights";
+}
+
+// A run that skips every step: the first 10 warnings, then every 100th (said once), the full count in the
+// summary; with train.max_skipped_steps the run fails instead, naming the key, its line and the latest step.
+TEST_F(MalformedCli, SkipWarningsAreRateLimitedAndMaxSkippedStepsFails) {
+  std::string rows = "a,b,c,t\n";
+  for (int i = 0; i < 250; ++i) rows += "nan,1,2,0.5\n";
+  csv("train.csv", rows);
+  const std::string skip = "train: {batch_size: 1, epochs: 1, on_non_finite: skip}\n";
+  const Outcome r = onnxtrain("train " + config(kCsvData, skip).string(), dir_);
+  ASSERT_EQ(r.code, 0) << r.text;
+  size_t warnings = 0;
+  for (size_t at = r.text.find("warning: skipped step #"); at != std::string::npos; at = r.text.find("warning: skipped step #", at + 1))
+    ++warnings;
+  EXPECT_EQ(warnings, 12u) << r.text;  // #1 to #10, #100, #200
+  for (const char* n : {"#10 (", "#100 (", "#200 ("})
+    EXPECT_NE(r.text.find(std::string("skipped step ") + n), std::string::npos) << n << "\n" << r.text;
+  EXPECT_EQ(r.text.find("skipped step #11 ("), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("from now on only every 100th skipped step is reported"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("skipped steps: 250 "), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("stopped: finished after 0 steps"), std::string::npos) << r.text;
+
+  const Outcome limited =
+      onnxtrain("train " + config(kCsvData, "train: {batch_size: 1, on_non_finite: skip,\n        max_skipped_steps: 20}\n").string(), dir_);
+  EXPECT_EQ(limited.code, 1) << limited.text;
+  EXPECT_NE(limited.text.find("run.yaml:9: train.max_skipped_steps: 21 steps were skipped, more than the limit of 20, so "
+                              "the run stopped; the latest: training step 21 (optimizer step 1)"),
+            std::string::npos)
+      << limited.text;
+  EXPECT_NE(limited.text.find("stopped: max_skipped_steps"), std::string::npos) << limited.text;
 }
 
 // YAML that is valid but not shaped like a config (found by fuzz/fuzz_config.cpp): mapping keys that are lists or

@@ -84,6 +84,7 @@ class SessionEstimator(BaseEstimator):
         if first_pass:
             self.n_iter_ = 0
             self.t_ = 0
+            self.n_skipped_steps_ = 0
             self.loss_curve_ = []
             self._no_improvement_count = 0
             if self.early_stopping:
@@ -121,11 +122,14 @@ class SessionEstimator(BaseEstimator):
         feed_target = s.target_name
         # The loss's per-sample weight input ("sample_weight" unless the model already uses that name).
         feed_sw = next((f for f in s.feed_names if f not in s.input_names and f != feed_target), None)
+        # on_non_finite="skip": a skipped batch changed nothing, so the epoch's loss averages the others.
+        skipped_at_start = skipped = s.skipped_steps
         try:
             for _ in range(self.max_iter):
                 if self.shuffle:
                     sample_idx = sk_shuffle(sample_idx, random_state=rs)
                 accumulated = 0.0
+                applied = 0
                 for batch in gen_batches(n, batch_size):
                     idx = sample_idx[batch] if self.shuffle else batch
                     m = batch.stop - batch.start
@@ -134,9 +138,14 @@ class SessionEstimator(BaseEstimator):
                     if feed_sw:
                         feeds[feed_sw] = self._scaled_sample_weight(sw, m)
                     penalty = self._batch_penalty(m if sw is None else float(np.sum(sw)))
-                    accumulated += (s.train_step(feeds) + penalty) * m
+                    loss = s.train_step(feeds)
+                    if loss != loss and s.skipped_steps != skipped:
+                        skipped = s.skipped_steps
+                        continue
+                    accumulated += (loss + penalty) * m
+                    applied += m
                 self.n_iter_ += 1
-                self.loss_ = accumulated / n
+                self.loss_ = accumulated / applied if applied else float("nan")
                 self.t_ += n
                 self.loss_curve_.append(self.loss_)
                 if self.verbose:
@@ -161,6 +170,8 @@ class SessionEstimator(BaseEstimator):
                                   "converged yet." % self.max_iter, ConvergenceWarning)
         except KeyboardInterrupt:
             warnings.warn("Training interrupted by user.")
+        finally:
+            self.n_skipped_steps_ = getattr(self, "n_skipped_steps_", 0) + s.skipped_steps - skipped_at_start
         if self.early_stopping:
             s.set_weights(self._best_weights)
         self._fitted_from_session()
@@ -194,7 +205,8 @@ class SessionEstimator(BaseEstimator):
                 self.best_validation_score_ = score
                 self._best_weights = self._session.weights()
         else:
-            if self.loss_curve_[-1] > self.best_loss_ - self.tol:
+            # Written so that an epoch whose every batch was skipped (loss NaN) counts as no improvement.
+            if not self.loss_curve_[-1] <= self.best_loss_ - self.tol:
                 self._no_improvement_count += 1
             else:
                 self._no_improvement_count = 0

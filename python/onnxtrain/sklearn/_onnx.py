@@ -75,7 +75,7 @@ class _OnnxEstimator(SessionEstimator):
     def __init__(self, model, *, loss=None, optimizer="sgd", learning_rate=0.001, momentum=None, penalty=None,
                  max_iter=100, batch_size="auto", shuffle=True, random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10, tol=1e-4, trainable=None,
-                 prediction=None, device="cpu", verbose=False):
+                 prediction=None, device="cpu", verbose=False, on_non_finite="raise"):
         store_params(self, locals())
 
 
@@ -143,7 +143,8 @@ class _OnnxEstimator(SessionEstimator):
         self._adaptive = schedule is not None and schedule.kind == "adaptive"
         self._session = new_session(self, pruned, trainable=self._trainable_names, loss=self._loss_spec(), optimizer=opt,
                                         schedule=schedule, penalty=make_penalty(self.penalty),
-                                        prediction=self._prediction, device=self.device)
+                                        prediction=self._prediction, device=self.device,
+                                        on_non_finite=self.on_non_finite)
         if weights is not None:
             self._session.set_weights(weights)
         self._sample_weight_dtype = self._prediction_dtype
@@ -208,8 +209,12 @@ class OnnxRegressor(RegressorMixin, _OnnxEstimator):
         trainable: None (every float initializer), a list of names, or a regular expression.
         prediction: the output the loss reads (default: the first float output).
         device: 'cpu', 'cuda' or 'cuda:N'. verbose: print the loss after each epoch.
+        on_non_finite: 'raise' (default: a NaN/Inf loss or gradient raises OnnxtrainError naming the step and the
+        tensor) or 'skip' (that batch's update is not applied, a NonFiniteStepWarning names it, n_skipped_steps_
+        counts it, and loss_ averages the other batches).
 
-    Fitted: model_ (the trained ModelProto), loss_curve_, validation_scores_, n_iter_, n_features_in_.
+    Fitted: model_ (the trained ModelProto), loss_curve_, validation_scores_, n_iter_, n_features_in_,
+    n_skipped_steps_.
     """
 
     def _encode_setup(self, y, classes):
@@ -240,7 +245,7 @@ class OnnxClassifier(ClassifierMixin, _OnnxEstimator):
         options={'zipmap': False}).
 
     Fitted: model_, classes_ (sorted, as scikit-learn; column i of the prediction is classes_[i]), loss_curve_,
-    validation_scores_, n_iter_, n_features_in_.
+    validation_scores_, n_iter_, n_features_in_, n_skipped_steps_.
     """
 
     _default_loss = "neg_log"
