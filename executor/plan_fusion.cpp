@@ -227,18 +227,24 @@ size_t fold_transposes_into_matmuls(std::vector<Node>& nodes, const std::vector<
 
 namespace {
 
-// How operand `in` of a step with output shape `shape` (numel n) broadcasts: elementwise, one value, or a row
-// repeated over the leading dims; nullopt for any other pattern.
+// How operand `in` of a step with output shape `shape` (numel n) broadcasts: elementwise, one value, or a block
+// of the output's dims [a, b) with 1s elsewhere (a bias row: b = rank; per-row statistics: a = 0), which reads
+// element (i / inner) % period; nullopt for any other pattern.
 std::optional<EwInput> classify_operand(const Tensor& in, const std::vector<int64_t>& shape, int64_t n) {
-  if (in.numel() == n) return EwInput{EwInput::Kind::Full, 0};  // broadcastable with no dim expanded: same layout
-  if (in.numel() == 1) return EwInput{EwInput::Kind::Scalar, 0};
-  size_t f = 0;
-  while (f < in.shape.size() && in.shape[f] == 1) ++f;
-  const size_t r = in.shape.size() - f;
-  if (r > shape.size()) return std::nullopt;
-  for (size_t k = 0; k < r; ++k)
-    if (in.shape[f + k] != shape[shape.size() - r + k]) return std::nullopt;
-  return EwInput{EwInput::Kind::Row, in.numel()};
+  if (in.numel() == n) return EwInput{EwInput::Kind::Full, 0, 1};  // no dim expanded: same layout
+  if (in.numel() == 1) return EwInput{EwInput::Kind::Scalar, 0, 1};
+  const size_t r = shape.size();
+  if (in.shape.size() > r) return std::nullopt;
+  std::vector<int64_t> d(r - in.shape.size(), 1);  // right-aligned, as broadcasting does
+  d.insert(d.end(), in.shape.begin(), in.shape.end());
+  size_t a = 0, b = r;
+  while (a < r && d[a] == 1) ++a;
+  while (b > a && d[b - 1] == 1) --b;
+  int64_t inner = 1;
+  for (size_t k = b; k < r; ++k) inner *= shape[k];
+  for (size_t k = a; k < b; ++k)
+    if (d[k] != shape[k]) return std::nullopt;
+  return EwInput{EwInput::Kind::Broadcast, in.numel(), inner};
 }
 
 bool fusable(const FusionStep& s) {

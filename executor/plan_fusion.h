@@ -49,7 +49,8 @@ struct ElementwiseGroup {
 // Groups elementwise steps of one shape and float type whose intermediates are read only inside the group, so
 // that the group can run as one pass where its last step was. A step joins (and so merges) the groups whose
 // results it reads when no other step reads those results in between; its other operands may be values of the
-// group's shape, scalars, or rows broadcast over the trailing dims (a bias). `needed` are values the plan
+// group's shape, scalars, or blocks of its dims broadcast over the rest (a bias row, per-row statistics).
+// `needed` are values the plan
 // returns. Only groups of two or more steps are returned, each within the fused kernel's limits.
 std::vector<ElementwiseGroup> group_elementwise_steps(const std::vector<FusionStep>& steps,
                                                       const std::unordered_set<const Tensor*>& needed);

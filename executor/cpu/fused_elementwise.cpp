@@ -1,6 +1,6 @@
 // The fused elementwise kernel (executor/cpu/fused_elementwise.h). run() splits the output across threads like
 // every elementwise kernel, and each thread walks its range in tiles of kTile elements: scalar inputs are
-// splatted once into a tile buffer, bias rows are gathered per tile, and each instruction is one tight loop
+// splatted once into a tile buffer, broadcast ones (bias rows, per-row statistics) are gathered per tile, and each instruction is one tight loop
 // over the tile (vectorised by the compiler, or an Eigen packet expression for the transcendental ops, the same
 // expressions the unfused kernels use). Temporaries live in stack tile buffers; values the plan still needs are
 // written straight to their outputs.
@@ -210,7 +210,7 @@ template <class T> class FusedElementwiseKernel final : public Kernel {
           src[i] = ins[i] + t0;
         } else if (x.kind == EwInput::Kind::Scalar) {
           src[i] = slot(l_.places[i].index);
-        } else {
+        } else if (x.inner == 1) {  // a row: copy it, wrapping around
           T* d = slot(l_.places[i].index);
           int64_t pos = t0 % x.period, k = 0;
           while (k < n) {
@@ -218,6 +218,17 @@ template <class T> class FusedElementwiseKernel final : public Kernel {
             std::memcpy(d + k, ins[i] + pos, static_cast<size_t>(run) * sizeof(T));
             k += run;
             pos = 0;
+          }
+          src[i] = d;
+        } else {  // each value repeated `inner` times
+          T* d = slot(l_.places[i].index);
+          int64_t q = t0 / x.inner, r = t0 % x.inner, k = 0;
+          while (k < n) {
+            const int64_t run = std::min(n - k, x.inner - r);
+            std::fill_n(d + k, run, ins[i][q % x.period]);
+            k += run;
+            r = 0;
+            ++q;
           }
           src[i] = d;
         }
@@ -284,8 +295,8 @@ std::unique_ptr<Kernel> make_fused_elementwise(EwProgram p) {
   if (p.inputs.size() > 64 || p.outputs.size() > 64 || p.inputs.size() + p.code.size() > 128)
     fail("fused elementwise kernel " + ew_describe(p), "more than 64 inputs or outputs, or 128 values");
   for (const EwInput& x : p.inputs)
-    if (x.kind == EwInput::Kind::Row && x.period <= 0)
-      fail("fused elementwise kernel " + ew_describe(p), "a row input needs a positive period");
+    if (x.kind == EwInput::Kind::Broadcast && (x.period <= 0 || x.inner <= 0))
+      fail("fused elementwise kernel " + ew_describe(p), "a broadcast input needs a positive period and inner size");
   Layout l = lay_out(p);
   if (p.dtype == DType::Float32) return std::make_unique<FusedElementwiseKernel<float>>(std::move(p), std::move(l));
   if (p.dtype == DType::Float64) return std::make_unique<FusedElementwiseKernel<double>>(std::move(p), std::move(l));

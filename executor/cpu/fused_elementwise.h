@@ -29,9 +29,12 @@ const char* ew_name(EwOp op);
 
 // How an input of the fused kernel maps onto the iteration space of `numel` elements.
 struct EwInput {
-  enum class Kind : uint8_t { Full, Scalar, Row };
+  enum class Kind : uint8_t { Full, Scalar, Broadcast };
   Kind kind = Kind::Full;
-  int64_t period = 0;  // Row: element i reads input[i % period] (a bias over the trailing dims)
+  // Broadcast: element i reads input[(i / inner) % period]. A bias over the trailing dims has inner 1; per-row
+  // statistics ([N, 1] onto [N, C]) have inner C.
+  int64_t period = 0;
+  int64_t inner = 1;
 };
 
 // Value ids: [0, inputs.size()) are the kernel's inputs, then one per instruction in order.
@@ -48,7 +51,7 @@ struct EwProgram {
   std::vector<int32_t> outputs;  // value ids written to the kernel's outputs, in order (instruction results)
 };
 
-// Tile buffers a program needs (scalar and row inputs plus the most temporaries alive at once); the plan keeps
+// Tile buffers a program needs (scalar and broadcast inputs plus the most temporaries alive at once); the plan keeps
 // groups within kMaxEwSlots, which bounds the kernel's stack use.
 inline constexpr size_t kMaxEwSlots = 40;
 size_t ew_slots_needed(const EwProgram& p);

@@ -181,25 +181,28 @@ TEST(ElementwiseFusion, IntermediateReadLaterIsAnOutput) {
   EXPECT_EQ(s.fused, 2u);
 }
 
-// Rows broadcast over leading dims ([C], [1, C], [T, C] onto [B, T, C]) and scalars of any rank fuse; other
-// broadcasts ([B, T, 1] onto [B, T, C]) stay in their own kernel, and the steps around them still fuse.
+// Rows broadcast over leading dims ([C], [1, C], [T, C] onto [B, T, C]), per-row statistics ([B, T, 1]), a middle
+// block ([1, T, 1]) and scalars of any rank fuse; other broadcasts ([B, 1, C]) stay in their own kernel, and the
+// steps around them still fuse.
 TEST(ElementwiseFusion, BroadcastPatterns) {
   for (DType t : {DType::Float64, DType::Float32}) {
     Case rows{{node("Add", {"x", "c"}, {"a"}), node("Mul", {"a", "oc"}, {"b"}), node("Sub", {"tc", "b"}, {"d"}),
-               node("Div", {"d", "s"}, {"z"})},
-              {{"x", {3, 50, 70}}, {"c", {70}}, {"oc", {1, 70}}, {"tc", {50, 70}}, {"s", {1, 1, 1}}},
+               node("Div", {"d", "s"}, {"e"}), node("Mul", {"e", "col"}, {"f"}), node("Sub", {"f", "mid"}, {"z"})},
+              {{"x", {3, 50, 70}}, {"c", {70}}, {"oc", {1, 70}}, {"tc", {50, 70}}, {"s", {1, 1, 1}}, {"col", {3, 50, 1}},
+               {"mid", {1, 50, 1}}},
               {"z"},
               t};
     Steps s = check_case(rows);
+    EXPECT_EQ(s.plain, 6u);
     EXPECT_EQ(s.fused, 1u);
-    Case column{{node("Add", {"x", "c"}, {"a"}), node("Mul", {"a", "col"}, {"b"}), node("Exp", {"b"}, {"e"}),
-                 node("Add", {"e", "x"}, {"z"})},
-                {{"x", {3, 50, 70}}, {"c", {70}}, {"col", {3, 50, 1}}},
-                {"z"},
-                t};
-    s = check_case(column);
+    Case other{{node("Add", {"x", "c"}, {"a"}), node("Mul", {"a", "outer"}, {"b"}), node("Exp", {"b"}, {"e"}),
+                node("Add", {"e", "x"}, {"z"})},
+               {{"x", {3, 50, 70}}, {"c", {70}}, {"outer", {3, 1, 70}}},
+               {"z"},
+               t};
+    s = check_case(other);
     EXPECT_EQ(s.plain, 4u);
-    EXPECT_EQ(s.fused, 3u);  // Add alone (its reader does not fuse), Mul by the column, Exp + Add
+    EXPECT_EQ(s.fused, 3u);  // Add alone (its reader does not fuse), Mul by [3, 1, 70], Exp + Add
   }
 }
 
@@ -212,6 +215,21 @@ TEST(ElementwiseFusion, ShapesDoNotMixAndOutputsSurvive) {
   Steps s = check_case(c);
   EXPECT_EQ(s.plain, 5u);
   EXPECT_EQ(s.fused, 2u);  // [5]: Mul+Add; [4, 5]: Mul+Add+Neg, reading b as a row
+}
+
+// Values only a fused chain reads get no buffer: the arena holds the output alone.
+TEST(ElementwiseFusion, IntermediatesNeedNoMemory) {
+  Graph g;
+  g.inputs = {{"x", {DType::Float32, Shape{Dim::of(1024)}}}};
+  g.outputs = {{"y", {DType::Float32, std::nullopt}}};
+  g.nodes = {node("Exp", {"x"}, {"a"}), node("Neg", {"a"}, {"b"}), node("Exp", {"b"}, {"c"}), node("Neg", {"c"}, {"y"})};
+  Executor ex(g, kOpsets, std::make_shared<TensorStore>());
+  Tensor x = Tensor::empty(DType::Float32, {1024});
+  for (int64_t i = 0; i < 1024; ++i) x.ptr<float>()[i] = 0.001f * static_cast<float>(i);
+  Tensor y = ex.run({{"x", x}}).at(0);
+  for (int64_t i = 0; i < 1024; i += 100) EXPECT_FLOAT_EQ(y.ptr<float>()[i], -std::exp(-std::exp(x.ptr<float>()[i])));
+  EXPECT_EQ(ex.last_plan()->num_steps(), 1u);
+  EXPECT_EQ(ex.last_plan()->arena_bytes(), 4096u);
 }
 
 // Integer arithmetic keeps its own kernels.
@@ -243,8 +261,9 @@ TEST(ElementwiseFusion, GroupingReportsInputsAndOutputs) {
   EXPECT_EQ(g[0].inputs, (std::vector<const Tensor*>{&x, &b, &s}));
   EXPECT_EQ(g[0].outputs, (std::vector<const Tensor*>{&a, &c}));
   ASSERT_EQ(g[0].program.inputs.size(), 3u);
-  EXPECT_EQ(g[0].program.inputs[1].kind, EwInput::Kind::Row);
+  EXPECT_EQ(g[0].program.inputs[1].kind, EwInput::Kind::Broadcast);
   EXPECT_EQ(g[0].program.inputs[1].period, 4);
+  EXPECT_EQ(g[0].program.inputs[1].inner, 1);
   EXPECT_EQ(g[0].program.inputs[2].kind, EwInput::Kind::Scalar);
 }
 
