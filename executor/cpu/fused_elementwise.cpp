@@ -1,9 +1,9 @@
 // The fused elementwise kernel (executor/cpu/fused_elementwise.h). run() splits the output across threads like
 // every elementwise kernel, and each thread walks its range in tiles of kTile elements: scalar inputs are
-// splatted once into a tile buffer, broadcast ones (bias rows, per-row statistics) are gathered per tile, and each instruction is one tight loop
-// over the tile (vectorised by the compiler, or an Eigen packet expression for the transcendental ops, the same
-// expressions the unfused kernels use). Temporaries live in stack tile buffers; values the plan still needs are
-// written straight to their outputs.
+// splatted once into a tile buffer, broadcast ones (bias rows, per-row statistics) are gathered per tile, and
+// each instruction is one tight loop over the tile (vectorised by the compiler, with intrinsics for sqrt, or
+// the same Eigen packet expression the unfused kernel uses for the transcendental ops). Temporaries live in
+// stack tile buffers; values the plan still needs are written straight to their outputs.
 // GCC 12 warns falsely inside its own AVX-512 intrinsics when Eigen vectorises (as in unary.cpp).
 #include "executor/cpu/fused_elementwise.h"
 
@@ -13,6 +13,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <immintrin.h>
 #include <numbers>
 
 #include "executor/broadcast.h"
@@ -27,13 +28,25 @@ constexpr int64_t kTile = 256;
 
 bool default_domain(const Node& n) { return n.domain.empty() || n.domain == "ai.onnx"; }
 
-// sqrt is correctly rounded, so without errno the loop vectorises to the same results (GCC keeps a scalar
-// call for errno's sake otherwise; Eigen's fast sqrt is not correctly rounded, see eigen_map.h).
-__attribute__((optimize("no-math-errno"))) void sqrt_loop(float* __restrict d, const float* __restrict a, int64_t n) {
-  for (int64_t k = 0; k < n; ++k) d[k] = std::sqrt(a[k]);
+// IEEE sqrt is correctly rounded, so the vector instruction gives std::sqrt's results. GCC does not vectorise
+// std::sqrt itself (errno), and Eigen's fast AVX-512 sqrt is not correctly rounded (eigen_map.h).
+void sqrt_loop(float* __restrict d, const float* __restrict a, int64_t n) {
+  int64_t k = 0;
+#if defined(__AVX512F__)
+  for (; k + 16 <= n; k += 16) _mm512_storeu_ps(d + k, _mm512_sqrt_ps(_mm512_loadu_ps(a + k)));
+#elif defined(__AVX__)
+  for (; k + 8 <= n; k += 8) _mm256_storeu_ps(d + k, _mm256_sqrt_ps(_mm256_loadu_ps(a + k)));
+#endif
+  for (; k < n; ++k) d[k] = std::sqrt(a[k]);
 }
-__attribute__((optimize("no-math-errno"))) void sqrt_loop(double* __restrict d, const double* __restrict a, int64_t n) {
-  for (int64_t k = 0; k < n; ++k) d[k] = std::sqrt(a[k]);
+void sqrt_loop(double* __restrict d, const double* __restrict a, int64_t n) {
+  int64_t k = 0;
+#if defined(__AVX512F__)
+  for (; k + 8 <= n; k += 8) _mm512_storeu_pd(d + k, _mm512_sqrt_pd(_mm512_loadu_pd(a + k)));
+#elif defined(__AVX__)
+  for (; k + 4 <= n; k += 4) _mm256_storeu_pd(d + k, _mm256_sqrt_pd(_mm256_loadu_pd(a + k)));
+#endif
+  for (; k < n; ++k) d[k] = std::sqrt(a[k]);
 }
 
 template <class Op, class T> void unary_loop(T* __restrict d, const T* __restrict a, int64_t n) {
@@ -305,14 +318,20 @@ std::unique_ptr<Kernel> make_fused_elementwise(EwProgram p) {
 
 std::string ew_describe(const EwProgram& p) {
   const size_t n_in = p.inputs.size();
-  std::string s;
+  auto name = [&](int32_t v) {
+    std::string r(v < static_cast<int32_t>(n_in) ? "in" : "v");
+    r.append(std::to_string(v));
+    return r;
+  };
+  std::string s("[");
   for (size_t i = 0; i < p.code.size(); ++i) {
     const EwInstr& c = p.code[i];
-    auto name = [&](int32_t v) { return v < static_cast<int32_t>(n_in) ? "in" + std::to_string(v) : "v" + std::to_string(v); };
-    s += (s.empty() ? "" : "; ") + std::string("v") + std::to_string(n_in + i) + "=" + ew_name(c.op) + "(" + name(c.a) +
-         (c.b >= 0 ? ", " + name(c.b) : std::string()) + ")";
+    if (i) s.append("; ");
+    s.append(name(static_cast<int32_t>(n_in + i))).append("=").append(ew_name(c.op)).append("(").append(name(c.a));
+    if (c.b >= 0) s.append(", ").append(name(c.b));
+    s.append(")");
   }
-  return "[" + s + "]";
+  return s.append("]");
 }
 
 }  // namespace onnxtrain
