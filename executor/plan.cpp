@@ -44,7 +44,7 @@ class PlanCompiler {
 
   std::unique_ptr<ExecutionPlan> compile() {
     const Graph& g = fused_graph();
-    fuse_ = &g == &fused_;
+    fuse_ = &g == &fused_ && spec_.fuse_elementwise;
     for (size_t i = 0; i < spec_.feed_names.size(); ++i) {
       Tensor* t = new_slot(spec_.feed_names[i]);
       t->dtype = spec_.feed_specs[i].dtype;
@@ -309,7 +309,7 @@ class PlanCompiler {
 
   const PlanSpec& spec_;
   Graph fused_;  // nodes only (initializers are state)
-  bool fuse_ = false;  // the plan runs fused_ (CPU, built-in kernels, values not checked)
+  bool fuse_ = false;  // elementwise fusion: the plan runs fused_ (CPU, built-in kernels, values not checked)
   std::vector<std::optional<EwOp>> step_ops_;  // per step: the fusable elementwise op it computes
   std::unique_ptr<ExecutionPlan> plan_;
   std::unordered_map<std::string, Tensor*> values_;

@@ -232,6 +232,27 @@ TEST(ElementwiseFusion, IntermediatesNeedNoMemory) {
   EXPECT_EQ(ex.last_plan()->arena_bytes(), 4096u);
 }
 
+// ExecutorOptions::fuse_elementwise off keeps one step per node (benchmarks/bench_fusion.cpp measures with it).
+TEST(ElementwiseFusion, CanBeTurnedOff) {
+  Case c = gelu_case(DType::Float32, {4, 8});
+  Graph g;
+  for (const auto& [name, shape] : c.inputs) {
+    Shape s;
+    for (int64_t d : shape) s.push_back(Dim::of(d));
+    g.inputs.push_back({name, {c.dtype, s}});
+  }
+  g.outputs = {{"y", {c.dtype, std::nullopt}}};
+  g.nodes = c.nodes;
+  ExecutorOptions off;
+  off.fuse_elementwise = false;
+  Executor ex(g, kOpsets, std::make_shared<TensorStore>(), off);
+  std::map<std::string, Tensor> feeds;
+  unsigned seed = 1;
+  for (const auto& [name, shape] : c.inputs) feeds[name] = random_tensor(c.dtype, shape, seed++);
+  ex.run(feeds);
+  EXPECT_EQ(ex.last_plan()->num_steps(), 6u);
+}
+
 // Integer arithmetic keeps its own kernels.
 TEST(ElementwiseFusion, IntegersAreNotFused) {
   Graph g;
