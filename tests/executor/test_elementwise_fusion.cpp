@@ -45,7 +45,7 @@ struct Case {
   std::map<std::string, std::vector<int64_t>> inputs;  // name -> shape
   std::vector<std::string> outputs;
   DType dtype = DType::Float64;
-  std::set<std::string> positive;  // inputs drawn from (0, 2] (under a Sqrt, say)
+  std::set<std::string> positive = {};  // inputs drawn from (0, 2] (under a Sqrt, say)
 };
 
 struct Steps {
