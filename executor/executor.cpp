@@ -86,6 +86,7 @@ ExecutionPlan& Executor::plan_for(std::span<const Tensor* const> feeds) {
   for (const auto& [fresh, state] : opts_.updates) spec.outputs.push_back(fresh);
   for (const std::string& v : opts_.must_be_finite) spec.outputs.push_back(v);
   spec.check_every_value = opts_.check_every_value;
+  spec.fuse_elementwise = opts_.fuse_elementwise;
   CachedPlan c;
   for (const Tensor* f : feeds) c.shapes.push_back(f->shape);
   c.plan = ExecutionPlan::compile(spec);

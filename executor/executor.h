@@ -30,6 +30,8 @@ struct ExecutorOptions {
   bool check_every_value = false;
   // Inline every function call, even where a native kernel exists (to test fused kernels against bodies).
   bool prefer_function_bodies = false;
+  // Fuse runs of elementwise steps into one kernel each (PlanSpec::fuse_elementwise); off to measure the gain.
+  bool fuse_elementwise = true;
 };
 
 class Executor {

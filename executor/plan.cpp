@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "executor/cpu/fused_elementwise.h"
 #include "executor/finite.h"
 #include "executor/plan_fusion.h"
 #include "graph/error.h"
@@ -43,6 +44,7 @@ class PlanCompiler {
 
   std::unique_ptr<ExecutionPlan> compile() {
     const Graph& g = fused_graph();
+    fuse_ = &g == &fused_ && spec_.fuse_elementwise;
     for (size_t i = 0; i < spec_.feed_names.size(); ++i) {
       Tensor* t = new_slot(spec_.feed_names[i]);
       t->dtype = spec_.feed_specs[i].dtype;
@@ -57,6 +59,7 @@ class PlanCompiler {
       plan_->outputs_.push_back(t);
       extend(t, std::numeric_limits<size_t>::max());
     }
+    if (fuse_) fuse_elementwise_steps();
     place_in_arena();
     return std::move(plan_);
   }
@@ -214,7 +217,51 @@ class PlanCompiler {
       for (Tensor* t : outs) interval_.emplace(t, std::make_pair(step, step));
     }
     plan_->steps_.push_back({std::move(kernel), std::move(ins), std::move(outs)});
+    step_ops_.push_back(spec_.device == Device::CPU ? elementwise_op_of(n) : std::nullopt);
     if (spec_.check_every_value) plan_->checked_steps_.emplace_back(n.describe(), n.outputs);
+  }
+
+  // Runs of elementwise steps become one fused kernel each (executor/plan_fusion.h), placed at the last step of
+  // the run; the values only the run read get no buffer. Lifetimes are then recomputed from the new steps.
+  void fuse_elementwise_steps() {
+    std::vector<FusionStep> desc;
+    desc.reserve(plan_->steps_.size());
+    for (size_t i = 0; i < plan_->steps_.size(); ++i) {
+      const auto& st = plan_->steps_[i];
+      desc.push_back({step_ops_[i], st.in, std::vector<const Tensor*>(st.out.begin(), st.out.end())});
+    }
+    std::unordered_set<const Tensor*> needed(plan_->outputs_.begin(), plan_->outputs_.end());
+    std::vector<ElementwiseGroup> groups = group_elementwise_steps(desc, needed);
+    if (groups.empty()) return;
+    std::vector<int64_t> group_at(plan_->steps_.size(), -1);  // -1 kept, -2 absorbed, else the group it ends
+    for (size_t k = 0; k < groups.size(); ++k) {
+      for (size_t i : groups[k].steps) group_at[i] = -2;
+      group_at[groups[k].steps.back()] = static_cast<int64_t>(k);
+    }
+    std::vector<ExecutionPlan::Step> steps;
+    for (size_t i = 0; i < plan_->steps_.size(); ++i) {
+      if (group_at[i] == -1) {
+        steps.push_back(std::move(plan_->steps_[i]));
+      } else if (group_at[i] >= 0) {
+        ElementwiseGroup& g = groups[static_cast<size_t>(group_at[i])];
+        std::vector<Tensor*> outs;
+        for (const Tensor* t : g.outputs) outs.push_back(const_cast<Tensor*>(t));  // slots the plan owns
+        steps.push_back({make_fused_elementwise(std::move(g.program)), std::move(g.inputs), std::move(outs)});
+      }
+    }
+    plan_->steps_ = std::move(steps);
+    // Lifetimes again, over the new step indices; values no step writes any more are dropped from the arena.
+    std::unordered_map<const Tensor*, std::pair<size_t, size_t>> old = std::move(interval_);
+    interval_.clear();
+    for (size_t i = 0; i < plan_->steps_.size(); ++i)
+      for (Tensor* t : plan_->steps_[i].out)
+        if (old.count(t) && !view_of_.count(t)) interval_.emplace(t, std::make_pair(i, i));
+    for (size_t i = 0; i < plan_->steps_.size(); ++i)
+      for (const Tensor* t : plan_->steps_[i].in)
+        if (t) extend(t, i);
+    for (const Tensor* t : plan_->outputs_) extend(t, std::numeric_limits<size_t>::max());
+    for (auto it = view_of_.begin(); it != view_of_.end();)
+      it = interval_.count(it->second) ? std::next(it) : view_of_.erase(it);
   }
 
   // Greedy best-fit by decreasing size: each buffer takes the lowest offset free for its whole lifetime.
@@ -262,6 +309,8 @@ class PlanCompiler {
 
   const PlanSpec& spec_;
   Graph fused_;  // nodes only (initializers are state)
+  bool fuse_ = false;  // elementwise fusion: the plan runs fused_ (CPU, built-in kernels, values not checked)
+  std::vector<std::optional<EwOp>> step_ops_;  // per step: the fusable elementwise op it computes
   std::unique_ptr<ExecutionPlan> plan_;
   std::unordered_map<std::string, Tensor*> values_;
   std::unordered_set<const Tensor*> folded_;

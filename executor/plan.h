@@ -27,6 +27,9 @@ struct PlanSpec {
   // Debugging aid (docs/reliability.md): after every step, check its floating-point outputs for NaN/Inf and
   // throw NonFiniteError naming the node and the value. Off, run() is unchanged.
   bool check_every_value = false;
+  // On the CPU with the built-in kernels (and not checking every value), runs of elementwise steps become one
+  // fused kernel each (executor/plan_fusion.h). Off only to measure or bisect that rewrite.
+  bool fuse_elementwise = true;
 
   std::vector<std::string> feed_names_and_state() const;  // names defined before the first node
 };
