@@ -242,6 +242,24 @@ class TrainingSession:
         """One optimizer step on a batch (model inputs plus the target); returns the loss before the update."""
         return self._s.train_step(_feeds(feeds, inputs))
 
+    def train_epoch(self, data: Feeds, batch_size: int, *, order: Any = None, sample_weight: Any = None,
+                    sample_weight_feed: str | None = None, weights_sum_to_one: bool = False,
+                    squares_of: Iterable[str] = ()) -> dict[str, np.ndarray]:
+        """One epoch of ``train_step`` calls over whole-data-set arrays, looped natively with the GIL released.
+
+        ``data`` maps every feed (model inputs and target) to an array with one row per sample. Batches are
+        ``batch_size`` rows (the last one what is left), taken in ``order`` (row indices, e.g. a shuffle; rows
+        are gathered natively) or, without it, in row order (fed as views, no copy). With
+        ``sample_weight_feed``, that feed gets each batch's ``sample_weight`` (raw, one per row; all 1 when
+        None) scaled to sum to the batch's rows, or to 1 with ``weights_sum_to_one``. ``squares_of``: trainable
+        weights whose sum of squares is reported per batch, read before its step.
+
+        Returns per-batch arrays: ``loss`` (as train_step returns), ``rows``, ``weight_sum`` (the raw weights
+        summed; rows without weights) and ``squares`` (empty without ``squares_of``). An exception in a step
+        (or Ctrl-C) ends the epoch there, the steps before it applied."""
+        return self._s.train_epoch(dict(data), int(batch_size), order, sample_weight, sample_weight_feed or "",
+                                   bool(weights_sum_to_one), list(squares_of))
+
     def infer(self, feeds: Feeds | None = None, /, **inputs: Any) -> list[np.ndarray]:
         """The model's outputs, in order."""
         return self._s.infer(_feeds(feeds, inputs))
