@@ -170,3 +170,26 @@ def test_train_epoch_bad_input_names_what_is_wrong():
     with pytest.raises(ValueError, match="input 'sample_weight'.*missing|missing.*sample_weight"):
         s.train_epoch({"x": X, t: Y}, 4)
     assert s.step == 0  # every refusal came before the first step
+
+
+def test_ctrl_c_stops_a_native_epoch_as_it_stopped_the_python_loop():
+    # One long epoch (200k steps of batch 1): the SIGINT arrives while train_epoch runs without the GIL; the epoch
+    # loop sees it within 50 ms, the estimator warns and keeps the weights trained so far (scikit-learn's rule).
+    import os
+    import signal
+    import threading
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200_000, 4))
+    y = X.sum(axis=1)
+    est = MLPRegressor(hidden_layer_sizes=(4,), batch_size=1, max_iter=1, shuffle=False, random_state=0)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.warns(UserWarning, match="Training interrupted by user"):
+            est.fit(X, y)
+    finally:
+        timer.cancel()
+    assert est.n_iter_ == 0  # the epoch did not finish
+    assert 0 < est._session.step < len(X)
+    assert np.all(np.isfinite(est.predict(X[:5])))
