@@ -22,10 +22,18 @@ double read_real(const Tensor& t, int64_t i) {
   return t.dtype == DType::Float32 ? static_cast<double>(t.ptr<float>()[i]) : t.ptr<double>()[i];
 }
 
+// In double, in kLanes interleaved partial sums: one running sum is a dependent chain of additions (about
+// 0.1 ms per step for W1-sk's 82k weights); independent lanes let the compiler keep them in vector registers.
 template <class T>
 double sum_of_squares(const T* p, int64_t n) {
+  constexpr int64_t kLanes = 16;
+  double lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t k = 0; k < kLanes; ++k) lanes[k] += static_cast<double>(p[i + k]) * static_cast<double>(p[i + k]);
+  for (; i < n; ++i) lanes[0] += static_cast<double>(p[i]) * static_cast<double>(p[i]);
   double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(p[i]) * static_cast<double>(p[i]);
+  for (double v : lanes) s += v;
   return s;
 }
 
