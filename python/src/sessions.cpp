@@ -157,8 +157,8 @@ py::array_t<T> array_of(const std::vector<T>& v) {
 }
 
 py::dict py_train_epoch(PyTraining& self, const py::handle& data, int64_t batch_size, const py::handle& order,
-                     const py::handle& sample_weight, const std::string& sample_weight_feed, bool weights_sum_to_one,
-                     std::vector<std::string> squares_of) {
+                        const py::handle& sample_weight, const std::string& sample_weight_feed,
+                        bool weights_sum_to_one, std::vector<std::string> squares_of) {
   // Every array is converted once per epoch; each batch is then a view or a gathered copy made natively.
   Feeds f = to_feeds(data, self.io.feed_types, "train_epoch");
   EpochSpec spec;
