@@ -1,5 +1,7 @@
 #include "executor/finite.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -22,6 +24,18 @@ NonFiniteCount scan(const Tensor& t, IsBad bad) {
   return c;
 }
 
+// Whether any element has an all-ones exponent (Inf or NaN): a max over the masked bit patterns, which the
+// compiler vectorises. The exact scan above branches on every element; the guard runs it on every gradient of
+// every step (W1-sk: about 4% of the fit), so it now runs only once this finds something.
+template <class T, class Bits>
+bool any_all_ones_exponent(const Tensor& t, Bits mask) {
+  const T* p = t.ptr<T>();
+  const int64_t n = t.numel();
+  Bits m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max<Bits>(m, std::bit_cast<Bits>(p[i]) & mask);
+  return m == mask;
+}
+
 double element_as_double(const Tensor& t, int64_t i) {
   switch (t.dtype) {
     case DType::Float32: return t.ptr<float>()[i];
@@ -40,6 +54,11 @@ double element_as_double(const Tensor& t, int64_t i) {
 
 NonFiniteCount count_non_finite(const Tensor& t) {
   if (t.device != Device::CPU || !t.data) return {};
+  switch (t.dtype) {
+    case DType::Float32: if (!any_all_ones_exponent<float, uint32_t>(t, 0x7F800000u)) return {}; break;
+    case DType::Float64: if (!any_all_ones_exponent<double, uint64_t>(t, 0x7FF0000000000000ull)) return {}; break;
+    default: break;
+  }
   switch (t.dtype) {
     case DType::Float32: return scan<float>(t, [](float v) { return !std::isfinite(v); });
     case DType::Float64: return scan<double>(t, [](double v) { return !std::isfinite(v); });

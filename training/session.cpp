@@ -288,6 +288,12 @@ TrainingSession::Gradients TrainingSession::gradients(const Feeds& feeds) {
 
 Tensor TrainingSession::get_weight(const std::string& name) const { return get_trainable(*store_, trainable_, name); }
 
+const Tensor& TrainingSession::weight_value(const std::string& name) const {
+  if (std::find(trainable_.begin(), trainable_.end(), name) == trainable_.end())
+    fail("weight '" + name + "'", "is not a trainable weight of this session");
+  return store_->at(name);
+}
+
 std::map<std::string, Tensor> TrainingSession::weights() const { return copy_trainable(*store_, trainable_); }
 
 void TrainingSession::set_weight(const std::string& name, const Tensor& value) {

@@ -84,6 +84,8 @@ class TrainingSession {
   const std::vector<std::string>& trainable() const { return trainable_; }
   const std::string& target_name() const { return target_; }
   Tensor get_weight(const std::string& name) const;  // a copy
+  // The live value of a trainable weight, not a copy: every step updates it in place (read it between steps).
+  const Tensor& weight_value(const std::string& name) const;
   std::map<std::string, Tensor> weights() const;     // copies of every trainable weight
   void set_weight(const std::string& name, const Tensor& value);
   // The default group's learning rate. Setting it scales every parameter group's rate by the same factor

@@ -2,6 +2,9 @@
 // transcendental float ops go through Eigen's vectorised versions (executor/cpu/eigen_map.h),
 // which GCC cannot vectorise from std:: calls; the rest call the shared functors in executor/functors.h.
 #include <cstring>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 #include <limits>
 #include <memory>
 
@@ -36,6 +39,46 @@ template <class Op, class TI, class TO> class UnaryKernel final : public Kernel 
  private:
   Op op_;
   int64_t grain_;
+};
+
+// Adam takes sqrt(v) of every weight each step, and GCC keeps std::sqrt scalar (a branch and a libm call for
+// errno on negative inputs) unless -fno-math-errno: that loop was about 9% of a W1-sk fit (docs/performance.md).
+// The vector sqrt instructions are correctly rounded like std::sqrt, so the results are the same.
+// GCC 12 warns falsely inside its own AVX-512 intrinsics (as for Eigen in eigen_map.h).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+void sqrt_span(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_sqrt_ps(_mm512_loadu_ps(x + i)));
+#elif defined(__AVX__)
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_sqrt_ps(_mm256_loadu_ps(x + i)));
+#elif defined(__SSE2__)
+  for (; i + 4 <= n; i += 4) _mm_storeu_ps(y + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
+#endif
+  for (; i < n; ++i) y[i] = std::sqrt(x[i]);
+}
+
+void sqrt_span(const double* x, double* y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 8 <= n; i += 8) _mm512_storeu_pd(y + i, _mm512_sqrt_pd(_mm512_loadu_pd(x + i)));
+#elif defined(__AVX__)
+  for (; i + 4 <= n; i += 4) _mm256_storeu_pd(y + i, _mm256_sqrt_pd(_mm256_loadu_pd(x + i)));
+#elif defined(__SSE2__)
+  for (; i + 2 <= n; i += 2) _mm_storeu_pd(y + i, _mm_sqrt_pd(_mm_loadu_pd(x + i)));
+#endif
+  for (; i < n; ++i) y[i] = std::sqrt(x[i]);
+}
+#pragma GCC diagnostic pop
+
+template <class T> class SqrtKernel final : public Kernel {
+ public:
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* x = in[0]->ptr<T>();
+    T* y = out[0]->ptr<T>();
+    parallel_chunks(out[0]->numel(), kCheapGrain, [&](int64_t s, int64_t e) { sqrt_span(x + s, y + s, e - s); });
+  }
 };
 
 // Bounds come from attributes (opset 6-10) or from optional scalar inputs read at run time (11+).
@@ -97,6 +140,15 @@ template <class Op> KernelFactory eigen_unary() {
     if (t == DType::Float64) return std::make_unique<cpu::EigenMapKernel<Op, double>>(kCostlyGrain);
     fail_dtype(ctx);
   };
+}
+
+std::unique_ptr<Kernel> make_sqrt(PrepareContext& ctx) {
+  expect_one_input(ctx);
+  const DType t = ctx.inputs[0].dtype;
+  same_as_input(ctx, t);
+  if (t == DType::Float32) return std::make_unique<SqrtKernel<float>>();
+  if (t == DType::Float64) return std::make_unique<SqrtKernel<double>>();
+  fail_dtype(ctx);
 }
 
 std::unique_ptr<Kernel> make_identity(PrepareContext& ctx) {
@@ -183,7 +235,7 @@ void register_cpu_unary(KernelRegistry& r) {
   add(r, "Tanh", 6, flt, eigen_unary<cpu::EigenTanh>());
   add(r, "Exp", 6, flt, eigen_unary<cpu::EigenExp>());
   add(r, "Log", 6, flt, eigen_unary<cpu::EigenLog>());
-  add(r, "Sqrt", 6, flt, functor_unary<SqrtOp, float, double>(kCheapGrain));
+  add(r, "Sqrt", 6, flt, make_sqrt);
   add(r, "Reciprocal", 6, flt, functor_unary<ReciprocalOp, float, double>(kCheapGrain));
   add(r, "Floor", 6, flt, functor_unary<FloorOp, float, double>(kCheapGrain));
   add(r, "Ceil", 6, flt, functor_unary<CeilOp, float, double>(kCheapGrain));

@@ -277,15 +277,40 @@ class TrainingSession:
             self._warn_skipped()
         return loss
 
-    def _warn_skipped(self) -> None:
-        n = self._s.skipped_steps
-        if n == self._skips_seen:
-            return
-        self._skips_seen = n
-        if _skip_is_reported(n):
+    def _warn_skipped(self, stacklevel: int = 3) -> None:
+        # train_epoch can skip several steps in one call; each keeps its place in the rate limit, but only the
+        # latest one's reason is still known.
+        last = self._s.skipped_steps
+        for n in range(self._skips_seen + 1, last + 1):
+            if not _skip_is_reported(n):
+                continue
             note = (f" (from now on only every {_SKIP_WARN_EVERY}th skipped step is reported; skipped_steps counts "
                     "them all)") if n == _SKIP_WARN_FIRST else ""
-            warnings.warn(NonFiniteStepWarning(f"skipped step #{n}: {self._s.last_skip_reason}{note}"), stacklevel=3)
+            reason = self._s.last_skip_reason if n == last else "in train_epoch; last_skip_reason names the latest"
+            warnings.warn(NonFiniteStepWarning(f"skipped step #{n}: {reason}{note}"), stacklevel=stacklevel)
+        self._skips_seen = max(self._skips_seen, last)
+
+    def train_epoch(self, data: Feeds, batch_size: int, *, order: Any = None, sample_weight: Any = None,
+                    sample_weight_feed: str | None = None, weights_sum_to_one: bool = False,
+                    squares_of: Iterable[str] = ()) -> dict[str, np.ndarray]:
+        """One epoch of ``train_step`` calls over whole-data-set arrays, looped natively with the GIL released.
+
+        ``data`` maps every feed (model inputs and target) to an array with one row per sample. Batches are
+        ``batch_size`` rows (the last one what is left), taken in ``order`` (row indices, e.g. a shuffle; rows
+        are gathered natively) or, without it, in row order (fed as views, no copy). With
+        ``sample_weight_feed``, that feed gets each batch's ``sample_weight`` (raw, one per row; all 1 when
+        None) scaled to sum to the batch's rows, or to 1 with ``weights_sum_to_one``. ``squares_of``: trainable
+        weights whose sum of squares is reported per batch, read before its step.
+
+        Returns per-batch arrays: ``loss`` (as train_step returns), ``rows``, ``weight_sum`` (the raw weights
+        summed; rows without weights) and ``squares`` (empty without ``squares_of``). A batch skipped under
+        ``on_non_finite="skip"`` has a NaN loss and is warned about as by ``train_step``. An exception in a step
+        (or Ctrl-C) ends the epoch there, the steps before it applied."""
+        try:
+            return self._s.train_epoch(dict(data), int(batch_size), order, sample_weight, sample_weight_feed or "",
+                                       bool(weights_sum_to_one), list(squares_of))
+        finally:
+            self._warn_skipped(stacklevel=4)  # on_non_finite="skip": a skipped batch's loss is NaN
 
     def infer(self, feeds: Feeds | None = None, /, **inputs: Any) -> list[np.ndarray]:
         """The model's outputs, in order."""

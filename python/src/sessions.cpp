@@ -2,6 +2,7 @@
 // native code with the GIL released and the session's mutex held (a session is not reentrant; the mutex makes
 // concurrent calls from Python threads queue instead of racing), then converts the results with the GIL again.
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <optional>
 
@@ -11,6 +12,7 @@
 #include "executor/device.h"
 #include "graph/error.h"
 #include "graph/model_io.h"
+#include "training/epoch.h"
 #include "training/forward_backward.h"
 #include "training/session.h"
 
@@ -144,6 +146,61 @@ std::unique_ptr<PyTraining> from_checkpoint(const py::handle& checkpoint, std::s
   return p;
 }
 
+// Thrown from inside the native epoch when Python has a pending signal (Ctrl-C): the Python error is already set.
+struct PythonSignal {};
+
+template <class T>
+py::array_t<T> array_of(const std::vector<T>& v) {
+  py::array_t<T> a(static_cast<py::ssize_t>(v.size()));
+  std::copy(v.begin(), v.end(), a.mutable_data());
+  return a;
+}
+
+py::dict py_train_epoch(PyTraining& self, const py::handle& data, int64_t batch_size, const py::handle& order,
+                        const py::handle& sample_weight, const std::string& sample_weight_feed,
+                        bool weights_sum_to_one, std::vector<std::string> squares_of) {
+  // Every array is converted once per epoch; each batch is then a view or a gathered copy made natively.
+  Feeds f = to_feeds(data, self.io.feed_types, "train_epoch");
+  EpochSpec spec;
+  spec.batch_size = batch_size;
+  spec.sample_weight_feed = sample_weight_feed;
+  spec.weights_sum_to_one = weights_sum_to_one;
+  spec.squares_of = std::move(squares_of);
+  if (!order.is_none()) {
+    py::array o = py::module_::import("numpy").attr("asarray")(order);
+    const char kind = o.dtype().kind();
+    if ((kind != 'i' && kind != 'u') || o.ndim() != 1)
+      raise_type_error("order: expected a 1-D array of integer row indices, got dtype " + std::string(py::str(o.dtype())) +
+                       " with " + std::to_string(o.ndim()) + " dimensions");
+    auto idx = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(o);
+    spec.order.assign(idx.data(), idx.data() + idx.size());
+  }
+  std::optional<Tensor> weights;
+  if (!sample_weight.is_none()) weights = to_tensor(sample_weight, DType::Undefined, "sample_weight", f.keep);
+  // Ctrl-C: the signal handler only flags it; look at most every 50 ms (taking the GIL each step would make the
+  // loop wait for any other Python thread). The steps before it stay applied, as when a Python loop is stopped.
+  auto last = std::chrono::steady_clock::now();
+  spec.before_step = [&last] {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last < std::chrono::milliseconds(50)) return;
+    last = now;
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) throw PythonSignal{};
+  };
+  EpochResult r;
+  try {
+    r = self.run([&](TrainingSession& s) { return onnxtrain::train_epoch(s, f.tensors, weights ? &*weights : nullptr, spec); });
+  } catch (const PythonSignal&) {
+    throw py::error_already_set();
+  }
+  py::dict out;
+  out["loss"] = array_of(r.losses);
+  out["rows"] = array_of(r.rows);
+  out["weight_sum"] = array_of(r.weight_sums);
+  out["squares"] = array_of(r.squares);
+  return out;
+}
+
 py::bytes serialized(PyTraining& self, Model (TrainingSession::*what)() const) {
   std::string bytes = self.run([&](TrainingSession& s) { return serialize_model((s.*what)()); });
   return py::bytes(bytes);
@@ -205,6 +262,11 @@ The feeds of train_step/gradients are the model's inputs plus the loss target (t
              Feeds f = to_feeds(feeds, self.io.feed_types, "train_step");
              return self.run([&](TrainingSession& s) { return s.train_step(f.tensors); });
            }, py::arg("feeds"), "One optimizer step on a batch; returns the loss before the update.")
+      .def("train_epoch", &py_train_epoch, py::arg("data"), py::arg("batch_size"), py::arg("order") = py::none(),
+           py::arg("sample_weight") = py::none(), py::arg("sample_weight_feed") = "",
+           py::arg("weights_sum_to_one") = false, py::arg("squares_of") = std::vector<std::string>{},
+           "One epoch of train_step over whole-data-set arrays, looped natively without the GIL; returns per-batch\n"
+           "arrays: loss, rows, weight_sum, squares (docs/python.md, 'Epochs in one call').")
       .def("infer", [](PyTraining& self, const py::handle& feeds) {
              Feeds f = to_feeds(feeds, self.io.feed_types, "infer");
              return to_numpy(self.run([&](TrainingSession& s) { return s.infer(f.tensors); }));

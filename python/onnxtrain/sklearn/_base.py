@@ -124,13 +124,18 @@ class SessionEstimator(BaseEstimator):
         feed_sw = next((f for f in s.feed_names if f not in s.input_names and f != feed_target), None)
         # on_non_finite="skip": a skipped batch changed nothing, so the epoch's loss averages the others.
         skipped_at_start = skipped = s.skipped_steps
+        native = not hasattr(X_train, "toarray")  # sparse X is densified batch by batch in Python
+        if native:
+            X_train = np.ascontiguousarray(X_train)
         try:
             for _ in range(self.max_iter):
                 if self.shuffle:
                     sample_idx = sk_shuffle(sample_idx, random_state=rs)
-                accumulated = 0.0
-                applied = 0
-                for batch in gen_batches(n, batch_size):
+                # Dense data: the whole epoch in one native call; sparse: the Python loop below, batch by batch.
+                accumulated, applied = self._native_epoch(
+                    X_train, Y_train, sw_train, sample_idx if self.shuffle else None, batch_size, feed_target,
+                    feed_sw) if native else (0.0, 0)
+                for batch in () if native else gen_batches(n, batch_size):
                     idx = sample_idx[batch] if self.shuffle else batch
                     m = batch.stop - batch.start
                     feeds = {self._input_name: dense(X_train[idx]), feed_target: Y_train[idx]}
@@ -176,6 +181,26 @@ class SessionEstimator(BaseEstimator):
             s.set_weights(self._best_weights)
         self._fitted_from_session()
 
+    def _native_epoch(self, X, Y, sw, order, batch_size, feed_target, feed_sw):
+        """The epoch's batches run by TrainingSession.train_epoch (one call, no per-batch Python): the same rows,
+        weights and steps as the Python loop; returns (sum over applied batches of (loss + penalty) * rows, rows
+        of the applied batches)."""
+        r = self._session.train_epoch({self._input_name: X, feed_target: Y}, batch_size, order=order,
+                                      sample_weight=sw, sample_weight_feed=feed_sw,
+                                      weights_sum_to_one=self._loss_reduction != "mean",
+                                      squares_of=self._penalty_weights())
+        squares = r["squares"].tolist() or None
+        accumulated = 0.0
+        applied = 0
+        for i, (loss, m, weight_sum) in enumerate(zip(r["loss"].tolist(), r["rows"].tolist(),
+                                                      r["weight_sum"].tolist())):
+            if loss != loss:  # skipped under on_non_finite="skip" (raise would have raised): nothing applied
+                continue
+            penalty = self._batch_penalty(m if sw is None else weight_sum, None if squares is None else squares[i])
+            accumulated += (loss + penalty) * m
+            applied += m
+        return accumulated, applied
+
     def _effective_batch_size(self, n):
         if self.batch_size == "auto" or self.batch_size is None:
             return min(200, n)
@@ -214,8 +239,13 @@ class SessionEstimator(BaseEstimator):
                 self.best_loss_ = self.loss_curve_[-1]
 
     # Hooks with defaults.
-    def _batch_penalty(self, n):
+    def _batch_penalty(self, n, squares=None):
+        """The penalty added to a batch's reported loss; squares: the sum of squares of _penalty_weights() before
+        the batch's step (None: read them now)."""
         return 0.0
+
+    def _penalty_weights(self):
+        return []
 
     def _epoch_end(self):
         self._session.end_epoch(self.loss_)

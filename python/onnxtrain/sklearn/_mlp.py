@@ -224,12 +224,16 @@ class _BaseMLP(SessionEstimator):
         n = len(self.coefs_)
         self._set_coefs([w[f"coef_{i}"] for i in range(n)], [w[f"intercept_{i}"] for i in range(n)])
 
-    def _batch_penalty(self, n):
+    def _batch_penalty(self, n, squares=None):
         if self.alpha == 0:
             return 0.0
-        w = self._session.weights()
-        values = sum(float(np.dot(w[f"coef_{i}"].ravel(), w[f"coef_{i}"].ravel())) for i in range(len(self.coefs_)))
-        return 0.5 * self.alpha * values / n
+        if squares is None:
+            w = self._session.weights()
+            squares = sum(float(np.dot(w[f"coef_{i}"].ravel(), w[f"coef_{i}"].ravel())) for i in range(len(self.coefs_)))
+        return 0.5 * self.alpha * squares / n
+
+    def _penalty_weights(self):
+        return [f"coef_{i}" for i in range(len(self.coefs_))] if self.alpha != 0 else []
 
     def _epoch_end(self):
         if self.solver == "sgd" and self.learning_rate == "invscaling":
