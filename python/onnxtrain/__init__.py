@@ -310,7 +310,7 @@ class TrainingSession:
             return self._s.train_epoch(dict(data), int(batch_size), order, sample_weight, sample_weight_feed or "",
                                        bool(weights_sum_to_one), list(squares_of))
         finally:
-            self._warn_skipped(stacklevel=4)  # on_non_finite="skip": a skipped batch's loss is NaN
+            self._warn_skipped()  # on_non_finite="skip": a skipped batch's loss is NaN
 
     def infer(self, feeds: Feeds | None = None, /, **inputs: Any) -> list[np.ndarray]:
         """The model's outputs, in order."""
