@@ -1,4 +1,4 @@
-// MaxPool (values and Indices) and onnxtrain.MaxPoolGrad against a naive per-window reference written here:
+// MaxPool (values with and without Indices) and onnxtrain.MaxPoolGrad against a naive per-window reference written here:
 // ties keep the first maximum, a NaN wins, all -inf windows and padding-only taps, strides, dilations,
 // ceil_mode and overlapping windows (where the gradient adds up).
 #include <gtest/gtest.h>
@@ -70,6 +70,14 @@ TEST_P(MaxPoolAgainstReference, ValuesIndicesAndGradient) {
     else EXPECT_EQ(y, xv[want[i]]);
   }
 
+  // Without Indices the kernel may take another path (the tiled one): same values.
+  std::vector<Tensor> values_only = test::run_node(make_node("MaxPool", 1, a, "", 1), 17, {x});
+  ASSERT_EQ(values_only.at(0).shape, out[0].shape);
+  for (int64_t i = 0; i < out[0].numel(); ++i) {
+    const double y = out[0].ptr<double>()[i], v = values_only[0].ptr<double>()[i];
+    EXPECT_TRUE(y == v || (std::isnan(y) && std::isnan(v))) << i << ": " << v << " vs " << y;
+  }
+
   Tensor dy = test::random_tensor<double>(out[0].shape, 4, -1, 1);
   std::vector<Tensor> dx = test::run_node(make_node("MaxPoolGrad", 2, a, "onnxtrain"), 1, {dy, x});
   ASSERT_EQ(dx.at(0).shape, x.shape);
@@ -80,7 +88,12 @@ TEST_P(MaxPoolAgainstReference, ValuesIndicesAndGradient) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, MaxPoolAgainstReference,
+                         // The first four tile the plane (stride = kernel, no padding: the kernels' tiled path):
+                         // 2x2 exactly, 2x2 with a row and a column no window covers, 3x3, and a 2x3 window.
                          ::testing::Values(PoolCase{{2, 3, 8, 8}, {2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 0},
+                                           PoolCase{{2, 3, 7, 9}, {2, 2}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 0},
+                                           PoolCase{{1, 2, 9, 7}, {3, 3}, {3, 3}, {1, 1}, {0, 0, 0, 0}, 0},
+                                           PoolCase{{2, 2, 6, 10}, {2, 3}, {2, 3}, {1, 1}, {0, 0, 0, 0}, 0},
                                            PoolCase{{1, 2, 7, 6}, {3, 2}, {2, 1}, {1, 1}, {1, 0, 1, 1}, 0},
                                            PoolCase{{1, 2, 9, 9}, {3, 3}, {2, 3}, {2, 1}, {2, 1, 1, 2}, 1},
                                            PoolCase{{2, 1, 5, 11}, {2, 3}, {3, 2}, {1, 2}, {1, 1, 0, 0}, 1}));
