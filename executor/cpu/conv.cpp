@@ -701,41 +701,52 @@ bool tiles_plane(const Geo& g) {
   return g.k[0] == 1;
 }
 
-// The maximum of the window at w (rows `row` apart) and its offset from w, by the general loop's rule: taps in
-// row-major order, the first maximum kept, a NaN wins. KH, KW > 0 fix the window at compile time.
-template <int KH, int KW, class T> inline T window_max(const T* w, int64_t row, int64_t kh, int64_t kw, int64_t& at) {
+// One output row of a tiled pool: for each window o (starting at r + o * kw, rows `row` apart) its maximum and
+// the window-local tap index (i * kw + j) of that maximum, by the general loop's rule: taps in row-major order,
+// the first maximum kept, a NaN wins. Branch-free selects: with branches, random data mispredicts about one
+// compare per tap (that made this path no faster than the general one). KH, KW > 0 fix the window at compile
+// time. (Vectorising across the row gains nothing: CNN rows are 7-28 windows, mostly a scalar epilogue.)
+template <int KH, int KW, class T>
+inline void tile_row_max(const T* r, int64_t row, int64_t kh, int64_t kw, int64_t n, T* best, int32_t* at) {
   if constexpr (KH > 0) {
     kh = KH;
     kw = KW;
   }
-  T best = w[0];
-  at = 0;
-  for (int64_t i = 0; i < kh; ++i)
-    for (int64_t j = i == 0 ? 1 : 0; j < kw; ++j) {
-      const T v = w[i * row + j];
-      const bool take = v > best || (v != v && best == best);
-      best = take ? v : best;
-      at = take ? i * row + j : at;
-    }
-  return best;
+  for (int64_t o = 0; o < n; ++o) {
+    const T* w = r + o * kw;
+    T b = w[0];
+    int32_t a = 0;
+    for (int64_t i = 0; i < kh; ++i)
+      for (int64_t j = 0; j < kw; ++j) {
+        const T v = w[i * row + j];
+        const bool take = (v > b) | ((v != v) & (b == b));
+        b = take ? v : b;
+        a = take ? static_cast<int32_t>(i * kw + j) : a;
+      }
+    best[o] = b;
+    at[o] = a;
+  }
 }
 
-// Calls f(plane, window offset within the plane, output offset within the plane) for every window of a tiled pool.
-template <class F> inline void for_each_tile(const Geo& g, int64_t p, F&& f) {
+// Calls f(window row start within the plane, output row start within the plane) for every output row.
+template <class F> inline void for_each_tile_row(const Geo& g, F&& f) {
   for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
-    for (int64_t o1 = 0; o1 < g.out[1]; ++o1) {
-      const int64_t ib = (o0 * g.in[1] + o1 * g.k[1]) * g.in[2], ob = (o0 * g.out[1] + o1) * g.out[2];
-      for (int64_t o2 = 0; o2 < g.out[2]; ++o2) f(p, ib + o2 * g.k[2], ob + o2);
-    }
+    for (int64_t o1 = 0; o1 < g.out[1]; ++o1) f((o0 * g.in[1] + o1 * g.k[1]) * g.in[2], (o0 * g.out[1] + o1) * g.out[2]);
 }
+
+// Output rows are processed in pieces of at most kTileRow windows (stack buffers).
+inline constexpr int64_t kTileRow = 256;
 
 template <int KH, int KW, class T> void max_pool_tiled(const Geo& g, const T* x, T* y) {
   const int64_t isz = g.in_size(), osz = g.out_size(), row = g.in[2];
   cpu::parallel_for(g.N * g.C, g.N * g.C * isz > (1 << 15), [&](int64_t p) {
     const T* xp = x + p * isz;
     T* yp = y + p * osz;
-    int64_t at;
-    for_each_tile(g, p, [&](int64_t, int64_t i, int64_t o) { yp[o] = window_max<KH, KW>(xp + i, row, g.k[1], g.k[2], at); });
+    int32_t at[kTileRow];
+    for_each_tile_row(g, [&](int64_t i, int64_t o) {
+      for (int64_t c = 0; c < g.out[2]; c += kTileRow)
+        tile_row_max<KH, KW>(xp + i + c * g.k[2], row, g.k[1], g.k[2], std::min(kTileRow, g.out[2] - c), yp + o + c, at);
+    });
   });
 }
 
@@ -749,15 +760,129 @@ template <int KH, int KW, class T> void max_pool_grad_tiled(const Geo& g, const 
     const T* dyp = dy + p * osz;
     T* dxp = dx + p * isz;
     if (!covered) std::fill(dxp, dxp + isz, T(0));
-    for_each_tile(g, p, [&](int64_t, int64_t i, int64_t o) {
-      int64_t at;
-      window_max<KH, KW>(xp + i, row, kh, kw, at);
-      const T v = dyp[o];
-      T* d = dxp + i;
-      for (int64_t a = 0; a < kh; ++a)
-        for (int64_t b = 0; b < kw; ++b) d[a * row + b] = a * row + b == at ? v : T(0);
+    T best[kTileRow];
+    int32_t at[kTileRow];
+    for_each_tile_row(g, [&](int64_t i, int64_t o) {
+      for (int64_t c = 0; c < g.out[2]; c += kTileRow) {
+        const int64_t n = std::min(kTileRow, g.out[2] - c);
+        T* d = dxp + i + c * kw;
+        const T* v = dyp + o + c;
+        tile_row_max<KH, KW>(xp + i + c * kw, row, kh, kw, n, best, at);
+        for (int64_t a = 0; a < kh; ++a)
+          for (int64_t b = 0; b < kw; ++b) {
+            const int32_t tap = static_cast<int32_t>(a * kw + b);
+            T* dr = d + a * row + b;
+#pragma omp simd
+            for (int64_t q = 0; q < n; ++q) dr[q * kw] = at[q] == tap ? v[q] : T(0);
+          }
+      }
     });
   });
+}
+
+// The 2x2/2 pool over a plane with even sides (W2's two pools), in passes that run along whole rows or the whole
+// plane instead of 7-14 windows at a time, so they vectorise: (1) per pair of rows, the larger of the two taps of
+// each column and which row it came from; (2) along the plane, whose rows are now half as many and each column
+// pair is one window, the larger column. `takes(v, b)`: v replaces the running maximum b (the general loop's rule:
+// greater, or a NaN over a number; the earlier tap wins ties and between NaNs).
+template <class T> inline bool takes(T v, T b) { return (v > b) | ((v != v) & (b == b)); }
+
+struct Pool2x2Scratch {
+  std::vector<float> f;
+  std::vector<double> d;
+  std::vector<int32_t> row, col;
+  template <class T> T* values() {
+    if constexpr (std::is_same_v<T, float>) return f.data();
+    else return d.data();
+  }
+};
+
+bool is_even_2x2(const Geo& g) {
+  return tiles_plane(g) && g.k[1] == 2 && g.k[2] == 2 && g.in[1] == 2 * g.out[1] && g.in[2] == 2 * g.out[2];
+}
+
+// (1) for the plane's row pairs: m[t] the larger of x's rows 2h and 2h+1 at column c (t = h * W + c) and, when
+// row_of is given, 1 where the lower row won.
+template <class T> inline void pool2x2_vertical(const Geo& g, const T* xp, T* m, int32_t* row_of) {
+  const int64_t W = g.in[2], H2 = g.out[0] * g.out[1];
+  for (int64_t h = 0; h < H2; ++h) {
+    const T* a = xp + 2 * h * W;
+    const T* c = a + W;
+    T* mh = m + h * W;
+    if (row_of) {
+      int32_t* rh = row_of + h * W;
+      for (int64_t x = 0; x < W; ++x) {
+        const bool t = takes(c[x], a[x]);
+        mh[x] = t ? c[x] : a[x];
+        rh[x] = t;
+      }
+    } else {
+      for (int64_t x = 0; x < W; ++x) mh[x] = takes(c[x], a[x]) ? c[x] : a[x];
+    }
+  }
+}
+
+template <class T> void max_pool_2x2(const T* xp, T* yp, const Geo& g, Pool2x2Scratch& s) {
+  T* m = s.values<T>();
+  pool2x2_vertical(g, xp, m, nullptr);
+  const int64_t n = g.out_size();
+  for (int64_t q = 0; q < n; ++q) yp[q] = takes(m[2 * q + 1], m[2 * q]) ? m[2 * q + 1] : m[2 * q];
+}
+
+// dX: each window's dY at its maximum's position, zero at the other three.
+template <class T> void max_pool_grad_2x2(const T* dyp, const T* xp, T* dxp, const Geo& g, Pool2x2Scratch& s) {
+  T* m = s.values<T>();
+  int32_t* row_of = s.row.data();
+  int32_t* col = s.col.data();
+  pool2x2_vertical(g, xp, m, row_of);
+  const int64_t n = g.out_size(), W = g.in[2], H2 = g.out[0] * g.out[1];
+  // (2) the winning column of each window: the right one when it takes the left one's maximum, or ties it (or
+  // is NaN with it) from an earlier tap (the top right tap 1 comes before the bottom left tap 2).
+  for (int64_t q = 0; q < n; ++q) {
+    const T a = m[2 * q], c = m[2 * q + 1];
+    const bool earlier = row_of[2 * q + 1] < row_of[2 * q];
+    col[q] = takes(c, a) | (((c == a) | ((c != c) & (a != a))) & earlier);
+  }
+  // (3) along the plane: dY in the winning column of each pair (t / 2 is t's window), then split by row.
+  for (int64_t t = 0; t < H2 * W; ++t) m[t] = col[t >> 1] == static_cast<int32_t>(t & 1) ? dyp[t >> 1] : T(0);
+  for (int64_t h = 0; h < H2; ++h) {
+    T* top = dxp + 2 * h * W;
+    T* bottom = top + W;
+    const T* e = m + h * W;
+    const int32_t* r = row_of + h * W;
+    for (int64_t x = 0; x < W; ++x) {
+      top[x] = r[x] == 0 ? e[x] : T(0);
+      bottom[x] = r[x] != 0 ? e[x] : T(0);
+    }
+  }
+}
+
+// Per-thread scratch for the 2x2 passes, sized at plan time for omp_get_max_threads() threads (run() allocates
+// nothing), and a loop over planes that hands each call its thread's slot.
+std::vector<Pool2x2Scratch> pool2x2_scratch(const Geo& g, bool is_double, bool gradient) {
+  const size_t threads = static_cast<size_t>(std::max(1, omp_get_max_threads()));
+  const size_t half = static_cast<size_t>(g.out[0] * g.out[1] * g.in[2]);
+  std::vector<Pool2x2Scratch> s(threads);
+  for (Pool2x2Scratch& t : s) {
+    if (is_double) t.d.resize(half);
+    else t.f.resize(half);
+    if (gradient) {
+      t.row.resize(half);
+      t.col.resize(static_cast<size_t>(g.out_size()));
+    }
+  }
+  return s;
+}
+
+template <class F> void for_each_plane(const Geo& g, std::vector<Pool2x2Scratch>& scratch, F&& f) {
+  const int64_t planes = g.N * g.C;
+  const int threads = static_cast<int>(scratch.size());
+  if (threads < 2 || planes < 2 || planes * g.in_size() <= (1 << 15)) {
+    for (int64_t p = 0; p < planes; ++p) f(p, scratch[0]);
+    return;
+  }
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t p = 0; p < planes; ++p) f(p, scratch[static_cast<size_t>(omp_get_thread_num())]);
 }
 
 // Runs f.template operator()<KH, KW>() with the window fixed at compile time for the common 2x2 (and 1-D 2),
@@ -771,13 +896,19 @@ template <class F> void with_tile(const Geo& g, F&& f) {
 
 template <class T> class MaxPoolKernel final : public Kernel {
  public:
-  MaxPoolKernel(Geo g, bool indices, bool col_major) : g_(g), indices_(indices), col_major_(col_major) {}
+  MaxPoolKernel(Geo g, bool indices, bool col_major) : g_(g), indices_(indices), col_major_(col_major) {
+    if (!indices_ && is_even_2x2(g_)) scratch_ = pool2x2_scratch(g_, std::is_same_v<T, double>, false);
+  }
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
     const T* x = in[0]->ptr<T>();
     T* y = out[0]->ptr<T>();
     int64_t* idx = indices_ ? out[1]->ptr<int64_t>() : nullptr;
     const Geo g = g_;
+    if (!scratch_.empty()) {
+      const int64_t isz = g.in_size(), osz = g.out_size();
+      return for_each_plane(g, scratch_, [&](int64_t p, Pool2x2Scratch& s) { max_pool_2x2(x + p * isz, y + p * osz, g, s); });
+    }
     if (!idx && tiles_plane(g))
       return with_tile(g, [&]<int KH, int KW>() { max_pool_tiled<KH, KW>(g, x, y); });
     const int64_t isz = g.in_size(), osz = g.out_size(), planes = g.N * g.C;
@@ -810,6 +941,7 @@ template <class T> class MaxPoolKernel final : public Kernel {
 
   Geo g_;
   bool indices_, col_major_;
+  std::vector<Pool2x2Scratch> scratch_;  // the 2x2 path's, when it applies
 };
 
 // onnxtrain.MaxPoolGrad(dY, X) -> dX, with MaxPool's attributes: each dY goes to its window's first maximum,
@@ -818,6 +950,7 @@ template <class T> class MaxPoolKernel final : public Kernel {
 template <class T> class MaxPoolGradKernel final : public Kernel {
  public:
   explicit MaxPoolGradKernel(Geo g) : g_(g) {
+    if (is_even_2x2(g_)) scratch_ = pool2x2_scratch(g_, std::is_same_v<T, double>, true);
     // One row of maxima and offsets per thread, so run() allocates nothing.
     const size_t threads = static_cast<size_t>(std::max(1, omp_get_max_threads()));
     best_.resize(threads * static_cast<size_t>(g_.out[2]));
@@ -829,6 +962,12 @@ template <class T> class MaxPoolGradKernel final : public Kernel {
     const T* x = in[1]->ptr<T>();
     T* dx = out[0]->ptr<T>();
     const Geo g = g_;
+    if (!scratch_.empty()) {
+      const int64_t isz = g.in_size(), osz = g.out_size();
+      return for_each_plane(g, scratch_, [&](int64_t p, Pool2x2Scratch& s) {
+        max_pool_grad_2x2(dy + p * osz, x + p * isz, dx + p * isz, g, s);
+      });
+    }
     if (tiles_plane(g))
       return with_tile(g, [&]<int KH, int KW>() { max_pool_grad_tiled<KH, KW>(g, dy, x, dx); });
     const int64_t isz = g.in_size(), osz = g.out_size(), planes = g.N * g.C;
@@ -854,6 +993,7 @@ template <class T> class MaxPoolGradKernel final : public Kernel {
   Geo g_;
   std::vector<T> best_;
   std::vector<int64_t> arg_;
+  std::vector<Pool2x2Scratch> scratch_;  // the 2x2 path's, when it applies
 };
 
 template <class T> class AvgPoolKernel final : public Kernel {
