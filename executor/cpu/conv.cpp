@@ -843,8 +843,11 @@ template <class T> void max_pool_grad_2x2(const T* dyp, const T* xp, T* dxp, con
     const bool earlier = row_of[2 * q + 1] < row_of[2 * q];
     col[q] = takes(c, a) | (((c == a) | ((c != c) & (a != a))) & earlier);
   }
-  // (3) along the plane: dY in the winning column of each pair (t / 2 is t's window), then split by row.
-  for (int64_t t = 0; t < H2 * W; ++t) m[t] = col[t >> 1] == static_cast<int32_t>(t & 1) ? dyp[t >> 1] : T(0);
+  // (3) along the plane: dY in the winning column of each window, then split by row.
+  for (int64_t q = 0; q < n; ++q) {
+    m[2 * q] = col[q] == 0 ? dyp[q] : T(0);
+    m[2 * q + 1] = col[q] != 0 ? dyp[q] : T(0);
+  }
   for (int64_t h = 0; h < H2; ++h) {
     T* top = dxp + 2 * h * W;
     T* bottom = top + W;
