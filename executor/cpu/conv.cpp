@@ -92,21 +92,49 @@ struct AlignedBytes {
   }
 };
 
-// One primitive with its argument array and its user-managed scratchpad (sized at plan time, so execute()
-// allocates no scratchpad), ready to run.
+// The staging buffers and scratchpads of every oneDNN convolution kernel on a thread share one arena: a kernel
+// needs them only while it runs, so a plan holds the largest kernel's need once rather than every kernel's (with a
+// buffer per kernel, W2's process grew by ~150 MB, most of it for the whole-data-set evaluation plan). The arena
+// grows when a kernel is built and, should a plan run on another thread, on its first run there; never in a
+// steady state. Thread-local, so plans running on different threads do not share it.
+std::byte* conv_arena(size_t bytes) {
+  thread_local AlignedBytes arena;
+  thread_local size_t size = 0;
+  if (size < bytes) {
+    arena = AlignedBytes::of(bytes);
+    size = bytes;
+  }
+  return arena.p.get();
+}
+
+// Offsets into the arena, assigned while a kernel's primitives are built.
+struct ArenaLayout {
+  size_t bytes = 0;
+  size_t take(size_t n) {
+    const size_t at = bytes;
+    bytes += (n + 63) / 64 * 64;
+    return at;
+  }
+};
+
+// One primitive with its argument array and its user-managed scratchpad (in the arena, so execute() allocates
+// no scratchpad), ready to run once bound to the arena.
 struct DnnlStep {
   dnnl::primitive prim;
   std::vector<dnnl_exec_arg_t> args;
-  AlignedBytes scratch;
-  dnnl::memory scratch_mem;
+  dnnl::memory scratch_mem;  // empty when the primitive needs none
+  size_t scratch_at = 0;
+  void bind(std::byte* arena) const {
+    if (scratch_mem) scratch_mem.set_data_handle(arena + scratch_at);
+  }
 };
 
-DnnlStep make_step(const dnnl::primitive_desc_base& pd, std::vector<dnnl_exec_arg_t> args) {
-  DnnlStep s{dnnl::primitive(pd.get()), std::move(args), {}, {}};
+DnnlStep make_step(const dnnl::primitive_desc_base& pd, std::vector<dnnl_exec_arg_t> args, ArenaLayout& arena) {
+  DnnlStep s{dnnl::primitive(pd.get()), std::move(args), {}, 0};
   const dnnl::memory::desc d = pd.scratchpad_desc();
   if (d.get_size() > 0) {
-    s.scratch = AlignedBytes::of(d.get_size());
-    s.scratch_mem = dnnl::memory(d, dnnl_engine(), s.scratch.p.get());
+    s.scratch_at = arena.take(d.get_size());
+    s.scratch_mem = dnnl::memory(d, dnnl_engine(), DNNL_MEMORY_NONE);
     s.args.push_back({DNNL_ARG_SCRATCHPAD, s.scratch_mem.get()});
   }
   return s;
@@ -135,28 +163,33 @@ struct Staged {
   dnnl::memory user;   // the tensor as stored; run() sets its handle
   dnnl::memory inner;  // what the primitive reads or writes
   std::optional<DnnlStep> reorder;
-  AlignedBytes buffer;
+  size_t at = 0;       // inner's offset in the arena, when it is not `user`
 
   void set(const void* p) { user.set_data_handle(const_cast<void*>(p)); }
+  void bind(std::byte* arena) const {
+    if (!reorder) return;
+    inner.set_data_handle(arena + at);
+    reorder->bind(arena);
+  }
   void convert(const Tensor& what) const {
     if (reorder) execute(*reorder, what);
   }
 };
 
 // `into`: the reorder runs plain -> chosen (an input of the primitive), else chosen -> plain (an output).
-Staged stage(const dnnl::memory::desc& plain, const dnnl::memory::desc& chosen, bool into) {
+Staged stage(const dnnl::memory::desc& plain, const dnnl::memory::desc& chosen, bool into, ArenaLayout& arena) {
   const dnnl::engine& eng = dnnl_engine();
-  Staged s{dnnl::memory(plain, eng, DNNL_MEMORY_NONE), {}, std::nullopt, {}};
+  Staged s{dnnl::memory(plain, eng, DNNL_MEMORY_NONE), {}, std::nullopt, 0};
   if (chosen == plain) {
     s.inner = s.user;
     return s;
   }
-  s.buffer = AlignedBytes::of(chosen.get_size());
-  s.inner = dnnl::memory(chosen, eng, s.buffer.p.get());
+  s.at = arena.take(chosen.get_size());
+  s.inner = dnnl::memory(chosen, eng, DNNL_MEMORY_NONE);
   const dnnl::memory& from = into ? s.user : s.inner;
   const dnnl::memory& to = into ? s.inner : s.user;
   const dnnl::reorder::primitive_desc pd(eng, from.get_desc(), eng, to.get_desc(), user_scratchpad());
-  s.reorder = make_step(pd, {{DNNL_ARG_FROM, from.get()}, {DNNL_ARG_TO, to.get()}});
+  s.reorder = make_step(pd, {{DNNL_ARG_FROM, from.get()}, {DNNL_ARG_TO, to.get()}}, arena);
   return s;
 }
 
@@ -166,17 +199,21 @@ struct DnnlConv {
   Staged x, w, y;
   dnnl::memory b;
   DnnlStep conv;
+  size_t arena_bytes = 0;
 };
 
 template <class PD> DnnlConv bind_conv(const PD& pd, const dnnl::memory::desc& x_md, const dnnl::memory::desc& w_md,
                                        const dnnl::memory::desc& b_md, const dnnl::memory::desc& y_md, bool has_bias) {
-  DnnlConv c{stage(x_md, pd.src_desc(), true), stage(w_md, pd.weights_desc(), true), stage(y_md, pd.dst_desc(), false),
-             dnnl::memory(b_md, dnnl_engine(), DNNL_MEMORY_NONE), {}};
+  ArenaLayout arena;
+  DnnlConv c{stage(x_md, pd.src_desc(), true, arena), stage(w_md, pd.weights_desc(), true, arena),
+             stage(y_md, pd.dst_desc(), false, arena), dnnl::memory(b_md, dnnl_engine(), DNNL_MEMORY_NONE), {}, 0};
   std::vector<dnnl_exec_arg_t> args{{DNNL_ARG_SRC, c.x.inner.get()},
                                     {DNNL_ARG_WEIGHTS, c.w.inner.get()},
                                     {DNNL_ARG_DST, c.y.inner.get()}};
   if (has_bias) args.push_back({DNNL_ARG_BIAS, c.b.get()});
-  c.conv = make_step(pd, std::move(args));
+  c.conv = make_step(pd, std::move(args), arena);
+  c.arena_bytes = arena.bytes;
+  conv_arena(arena.bytes);
   return c;
 }
 
@@ -295,6 +332,11 @@ void run_dnnl(DnnlConv& d, const void* x, const void* w, const void* b, void* y,
   d.w.set(w);
   if (b) d.b.set_data_handle(const_cast<void*>(b));
   d.y.set(y);
+  std::byte* arena = conv_arena(d.arena_bytes);
+  d.x.bind(arena);
+  d.w.bind(arena);
+  d.y.bind(arena);
+  d.conv.bind(arena);
   d.x.convert(what);
   d.w.convert(what);
   execute(d.conv, what);
@@ -426,6 +468,14 @@ struct DnnlConvGrad {
   dnnl::memory db;
   std::optional<DnnlStep> data, weights;
   bool bias_with_weights = false;
+  size_t arena_bytes = 0;
+
+  void bind(std::byte* arena) const {
+    for (const std::optional<Staged>* s : {&dy_data, &w, &dx, &dy_weights, &x, &dw})
+      if (*s) (*s)->bind(arena);
+    if (data) data->bind(arena);
+    if (weights) weights->bind(arena);
+  }
 };
 
 std::optional<DnnlConvGrad> build_dnnl_conv_grad(const Geo& g, bool want_dx, bool want_dw, bool want_db) {
@@ -436,6 +486,7 @@ std::optional<DnnlConvGrad> build_dnnl_conv_grad(const Geo& g, bool want_dx, boo
     const ConvMds plain = plain_conv_mds(g, *geo), md = any_conv_mds(g, *geo);
     const dnnl::engine& eng = dnnl_engine();
     DnnlConvGrad r;
+    ArenaLayout arena;
     r.bias_with_weights = want_dw && want_db;
     r.db = dnnl::memory(plain.b, eng, DNNL_MEMORY_NONE);
     const dnnl::primitive_attr attr = user_scratchpad();
@@ -447,12 +498,13 @@ std::optional<DnnlConvGrad> build_dnnl_conv_grad(const Geo& g, bool want_dx, boo
     if (want_dx) {
       dnnl::convolution_backward_data::desc d(algo, md.x, md.w, md.y, geo->strides, geo->dil, geo->pl, geo->pr);
       const dnnl::convolution_backward_data::primitive_desc pd(d, attr, eng, hint);
-      r.dy_data = stage(plain.y, pd.diff_dst_desc(), true);
-      r.w = stage(plain.w, pd.weights_desc(), true);
-      r.dx = stage(plain.x, pd.diff_src_desc(), false);
+      r.dy_data = stage(plain.y, pd.diff_dst_desc(), true, arena);
+      r.w = stage(plain.w, pd.weights_desc(), true, arena);
+      r.dx = stage(plain.x, pd.diff_src_desc(), false, arena);
       r.data = make_step(pd, {{DNNL_ARG_DIFF_DST, r.dy_data->inner.get()},
                               {DNNL_ARG_WEIGHTS, r.w->inner.get()},
-                              {DNNL_ARG_DIFF_SRC, r.dx->inner.get()}});
+                              {DNNL_ARG_DIFF_SRC, r.dx->inner.get()}},
+                         arena);
     }
     if (want_dw) {
       auto d = r.bias_with_weights ? dnnl::convolution_backward_weights::desc(algo, md.x, md.w, md.b, md.y,
@@ -461,16 +513,18 @@ std::optional<DnnlConvGrad> build_dnnl_conv_grad(const Geo& g, bool want_dx, boo
                                                                               geo->dil, geo->pl, geo->pr);
       const dnnl::convolution_backward_weights::primitive_desc pd(d, attr, eng, hint);
       r.dy_shared = r.dy_data && r.dy_data->inner.get_desc() == pd.diff_dst_desc();
-      if (!r.dy_shared) r.dy_weights = stage(plain.y, pd.diff_dst_desc(), true);
-      r.x = stage(plain.x, pd.src_desc(), true);
-      r.dw = stage(plain.w, pd.diff_weights_desc(), false);
+      if (!r.dy_shared) r.dy_weights = stage(plain.y, pd.diff_dst_desc(), true, arena);
+      r.x = stage(plain.x, pd.src_desc(), true, arena);
+      r.dw = stage(plain.w, pd.diff_weights_desc(), false, arena);
       const Staged& dy = r.dy_shared ? *r.dy_data : *r.dy_weights;
       std::vector<dnnl_exec_arg_t> args{{DNNL_ARG_SRC, r.x->inner.get()},
                                         {DNNL_ARG_DIFF_DST, dy.inner.get()},
                                         {DNNL_ARG_DIFF_WEIGHTS, r.dw->inner.get()}};
       if (r.bias_with_weights) args.push_back({DNNL_ARG_DIFF_BIAS, r.db.get()});
-      r.weights = make_step(pd, std::move(args));
+      r.weights = make_step(pd, std::move(args), arena);
     }
+    r.arena_bytes = arena.bytes;
+    conv_arena(arena.bytes);
     return r;
   } catch (const dnnl::error&) {
     return std::nullopt;
@@ -495,6 +549,7 @@ template <class T> class ConvGradKernel final : public Kernel {
     if (dnnl_) {
       DnnlConvGrad& d = *dnnl_;
       const Tensor& what = *in[0];
+      d.bind(conv_arena(d.arena_bytes));
       if (dx) {
         d.dy_data->set(dy);
         d.w->set(w);
