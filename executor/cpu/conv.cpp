@@ -266,18 +266,29 @@ ConvMds any_conv_mds(const Geo& g, const DnnlGeo& geo) {
           dnnl::memory::desc({g.M}, dt::f32, tag::x), dnnl::memory::desc(geo.y, dt::f32, tag::any)};
 }
 
+// A chosen activation layout that pads the channels a lot (a blocked layout for 1-4 channels stores 16): the
+// primitive would read and write several times the data, plus the reorders. Then the plain layouts are used (the
+// AveragePoolGrad function body's single-channel Conv and ConvTranspose ran 3-4x slower blocked).
+bool pads_much(const dnnl::memory::desc& chosen, const dnnl::memory::desc& plain) {
+  return chosen.get_size() > plain.get_size() + plain.get_size() / 4;
+}
+
 std::optional<DnnlConv> build_dnnl_conv(const Geo& g, bool has_bias) {
   const std::optional<DnnlGeo> geo = dnnl_geo(g, g.pe);
   if (!geo) return std::nullopt;
   try {
-    const ConvMds plain = plain_conv_mds(g, *geo), md = any_conv_mds(g, *geo);
+    const ConvMds plain = plain_conv_mds(g, *geo);
     const auto algo = dnnl::algorithm::convolution_direct;
     const auto prop = dnnl::prop_kind::forward_inference;
-    auto desc = has_bias ? dnnl::convolution_forward::desc(prop, algo, md.x, md.w, md.b, md.y, geo->strides, geo->dil,
-                                                           geo->pl, geo->pr)
-                         : dnnl::convolution_forward::desc(prop, algo, md.x, md.w, md.y, geo->strides, geo->dil,
-                                                           geo->pl, geo->pr);
-    const dnnl::convolution_forward::primitive_desc pd(desc, user_scratchpad(), dnnl_engine());
+    auto make = [&](const ConvMds& md) {
+      auto desc = has_bias ? dnnl::convolution_forward::desc(prop, algo, md.x, md.w, md.b, md.y, geo->strides,
+                                                             geo->dil, geo->pl, geo->pr)
+                           : dnnl::convolution_forward::desc(prop, algo, md.x, md.w, md.y, geo->strides, geo->dil,
+                                                             geo->pl, geo->pr);
+      return dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), dnnl_engine());
+    };
+    dnnl::convolution_forward::primitive_desc pd = make(any_conv_mds(g, *geo));
+    if (pads_much(pd.src_desc(), plain.x) || pads_much(pd.dst_desc(), plain.y)) pd = make(plain);
     return bind_conv(pd, plain.x, plain.w, plain.b, plain.y, has_bias);
   } catch (const dnnl::error&) {
     return std::nullopt;  // a geometry oneDNN refuses: the direct loop computes the same thing
@@ -313,13 +324,17 @@ std::optional<DnnlConv> build_dnnl_deconv(const Geo& g, const Dims3& right_pad, 
     dnnl::memory::desc w_md(wd, dt::f32, ws);
     dnnl::memory::desc b_md({g.M}, dt::f32, tag::x);
     const dnnl::memory::desc xa(xd, dt::f32, tag::any), wa(wd, dt::f32, tag::any), ya(yd, dt::f32, tag::any);
-    auto desc = has_bias ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                             dnnl::algorithm::deconvolution_direct, xa, wa, b_md, ya,
-                                                             strides, dil, pl, pr)
-                         : dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                             dnnl::algorithm::deconvolution_direct, xa, wa, ya, strides,
-                                                             dil, pl, pr);
-    const dnnl::deconvolution_forward::primitive_desc pd(desc, user_scratchpad(), dnnl_engine());
+    auto make = [&](const dnnl::memory::desc& x, const dnnl::memory::desc& w, const dnnl::memory::desc& y) {
+      auto desc = has_bias ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                               dnnl::algorithm::deconvolution_direct, x, w, b_md, y,
+                                                               strides, dil, pl, pr)
+                           : dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                               dnnl::algorithm::deconvolution_direct, x, w, y, strides,
+                                                               dil, pl, pr);
+      return dnnl::deconvolution_forward::primitive_desc(desc, user_scratchpad(), dnnl_engine());
+    };
+    dnnl::deconvolution_forward::primitive_desc pd = make(xa, wa, ya);
+    if (pads_much(pd.src_desc(), x_md) || pads_much(pd.dst_desc(), y_md)) pd = make(x_md, w_md, y_md);
     return bind_conv(pd, x_md, w_md, b_md, y_md, has_bias);
   } catch (const dnnl::error&) {
     return std::nullopt;
@@ -478,12 +493,14 @@ struct DnnlConvGrad {
   }
 };
 
-std::optional<DnnlConvGrad> build_dnnl_conv_grad(const Geo& g, bool want_dx, bool want_dw, bool want_db) {
+// `choose_layouts`: let the primitives choose (the first attempt); false when that padded the channels much.
+std::optional<DnnlConvGrad> build_dnnl_conv_grad(const Geo& g, bool want_dx, bool want_dw, bool want_db,
+                                                 bool choose_layouts = true) {
   const std::optional<DnnlGeo> geo = dnnl_geo(g, g.pe);
   if (!geo) return std::nullopt;
   const auto algo = dnnl::algorithm::convolution_direct;
   try {
-    const ConvMds plain = plain_conv_mds(g, *geo), md = any_conv_mds(g, *geo);
+    const ConvMds plain = plain_conv_mds(g, *geo), md = choose_layouts ? any_conv_mds(g, *geo) : plain;
     const dnnl::engine& eng = dnnl_engine();
     DnnlConvGrad r;
     ArenaLayout arena;
@@ -498,6 +515,8 @@ std::optional<DnnlConvGrad> build_dnnl_conv_grad(const Geo& g, bool want_dx, boo
     if (want_dx) {
       dnnl::convolution_backward_data::desc d(algo, md.x, md.w, md.y, geo->strides, geo->dil, geo->pl, geo->pr);
       const dnnl::convolution_backward_data::primitive_desc pd(d, attr, eng, hint);
+      if (choose_layouts && (pads_much(pd.diff_dst_desc(), plain.y) || pads_much(pd.diff_src_desc(), plain.x)))
+        return build_dnnl_conv_grad(g, want_dx, want_dw, want_db, false);
       r.dy_data = stage(plain.y, pd.diff_dst_desc(), true, arena);
       r.w = stage(plain.w, pd.weights_desc(), true, arena);
       r.dx = stage(plain.x, pd.diff_src_desc(), false, arena);
@@ -512,6 +531,8 @@ std::optional<DnnlConvGrad> build_dnnl_conv_grad(const Geo& g, bool want_dx, boo
                                    : dnnl::convolution_backward_weights::desc(algo, md.x, md.w, md.y, geo->strides,
                                                                               geo->dil, geo->pl, geo->pr);
       const dnnl::convolution_backward_weights::primitive_desc pd(d, attr, eng, hint);
+      if (choose_layouts && (pads_much(pd.diff_dst_desc(), plain.y) || pads_much(pd.src_desc(), plain.x)))
+        return build_dnnl_conv_grad(g, want_dx, want_dw, want_db, false);
       r.dy_shared = r.dy_data && r.dy_data->inner.get_desc() == pd.diff_dst_desc();
       if (!r.dy_shared) r.dy_weights = stage(plain.y, pd.diff_dst_desc(), true, arena);
       r.x = stage(plain.x, pd.src_desc(), true, arena);
