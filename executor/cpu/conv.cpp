@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -863,6 +864,15 @@ template <int KH, int KW, class T> void max_pool_grad_tiled(const Geo& g, const 
 // greater, or a NaN over a number; the earlier tap wins ties and between NaNs).
 template <class T> inline bool takes(T v, T b) { return (v > b) | ((v != v) & (b == b)); }
 
+// c ? a : b by bit masks. The rows here are 14-28 long, so a good part of every pass is the vectorised loops'
+// scalar remainder, where GCC compiles a float `?:` to a branch that random data mispredicts half the time
+// (`perf annotate` put most of MaxPoolGrad's time on two such branches).
+template <class T> inline T pick(bool c, T a, T b) {
+  using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  const U m = U(0) - static_cast<U>(c);
+  return std::bit_cast<T>((std::bit_cast<U>(a) & m) | (std::bit_cast<U>(b) & ~m));
+}
+
 struct Pool2x2Scratch {
   std::vector<float> f;
   std::vector<double> d;
@@ -889,11 +899,11 @@ template <class T> inline void pool2x2_vertical(const Geo& g, const T* xp, T* m,
       int32_t* rh = row_of + h * W;
       for (int64_t x = 0; x < W; ++x) {
         const bool t = takes(c[x], a[x]);
-        mh[x] = t ? c[x] : a[x];
+        mh[x] = pick(t, c[x], a[x]);
         rh[x] = t;
       }
     } else {
-      for (int64_t x = 0; x < W; ++x) mh[x] = takes(c[x], a[x]) ? c[x] : a[x];
+      for (int64_t x = 0; x < W; ++x) mh[x] = pick(takes(c[x], a[x]), c[x], a[x]);
     }
   }
 }
@@ -902,7 +912,7 @@ template <class T> void max_pool_2x2(const T* xp, T* yp, const Geo& g, Pool2x2Sc
   T* m = s.values<T>();
   pool2x2_vertical(g, xp, m, nullptr);
   const int64_t n = g.out_size();
-  for (int64_t q = 0; q < n; ++q) yp[q] = takes(m[2 * q + 1], m[2 * q]) ? m[2 * q + 1] : m[2 * q];
+  for (int64_t q = 0; q < n; ++q) yp[q] = pick(takes(m[2 * q + 1], m[2 * q]), m[2 * q + 1], m[2 * q]);
 }
 
 // dX: each window's dY at its maximum's position, zero at the other three.
@@ -921,18 +931,16 @@ template <class T> void max_pool_grad_2x2(const T* dyp, const T* xp, T* dxp, con
   }
   // (3) along the plane: dY in the winning column of each window, then split by row.
   for (int64_t q = 0; q < n; ++q) {
-    m[2 * q] = col[q] == 0 ? dyp[q] : T(0);
-    m[2 * q + 1] = col[q] != 0 ? dyp[q] : T(0);
+    m[2 * q] = pick(col[q] == 0, dyp[q], T(0));
+    m[2 * q + 1] = pick(col[q] != 0, dyp[q], T(0));
   }
   for (int64_t h = 0; h < H2; ++h) {
     T* top = dxp + 2 * h * W;
     T* bottom = top + W;
     const T* e = m + h * W;
     const int32_t* r = row_of + h * W;
-    for (int64_t x = 0; x < W; ++x) {
-      top[x] = r[x] == 0 ? e[x] : T(0);
-      bottom[x] = r[x] != 0 ? e[x] : T(0);
-    }
+    for (int64_t x = 0; x < W; ++x) top[x] = pick(r[x] == 0, e[x], T(0));
+    for (int64_t x = 0; x < W; ++x) bottom[x] = pick(r[x] != 0, e[x], T(0));
   }
 }
 
