@@ -1,8 +1,9 @@
 // Conv, ConvTranspose, pooling and the fused ConvGrad / MaxPoolGrad / AveragePoolGrad on the CPU. The geometry
 // (executor/cpu/conv_geometry.h) is canonicalised to three spatial dims, so one set of loops serves 1-D to 3-D.
-// float32 Conv, ConvTranspose and ConvGrad run oneDNN primitives built at plan time on plain (ncdhw/oidhw)
-// layouts; run() only swaps data handles. Everything else (float64, pooling, and geometries oneDNN refuses) is
-// a direct loop, parallel over planes (or weight rows) so no two threads write the same output.
+// float32 Conv, ConvTranspose and ConvGrad run oneDNN primitives built at plan time on the layouts oneDNN
+// chooses, with reorders from and to the plain (ncdhw/oidhw) tensors at the kernel boundary (see Staged); run()
+// only swaps data handles. Everything else (float64, pooling, and geometries oneDNN refuses) is a direct loop,
+// parallel over planes (or weight rows) so no two threads write the same output.
 #include <omp.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -402,8 +403,8 @@ std::unique_ptr<Kernel> make_conv(PrepareContext& ctx) {
 // onnxtrain.ConvGrad(dY, X, W) -> (dX, dW, dB) with Conv's attributes (explicit pads; auto_pad is resolved by
 // the rule, because the function body hands pads to ConvTranspose, whose auto_pad means something else). An
 // omitted output is not computed. float32 runs oneDNN's backward-data and backward-weights primitives (with
-// dB when dW is wanted too), built at plan time on the tensors' plain layouts like the forward one, so run()
-// only swaps data handles. float64, and geometries oneDNN refuses, take the direct loops.
+// dB when dW is wanted too), built at plan time on the layouts they choose like the forward one, so run() only
+// swaps data handles and runs the reorders. float64, and geometries oneDNN refuses, take the direct loops.
 
 // Calls f(output offset, input offset, kernel offset) for every tap of every output whose input position
 // lies inside the input (within one plane).
