@@ -964,7 +964,7 @@ std::vector<Pool2x2Scratch> pool2x2_scratch(const Geo& g, bool is_double, bool g
 
 template <class F> void for_each_plane(const Geo& g, std::vector<Pool2x2Scratch>& scratch, F&& f) {
   const int64_t planes = g.N * g.C;
-  const int threads = static_cast<int>(scratch.size());
+  const int threads = std::min(static_cast<int>(scratch.size()), omp_get_max_threads());
   if (threads < 2 || planes < 2 || planes * g.in_size() <= (1 << 15)) {
     for (int64_t p = 0; p < planes; ++p) f(p, scratch[0]);
     return;
