@@ -1,17 +1,22 @@
 // Conv, ConvTranspose, pooling and the fused ConvGrad / MaxPoolGrad / AveragePoolGrad on the CPU. The geometry
 // (executor/cpu/conv_geometry.h) is canonicalised to three spatial dims, so one set of loops serves 1-D to 3-D.
-// float32 Conv, ConvTranspose and ConvGrad run oneDNN primitives built at plan time on plain (ncdhw/oidhw)
-// layouts; run() only swaps data handles. Everything else (float64, pooling, and geometries oneDNN refuses) is
-// a direct loop, parallel over planes (or weight rows) so no two threads write the same output.
+// float32 Conv, ConvTranspose and ConvGrad run oneDNN primitives built at plan time on the layouts oneDNN
+// chooses, with reorders from and to the plain (ncdhw/oidhw) tensors at the kernel boundary (see Staged); run()
+// only swaps data handles. Everything else (float64, pooling, and geometries oneDNN refuses) is a direct loop,
+// parallel over planes (or weight rows) so no two threads write the same output.
 #include <omp.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <memory>
 #include <optional>
+#include <vector>
 
 #include "executor/cpu/conv_geometry.h"
 #include "executor/cpu/dnnl_context.h"
@@ -75,26 +80,142 @@ template <class T> void conv_direct(const Geo& g, const T* x, const T* w, const 
 using cpu::dnnl_engine;
 using cpu::dnnl_stream;
 
-struct DnnlConv {
-  dnnl::primitive prim;
-  dnnl::memory x, w, b, y;
-  std::array<dnnl_exec_arg_t, 4> args;
-  int nargs = 3;
+// A 64-byte aligned byte buffer allocated once, at plan time.
+struct AlignedBytes {
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte, Free> p;
+  static AlignedBytes of(size_t n) {
+    const size_t size = (std::max<size_t>(n, 1) + 63) / 64 * 64;
+    auto* raw = static_cast<std::byte*>(std::aligned_alloc(64, size));
+    if (!raw) throw Error("cannot allocate " + std::to_string(size) + " bytes for a oneDNN buffer");
+    return {std::unique_ptr<std::byte, Free>(raw)};
+  }
 };
 
-// Unbound memories for each argument (run() sets the handles) and the argument array, built once.
-DnnlConv bind_conv(dnnl::primitive prim, const dnnl::memory::desc& x_md, const dnnl::memory::desc& w_md,
-                   const dnnl::memory::desc& b_md, const dnnl::memory::desc& y_md, bool has_bias) {
-  DnnlConv c{std::move(prim), dnnl::memory(x_md, dnnl_engine(), DNNL_MEMORY_NONE),
-             dnnl::memory(w_md, dnnl_engine(), DNNL_MEMORY_NONE), dnnl::memory(b_md, dnnl_engine(), DNNL_MEMORY_NONE),
-             dnnl::memory(y_md, dnnl_engine(), DNNL_MEMORY_NONE), {}, 3};
-  c.args[0] = {DNNL_ARG_SRC, c.x.get()};
-  c.args[1] = {DNNL_ARG_WEIGHTS, c.w.get()};
-  c.args[2] = {DNNL_ARG_DST, c.y.get()};
-  if (has_bias) {
-    c.args[3] = {DNNL_ARG_BIAS, c.b.get()};
-    c.nargs = 4;
+// The staging buffers and scratchpads of every oneDNN convolution kernel on a thread share one arena: a kernel
+// needs them only while it runs, so a plan holds the largest kernel's need once rather than every kernel's (with a
+// buffer per kernel, W2's process grew by ~150 MB, most of it for the whole-data-set evaluation plan). The arena
+// grows when a kernel is built and, should a plan run on another thread, on its first run there; never in a
+// steady state. Thread-local, so plans running on different threads do not share it.
+std::byte* conv_arena(size_t bytes) {
+  thread_local AlignedBytes arena;
+  thread_local size_t size = 0;
+  if (size < bytes) {
+    arena = AlignedBytes::of(bytes);
+    size = bytes;
   }
+  return arena.p.get();
+}
+
+// Offsets into the arena, assigned while a kernel's primitives are built.
+struct ArenaLayout {
+  size_t bytes = 0;
+  size_t take(size_t n) {
+    const size_t at = bytes;
+    bytes += (n + 63) / 64 * 64;
+    return at;
+  }
+};
+
+// One primitive with its argument array and its user-managed scratchpad (in the arena, so execute() allocates
+// no scratchpad), ready to run once bound to the arena.
+struct DnnlStep {
+  dnnl::primitive prim;
+  std::vector<dnnl_exec_arg_t> args;
+  dnnl::memory scratch_mem;  // empty when the primitive needs none
+  size_t scratch_at = 0;
+  void bind(std::byte* arena) const {
+    if (scratch_mem) scratch_mem.set_data_handle(arena + scratch_at);
+  }
+};
+
+DnnlStep make_step(const dnnl::primitive_desc_base& pd, std::vector<dnnl_exec_arg_t> args, ArenaLayout& arena) {
+  DnnlStep s{dnnl::primitive(pd.get()), std::move(args), {}, 0};
+  const dnnl::memory::desc d = pd.scratchpad_desc();
+  if (d.get_size() > 0) {
+    s.scratch_at = arena.take(d.get_size());
+    s.scratch_mem = dnnl::memory(d, dnnl_engine(), DNNL_MEMORY_NONE);
+    s.args.push_back({DNNL_ARG_SCRATCHPAD, s.scratch_mem.get()});
+  }
+  return s;
+}
+
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+void execute(const DnnlStep& s, const Tensor& what) {
+  dnnl::stream& st = dnnl_stream();
+  if (dnnl_primitive_execute(s.prim.get(), st.get(), static_cast<int>(s.args.size()), s.args.data()) != dnnl_success)
+    throw Error("oneDNN convolution failed for " + what.describe());
+  st.wait();
+}
+
+// A primitive argument in the layout the primitive chose (format_tag::any), next to the tensor as the plan
+// stores it (plain ncdhw / oidhw). oneDNN's fast convolutions (jit:avx512_core and friends) want channel-
+// blocked layouts (nChw16c, OIhw16i16o, ...); on plain layouts it falls back to gemm:jit, which runs one sgemm
+// per image and mallocs its workspace per call. So when the layouts differ, the argument lives in a plan-time
+// buffer and a reorder primitive converts at the kernel boundary (in before, out after). When they agree (the
+// first layer's one-channel input, the bias), `inner` is `user` itself and nothing is copied.
+struct Staged {
+  dnnl::memory user;   // the tensor as stored; run() sets its handle
+  dnnl::memory inner;  // what the primitive reads or writes
+  std::optional<DnnlStep> reorder;
+  size_t at = 0;       // inner's offset in the arena, when it is not `user`
+
+  void set(const void* p) { user.set_data_handle(const_cast<void*>(p)); }
+  void bind(std::byte* arena) const {
+    if (!reorder) return;
+    inner.set_data_handle(arena + at);
+    reorder->bind(arena);
+  }
+  void convert(const Tensor& what) const {
+    if (reorder) execute(*reorder, what);
+  }
+};
+
+// `into`: the reorder runs plain -> chosen (an input of the primitive), else chosen -> plain (an output).
+Staged stage(const dnnl::memory::desc& plain, const dnnl::memory::desc& chosen, bool into, ArenaLayout& arena) {
+  const dnnl::engine& eng = dnnl_engine();
+  Staged s{dnnl::memory(plain, eng, DNNL_MEMORY_NONE), {}, std::nullopt, 0};
+  if (chosen == plain) {
+    s.inner = s.user;
+    return s;
+  }
+  s.at = arena.take(chosen.get_size());
+  s.inner = dnnl::memory(chosen, eng, DNNL_MEMORY_NONE);
+  const dnnl::memory& from = into ? s.user : s.inner;
+  const dnnl::memory& to = into ? s.inner : s.user;
+  const dnnl::reorder::primitive_desc pd(eng, from.get_desc(), eng, to.get_desc(), user_scratchpad());
+  s.reorder = make_step(pd, {{DNNL_ARG_FROM, from.get()}, {DNNL_ARG_TO, to.get()}}, arena);
+  return s;
+}
+
+// A forward convolution or deconvolution: X and W reordered in, Y reordered out when their chosen layouts
+// are not the plain ones.
+struct DnnlConv {
+  Staged x, w, y;
+  dnnl::memory b;
+  DnnlStep conv;
+  size_t arena_bytes = 0;
+};
+
+template <class PD> DnnlConv bind_conv(const PD& pd, const dnnl::memory::desc& x_md, const dnnl::memory::desc& w_md,
+                                       const dnnl::memory::desc& b_md, const dnnl::memory::desc& y_md, bool has_bias) {
+  ArenaLayout arena;
+  DnnlConv c{stage(x_md, pd.src_desc(), true, arena), stage(w_md, pd.weights_desc(), true, arena),
+             stage(y_md, pd.dst_desc(), false, arena), dnnl::memory(b_md, dnnl_engine(), DNNL_MEMORY_NONE), {}, 0};
+  std::vector<dnnl_exec_arg_t> args{{DNNL_ARG_SRC, c.x.inner.get()},
+                                    {DNNL_ARG_WEIGHTS, c.w.inner.get()},
+                                    {DNNL_ARG_DST, c.y.inner.get()}};
+  if (has_bias) args.push_back({DNNL_ARG_BIAS, c.b.get()});
+  c.conv = make_step(pd, std::move(args), arena);
+  c.arena_bytes = arena.bytes;
+  conv_arena(arena.bytes);
   return c;
 }
 
@@ -139,19 +260,38 @@ ConvMds plain_conv_mds(const Geo& g, const DnnlGeo& geo) {
           dnnl::memory::desc({g.M}, dt::f32, tag::x), dnnl::memory::desc(geo.y, dt::f32, act[g.rank - 1])};
 }
 
+// The same shapes with the layouts left to the primitive (format_tag::any); the bias stays plain.
+ConvMds any_conv_mds(const Geo& g, const DnnlGeo& geo) {
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  return {dnnl::memory::desc(geo.x, dt::f32, tag::any), dnnl::memory::desc(geo.w, dt::f32, tag::any),
+          dnnl::memory::desc({g.M}, dt::f32, tag::x), dnnl::memory::desc(geo.y, dt::f32, tag::any)};
+}
+
+// A chosen activation layout that pads the channels a lot (a blocked layout for 1-4 channels stores 16): the
+// primitive would read and write several times the data, plus the reorders. Then the plain layouts are used (the
+// AveragePoolGrad function body's single-channel Conv and ConvTranspose ran 3-4x slower blocked).
+bool pads_much(const dnnl::memory::desc& chosen, const dnnl::memory::desc& plain) {
+  return chosen.get_size() > plain.get_size() + plain.get_size() / 4;
+}
+
 std::optional<DnnlConv> build_dnnl_conv(const Geo& g, bool has_bias) {
   const std::optional<DnnlGeo> geo = dnnl_geo(g, g.pe);
   if (!geo) return std::nullopt;
   try {
-    const ConvMds md = plain_conv_mds(g, *geo);
+    const ConvMds plain = plain_conv_mds(g, *geo);
     const auto algo = dnnl::algorithm::convolution_direct;
     const auto prop = dnnl::prop_kind::forward_inference;
-    auto desc = has_bias ? dnnl::convolution_forward::desc(prop, algo, md.x, md.w, md.b, md.y, geo->strides, geo->dil,
-                                                           geo->pl, geo->pr)
-                         : dnnl::convolution_forward::desc(prop, algo, md.x, md.w, md.y, geo->strides, geo->dil,
-                                                           geo->pl, geo->pr);
-    return bind_conv(dnnl::primitive(dnnl::convolution_forward::primitive_desc(desc, dnnl_engine())), md.x, md.w, md.b,
-                     md.y, has_bias);
+    auto make = [&](const ConvMds& md) {
+      auto desc = has_bias ? dnnl::convolution_forward::desc(prop, algo, md.x, md.w, md.b, md.y, geo->strides,
+                                                             geo->dil, geo->pl, geo->pr)
+                           : dnnl::convolution_forward::desc(prop, algo, md.x, md.w, md.y, geo->strides, geo->dil,
+                                                             geo->pl, geo->pr);
+      return dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), dnnl_engine());
+    };
+    dnnl::convolution_forward::primitive_desc pd = make(any_conv_mds(g, *geo));
+    if (pads_much(pd.src_desc(), plain.x) || pads_much(pd.dst_desc(), plain.y)) pd = make(plain);
+    return bind_conv(pd, plain.x, plain.w, plain.b, plain.y, has_bias);
   } catch (const dnnl::error&) {
     return std::nullopt;  // a geometry oneDNN refuses: the direct loop computes the same thing
   }
@@ -185,29 +325,39 @@ std::optional<DnnlConv> build_dnnl_deconv(const Geo& g, const Dims3& right_pad, 
     dnnl::memory::desc x_md(xd, dt::f32, act[g.rank - 1]), y_md(yd, dt::f32, act[g.rank - 1]);
     dnnl::memory::desc w_md(wd, dt::f32, ws);
     dnnl::memory::desc b_md({g.M}, dt::f32, tag::x);
-    auto desc = has_bias ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                             dnnl::algorithm::deconvolution_direct, x_md, w_md, b_md,
-                                                             y_md, strides, dil, pl, pr)
-                         : dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                             dnnl::algorithm::deconvolution_direct, x_md, w_md, y_md,
-                                                             strides, dil, pl, pr);
-    return bind_conv(dnnl::primitive(dnnl::deconvolution_forward::primitive_desc(desc, dnnl_engine())), x_md, w_md,
-                     b_md, y_md, has_bias);
+    const dnnl::memory::desc xa(xd, dt::f32, tag::any), wa(wd, dt::f32, tag::any), ya(yd, dt::f32, tag::any);
+    auto make = [&](const dnnl::memory::desc& x, const dnnl::memory::desc& w, const dnnl::memory::desc& y) {
+      auto desc = has_bias ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                               dnnl::algorithm::deconvolution_direct, x, w, b_md, y,
+                                                               strides, dil, pl, pr)
+                           : dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                               dnnl::algorithm::deconvolution_direct, x, w, y, strides,
+                                                               dil, pl, pr);
+      return dnnl::deconvolution_forward::primitive_desc(desc, user_scratchpad(), dnnl_engine());
+    };
+    dnnl::deconvolution_forward::primitive_desc pd = make(xa, wa, ya);
+    if (pads_much(pd.src_desc(), x_md) || pads_much(pd.dst_desc(), y_md)) pd = make(x_md, w_md, y_md);
+    return bind_conv(pd, x_md, w_md, b_md, y_md, has_bias);
   } catch (const dnnl::error&) {
     return std::nullopt;
   }
 }
 
-// Executes a prebuilt primitive on the given buffers through the C API with the prebuilt argument array.
+// Executes the prebuilt primitives on the given buffers: reorders in, the convolution, the reorder out.
 void run_dnnl(DnnlConv& d, const void* x, const void* w, const void* b, void* y, const Tensor& what) {
-  d.x.set_data_handle(const_cast<void*>(x));
-  d.w.set_data_handle(const_cast<void*>(w));
+  d.x.set(x);
+  d.w.set(w);
   if (b) d.b.set_data_handle(const_cast<void*>(b));
-  d.y.set_data_handle(y);
-  dnnl::stream& s = dnnl_stream();
-  if (dnnl_primitive_execute(d.prim.get(), s.get(), d.nargs, d.args.data()) != dnnl_success)
-    throw Error("oneDNN convolution failed for input " + what.describe());
-  s.wait();
+  d.y.set(y);
+  std::byte* arena = conv_arena(d.arena_bytes);
+  d.x.bind(arena);
+  d.w.bind(arena);
+  d.y.bind(arena);
+  d.conv.bind(arena);
+  d.x.convert(what);
+  d.w.convert(what);
+  execute(d.conv, what);
+  d.y.convert(what);
 }
 
 template <class T> class ConvKernel final : public Kernel {
@@ -253,8 +403,8 @@ std::unique_ptr<Kernel> make_conv(PrepareContext& ctx) {
 // onnxtrain.ConvGrad(dY, X, W) -> (dX, dW, dB) with Conv's attributes (explicit pads; auto_pad is resolved by
 // the rule, because the function body hands pads to ConvTranspose, whose auto_pad means something else). An
 // omitted output is not computed. float32 runs oneDNN's backward-data and backward-weights primitives (with
-// dB when dW is wanted too), built at plan time on the tensors' plain layouts like the forward one, so run()
-// only swaps data handles. float64, and geometries oneDNN refuses, take the direct loops.
+// dB when dW is wanted too), built at plan time on the layouts they choose like the forward one, so run() only
+// swaps data handles and runs the reorders. float64, and geometries oneDNN refuses, take the direct loops.
 
 // Calls f(output offset, input offset, kernel offset) for every tap of every output whose input position
 // lies inside the input (within one plane).
@@ -325,38 +475,40 @@ template <class T> void conv_backward_bias(const Geo& g, const T* dy, T* db) {
   }
 }
 
+// Backward data reads dY and W and writes dX; backward weights reads X and dY and writes dW (and dB). Each
+// argument is staged like the forward's (reordered to the layout its primitive chose). dY is reordered once when
+// both primitives chose the same layout for it (they normally do: the forward hint fixes it).
 struct DnnlConvGrad {
-  dnnl::memory dy, x, w, dx, dw, db;
-  dnnl::primitive data, weights;  // each only when its output is wanted
-  std::vector<dnnl_exec_arg_t> data_args, weight_args;
+  std::optional<Staged> dy_data, w, dx;       // backward data, when dX is wanted
+  std::optional<Staged> dy_weights, x, dw;    // backward weights, when dW is wanted
+  bool dy_shared = false;                     // dy_weights is unused: the weights step reads dy_data's buffer
+  dnnl::memory db;
+  std::optional<DnnlStep> data, weights;
   bool bias_with_weights = false;
-  // User-managed scratchpads, allocated once at plan time. (This did not lower W2's heap allocations per step:
-  // those come from sgemm's per-call workspace inside the gemm:jit implementations, see docs/performance.md.)
-  std::vector<std::byte> data_scratch, weight_scratch;
-  dnnl::memory data_scratch_mem, weight_scratch_mem;
+  size_t arena_bytes = 0;
+
+  void bind(std::byte* arena) const {
+    for (const std::optional<Staged>* s : {&dy_data, &w, &dx, &dy_weights, &x, &dw})
+      if (*s) (*s)->bind(arena);
+    if (data) data->bind(arena);
+    if (weights) weights->bind(arena);
+  }
 };
 
-// A scratchpad of pd's size owned by `buffer`, as the DNNL_ARG_SCRATCHPAD argument of `args`.
-void bind_scratchpad(const dnnl::primitive_desc_base& pd, std::vector<std::byte>& buffer, dnnl::memory& mem,
-                     std::vector<dnnl_exec_arg_t>& args) {
-  const dnnl::memory::desc d = pd.scratchpad_desc();
-  buffer.resize(std::max<size_t>(d.get_size(), 1));
-  mem = dnnl::memory(d, dnnl_engine(), buffer.data());
-  args.push_back({DNNL_ARG_SCRATCHPAD, mem.get()});
-}
-
-std::optional<DnnlConvGrad> build_dnnl_conv_grad(const Geo& g, bool want_dx, bool want_dw, bool want_db) {
+// `choose_layouts`: let the primitives choose (the first attempt); false when that padded the channels much.
+std::optional<DnnlConvGrad> build_dnnl_conv_grad(const Geo& g, bool want_dx, bool want_dw, bool want_db,
+                                                 bool choose_layouts = true) {
   const std::optional<DnnlGeo> geo = dnnl_geo(g, g.pe);
   if (!geo) return std::nullopt;
   const auto algo = dnnl::algorithm::convolution_direct;
   try {
-    const ConvMds md = plain_conv_mds(g, *geo);
+    const ConvMds plain = plain_conv_mds(g, *geo), md = choose_layouts ? any_conv_mds(g, *geo) : plain;
     const dnnl::engine& eng = dnnl_engine();
-    auto unbound = [&](const dnnl::memory::desc& d) { return dnnl::memory(d, eng, DNNL_MEMORY_NONE); };
-    DnnlConvGrad r{unbound(md.y), unbound(md.x), unbound(md.w), unbound(md.x), unbound(md.w), unbound(md.b),
-                   {}, {}, {}, {}, want_dw && want_db, {}, {}, {}, {}};
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    DnnlConvGrad r;
+    ArenaLayout arena;
+    r.bias_with_weights = want_dw && want_db;
+    r.db = dnnl::memory(plain.b, eng, DNNL_MEMORY_NONE);
+    const dnnl::primitive_attr attr = user_scratchpad();
     // The backward primitives take the forward training primitive's descriptor as a hint.
     const dnnl::convolution_forward::primitive_desc hint(
         dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, md.x, md.w, md.y, geo->strides,
@@ -365,9 +517,15 @@ std::optional<DnnlConvGrad> build_dnnl_conv_grad(const Geo& g, bool want_dx, boo
     if (want_dx) {
       dnnl::convolution_backward_data::desc d(algo, md.x, md.w, md.y, geo->strides, geo->dil, geo->pl, geo->pr);
       const dnnl::convolution_backward_data::primitive_desc pd(d, attr, eng, hint);
-      r.data = dnnl::primitive(pd);
-      r.data_args = {{DNNL_ARG_DIFF_DST, r.dy.get()}, {DNNL_ARG_WEIGHTS, r.w.get()}, {DNNL_ARG_DIFF_SRC, r.dx.get()}};
-      bind_scratchpad(pd, r.data_scratch, r.data_scratch_mem, r.data_args);
+      if (choose_layouts && (pads_much(pd.diff_dst_desc(), plain.y) || pads_much(pd.diff_src_desc(), plain.x)))
+        return build_dnnl_conv_grad(g, want_dx, want_dw, want_db, false);
+      r.dy_data = stage(plain.y, pd.diff_dst_desc(), true, arena);
+      r.w = stage(plain.w, pd.weights_desc(), true, arena);
+      r.dx = stage(plain.x, pd.diff_src_desc(), false, arena);
+      r.data = make_step(pd, {{DNNL_ARG_DIFF_DST, r.dy_data->inner.get()},
+                              {DNNL_ARG_WEIGHTS, r.w->inner.get()},
+                              {DNNL_ARG_DIFF_SRC, r.dx->inner.get()}},
+                         arena);
     }
     if (want_dw) {
       auto d = r.bias_with_weights ? dnnl::convolution_backward_weights::desc(algo, md.x, md.w, md.b, md.y,
@@ -375,22 +533,25 @@ std::optional<DnnlConvGrad> build_dnnl_conv_grad(const Geo& g, bool want_dx, boo
                                    : dnnl::convolution_backward_weights::desc(algo, md.x, md.w, md.y, geo->strides,
                                                                               geo->dil, geo->pl, geo->pr);
       const dnnl::convolution_backward_weights::primitive_desc pd(d, attr, eng, hint);
-      r.weights = dnnl::primitive(pd);
-      r.weight_args = {{DNNL_ARG_SRC, r.x.get()}, {DNNL_ARG_DIFF_DST, r.dy.get()}, {DNNL_ARG_DIFF_WEIGHTS, r.dw.get()}};
-      if (r.bias_with_weights) r.weight_args.push_back({DNNL_ARG_DIFF_BIAS, r.db.get()});
-      bind_scratchpad(pd, r.weight_scratch, r.weight_scratch_mem, r.weight_args);
+      if (choose_layouts && (pads_much(pd.diff_dst_desc(), plain.y) || pads_much(pd.src_desc(), plain.x)))
+        return build_dnnl_conv_grad(g, want_dx, want_dw, want_db, false);
+      r.dy_shared = r.dy_data && r.dy_data->inner.get_desc() == pd.diff_dst_desc();
+      if (!r.dy_shared) r.dy_weights = stage(plain.y, pd.diff_dst_desc(), true, arena);
+      r.x = stage(plain.x, pd.src_desc(), true, arena);
+      r.dw = stage(plain.w, pd.diff_weights_desc(), false, arena);
+      const Staged& dy = r.dy_shared ? *r.dy_data : *r.dy_weights;
+      std::vector<dnnl_exec_arg_t> args{{DNNL_ARG_SRC, r.x->inner.get()},
+                                        {DNNL_ARG_DIFF_DST, dy.inner.get()},
+                                        {DNNL_ARG_DIFF_WEIGHTS, r.dw->inner.get()}};
+      if (r.bias_with_weights) args.push_back({DNNL_ARG_DIFF_BIAS, r.db.get()});
+      r.weights = make_step(pd, std::move(args), arena);
     }
+    r.arena_bytes = arena.bytes;
+    conv_arena(arena.bytes);
     return r;
   } catch (const dnnl::error&) {
     return std::nullopt;
   }
-}
-
-void execute_dnnl(const dnnl::primitive& p, const std::vector<dnnl_exec_arg_t>& args, const Tensor& what) {
-  dnnl::stream& s = dnnl_stream();
-  if (dnnl_primitive_execute(p.get(), s.get(), static_cast<int>(args.size()), args.data()) != dnnl_success)
-    throw Error("oneDNN convolution backward failed for dY " + what.describe());
-  s.wait();
 }
 
 template <class T> class ConvGradKernel final : public Kernel {
@@ -410,17 +571,28 @@ template <class T> class ConvGradKernel final : public Kernel {
     T* db = want_[2] ? out[2]->ptr<T>() : nullptr;
     if (dnnl_) {
       DnnlConvGrad& d = *dnnl_;
-      d.dy.set_data_handle(const_cast<T*>(dy));
+      const Tensor& what = *in[0];
+      d.bind(conv_arena(d.arena_bytes));
       if (dx) {
-        d.w.set_data_handle(const_cast<T*>(w));
-        d.dx.set_data_handle(dx);
-        execute_dnnl(d.data, d.data_args, *in[0]);
+        d.dy_data->set(dy);
+        d.w->set(w);
+        d.dx->set(dx);
+        d.dy_data->convert(what);
+        d.w->convert(what);
+        execute(*d.data, what);
+        d.dx->convert(what);
       }
       if (dw) {
-        d.x.set_data_handle(const_cast<T*>(x));
-        d.dw.set_data_handle(dw);
+        if (!d.dy_shared) {
+          d.dy_weights->set(dy);
+          d.dy_weights->convert(what);
+        }
+        d.x->set(x);
+        d.dw->set(dw);
         if (d.bias_with_weights) d.db.set_data_handle(db);
-        execute_dnnl(d.weights, d.weight_args, *in[0]);
+        d.x->convert(what);
+        execute(*d.weights, what);
+        d.dw->convert(what);
       }
       if (db && !d.bias_with_weights) conv_backward_bias(g_, dy, db);
       return;
@@ -596,15 +768,237 @@ template <class T> void max_pool_row(const Geo& g, const T* xp, int64_t o0, int6
   }
 }
 
+// Pools whose windows tile the plane: no padding, no dilation, stride equal to the kernel, every window inside
+// the input, and a depth kernel of 1 (1-D and 2-D pools; the CNN's 2x2/2). Every input position then belongs to
+// at most one window, so the maxima need no bounds checks and the gradient is written, not scattered. The
+// general row loop above spends most of its time on window bookkeeping for windows this small: it was 38% of
+// W2's process in `perf record` (MaxPool 21%, MaxPoolGrad 17%) once the convolutions ran blocked.
+bool tiles_plane(const Geo& g) {
+  for (size_t i = 0; i < kMaxSpatial; ++i)
+    if (g.pb[i] != 0 || g.d[i] != 1 || g.s[i] != g.k[i] || g.out[i] * g.s[i] > g.in[i]) return false;
+  return g.k[0] == 1;
+}
+
+// One output row of a tiled pool: for each window o (starting at r + o * kw, rows `row` apart) its maximum and
+// the window-local tap index (i * kw + j) of that maximum, by the general loop's rule: taps in row-major order,
+// the first maximum kept, a NaN wins. Branch-free selects: with branches, random data mispredicts about one
+// compare per tap (that made this path no faster than the general one). KH, KW > 0 fix the window at compile
+// time. (Vectorising across the row gains nothing: CNN rows are 7-28 windows, mostly a scalar epilogue.)
+template <int KH, int KW, class T>
+inline void tile_row_max(const T* r, int64_t row, int64_t kh, int64_t kw, int64_t n, T* best, int32_t* at) {
+  if constexpr (KH > 0) {
+    kh = KH;
+    kw = KW;
+  }
+  for (int64_t o = 0; o < n; ++o) {
+    const T* w = r + o * kw;
+    T b = w[0];
+    int32_t a = 0;
+    for (int64_t i = 0; i < kh; ++i)
+      for (int64_t j = 0; j < kw; ++j) {
+        const T v = w[i * row + j];
+        const bool take = (v > b) | ((v != v) & (b == b));
+        b = take ? v : b;
+        a = take ? static_cast<int32_t>(i * kw + j) : a;
+      }
+    best[o] = b;
+    at[o] = a;
+  }
+}
+
+// Calls f(window row start within the plane, output row start within the plane) for every output row.
+template <class F> inline void for_each_tile_row(const Geo& g, F&& f) {
+  for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+    for (int64_t o1 = 0; o1 < g.out[1]; ++o1) f((o0 * g.in[1] + o1 * g.k[1]) * g.in[2], (o0 * g.out[1] + o1) * g.out[2]);
+}
+
+// Output rows are processed in pieces of at most kTileRow windows (stack buffers).
+inline constexpr int64_t kTileRow = 256;
+
+template <int KH, int KW, class T> void max_pool_tiled(const Geo& g, const T* x, T* y) {
+  const int64_t isz = g.in_size(), osz = g.out_size(), row = g.in[2];
+  cpu::parallel_for(g.N * g.C, g.N * g.C * isz > (1 << 15), [&](int64_t p) {
+    const T* xp = x + p * isz;
+    T* yp = y + p * osz;
+    int32_t at[kTileRow];
+    for_each_tile_row(g, [&](int64_t i, int64_t o) {
+      for (int64_t c = 0; c < g.out[2]; c += kTileRow)
+        tile_row_max<KH, KW>(xp + i + c * g.k[2], row, g.k[1], g.k[2], std::min(kTileRow, g.out[2] - c), yp + o + c, at);
+    });
+  });
+}
+
+// dX: dY at each window's maximum, zero elsewhere (and on the rows/columns no window covers).
+template <int KH, int KW, class T> void max_pool_grad_tiled(const Geo& g, const T* dy, const T* x, T* dx) {
+  const int64_t isz = g.in_size(), osz = g.out_size(), row = g.in[2];
+  const bool covered = g.out[1] * g.k[1] == g.in[1] && g.out[2] * g.k[2] == g.in[2];
+  const int64_t kh = KH > 0 ? KH : g.k[1], kw = KW > 0 ? KW : g.k[2];
+  cpu::parallel_for(g.N * g.C, g.N * g.C * isz > (1 << 15), [&](int64_t p) {
+    const T* xp = x + p * isz;
+    const T* dyp = dy + p * osz;
+    T* dxp = dx + p * isz;
+    if (!covered) std::fill(dxp, dxp + isz, T(0));
+    T best[kTileRow];
+    int32_t at[kTileRow];
+    for_each_tile_row(g, [&](int64_t i, int64_t o) {
+      for (int64_t c = 0; c < g.out[2]; c += kTileRow) {
+        const int64_t n = std::min(kTileRow, g.out[2] - c);
+        T* d = dxp + i + c * kw;
+        const T* v = dyp + o + c;
+        tile_row_max<KH, KW>(xp + i + c * kw, row, kh, kw, n, best, at);
+        for (int64_t a = 0; a < kh; ++a)
+          for (int64_t b = 0; b < kw; ++b) {
+            const int32_t tap = static_cast<int32_t>(a * kw + b);
+            T* dr = d + a * row + b;
+#pragma omp simd
+            for (int64_t q = 0; q < n; ++q) dr[q * kw] = at[q] == tap ? v[q] : T(0);
+          }
+      }
+    });
+  });
+}
+
+// The 2x2/2 pool over a plane with even sides (W2's two pools), in passes that run along whole rows or the whole
+// plane instead of 7-14 windows at a time, so they vectorise: (1) per pair of rows, the larger of the two taps of
+// each column and which row it came from; (2) along the plane, whose rows are now half as many and each column
+// pair is one window, the larger column. `takes(v, b)`: v replaces the running maximum b (the general loop's rule:
+// greater, or a NaN over a number; the earlier tap wins ties and between NaNs).
+template <class T> inline bool takes(T v, T b) { return (v > b) | ((v != v) & (b == b)); }
+
+// c ? a : b by bit masks. The rows here are 14-28 long, so a good part of every pass is the vectorised loops'
+// scalar remainder, where GCC compiles a float `?:` to a branch that random data mispredicts half the time
+// (`perf annotate` put most of MaxPoolGrad's time on two such branches).
+template <class T> inline T pick(bool c, T a, T b) {
+  using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  const U m = U(0) - static_cast<U>(c);
+  return std::bit_cast<T>((std::bit_cast<U>(a) & m) | (std::bit_cast<U>(b) & ~m));
+}
+
+struct Pool2x2Scratch {
+  std::vector<float> f;
+  std::vector<double> d;
+  std::vector<int32_t> row, col;
+  template <class T> T* values() {
+    if constexpr (std::is_same_v<T, float>) return f.data();
+    else return d.data();
+  }
+};
+
+bool is_even_2x2(const Geo& g) {
+  return tiles_plane(g) && g.k[1] == 2 && g.k[2] == 2 && g.in[1] == 2 * g.out[1] && g.in[2] == 2 * g.out[2];
+}
+
+// (1) for the plane's row pairs: m[t] the larger of x's rows 2h and 2h+1 at column c (t = h * W + c) and, when
+// row_of is given, 1 where the lower row won.
+template <class T> inline void pool2x2_vertical(const Geo& g, const T* xp, T* m, int32_t* row_of) {
+  const int64_t W = g.in[2], H2 = g.out[0] * g.out[1];
+  for (int64_t h = 0; h < H2; ++h) {
+    const T* a = xp + 2 * h * W;
+    const T* c = a + W;
+    T* mh = m + h * W;
+    if (row_of) {
+      int32_t* rh = row_of + h * W;
+      for (int64_t x = 0; x < W; ++x) {
+        const bool t = takes(c[x], a[x]);
+        mh[x] = pick(t, c[x], a[x]);
+        rh[x] = t;
+      }
+    } else {
+      for (int64_t x = 0; x < W; ++x) mh[x] = pick(takes(c[x], a[x]), c[x], a[x]);
+    }
+  }
+}
+
+template <class T> void max_pool_2x2(const T* xp, T* yp, const Geo& g, Pool2x2Scratch& s) {
+  T* m = s.values<T>();
+  pool2x2_vertical(g, xp, m, nullptr);
+  const int64_t n = g.out_size();
+  for (int64_t q = 0; q < n; ++q) yp[q] = pick(takes(m[2 * q + 1], m[2 * q]), m[2 * q + 1], m[2 * q]);
+}
+
+// dX: each window's dY at its maximum's position, zero at the other three.
+template <class T> void max_pool_grad_2x2(const T* dyp, const T* xp, T* dxp, const Geo& g, Pool2x2Scratch& s) {
+  T* m = s.values<T>();
+  int32_t* row_of = s.row.data();
+  int32_t* col = s.col.data();
+  pool2x2_vertical(g, xp, m, row_of);
+  const int64_t n = g.out_size(), W = g.in[2], H2 = g.out[0] * g.out[1];
+  // (2) the winning column of each window: the right one when it takes the left one's maximum, or ties it (or
+  // is NaN with it) from an earlier tap (the top right tap 1 comes before the bottom left tap 2).
+  for (int64_t q = 0; q < n; ++q) {
+    const T a = m[2 * q], c = m[2 * q + 1];
+    const bool earlier = row_of[2 * q + 1] < row_of[2 * q];
+    col[q] = takes(c, a) | (((c == a) | ((c != c) & (a != a))) & earlier);
+  }
+  // (3) along the plane: dY in the winning column of each window, then split by row.
+  for (int64_t q = 0; q < n; ++q) {
+    m[2 * q] = pick(col[q] == 0, dyp[q], T(0));
+    m[2 * q + 1] = pick(col[q] != 0, dyp[q], T(0));
+  }
+  for (int64_t h = 0; h < H2; ++h) {
+    T* top = dxp + 2 * h * W;
+    T* bottom = top + W;
+    const T* e = m + h * W;
+    const int32_t* r = row_of + h * W;
+    for (int64_t x = 0; x < W; ++x) top[x] = pick(r[x] == 0, e[x], T(0));
+    for (int64_t x = 0; x < W; ++x) bottom[x] = pick(r[x] != 0, e[x], T(0));
+  }
+}
+
+// Per-thread scratch for the 2x2 passes, sized at plan time for omp_get_max_threads() threads (run() allocates
+// nothing), and a loop over planes that hands each call its thread's slot.
+std::vector<Pool2x2Scratch> pool2x2_scratch(const Geo& g, bool is_double, bool gradient) {
+  const size_t threads = static_cast<size_t>(std::max(1, omp_get_max_threads()));
+  const size_t half = static_cast<size_t>(g.out[0] * g.out[1] * g.in[2]);
+  std::vector<Pool2x2Scratch> s(threads);
+  for (Pool2x2Scratch& t : s) {
+    if (is_double) t.d.resize(half);
+    else t.f.resize(half);
+    if (gradient) {
+      t.row.resize(half);
+      t.col.resize(static_cast<size_t>(g.out_size()));
+    }
+  }
+  return s;
+}
+
+template <class F> void for_each_plane(const Geo& g, std::vector<Pool2x2Scratch>& scratch, F&& f) {
+  const int64_t planes = g.N * g.C;
+  const int threads = std::min(static_cast<int>(scratch.size()), omp_get_max_threads());
+  if (threads < 2 || planes < 2 || planes * g.in_size() <= (1 << 15)) {
+    for (int64_t p = 0; p < planes; ++p) f(p, scratch[0]);
+    return;
+  }
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t p = 0; p < planes; ++p) f(p, scratch[static_cast<size_t>(omp_get_thread_num())]);
+}
+
+// Runs f.template operator()<KH, KW>() with the window fixed at compile time for the common 2x2 (and 1-D 2),
+// at run time (0, 0) otherwise.
+template <class F> void with_tile(const Geo& g, F&& f) {
+  if (g.k[1] == 2 && g.k[2] == 2) return f.template operator()<2, 2>();
+  if (g.k[1] == 1 && g.k[2] == 2) return f.template operator()<1, 2>();
+  if (g.k[1] == 3 && g.k[2] == 3) return f.template operator()<3, 3>();
+  f.template operator()<0, 0>();
+}
+
 template <class T> class MaxPoolKernel final : public Kernel {
  public:
-  MaxPoolKernel(Geo g, bool indices, bool col_major) : g_(g), indices_(indices), col_major_(col_major) {}
+  MaxPoolKernel(Geo g, bool indices, bool col_major) : g_(g), indices_(indices), col_major_(col_major) {
+    if (!indices_ && is_even_2x2(g_)) scratch_ = pool2x2_scratch(g_, std::is_same_v<T, double>, false);
+  }
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
     const T* x = in[0]->ptr<T>();
     T* y = out[0]->ptr<T>();
     int64_t* idx = indices_ ? out[1]->ptr<int64_t>() : nullptr;
     const Geo g = g_;
+    if (!scratch_.empty()) {
+      const int64_t isz = g.in_size(), osz = g.out_size();
+      return for_each_plane(g, scratch_, [&](int64_t p, Pool2x2Scratch& s) { max_pool_2x2(x + p * isz, y + p * osz, g, s); });
+    }
+    if (!idx && tiles_plane(g))
+      return with_tile(g, [&]<int KH, int KW>() { max_pool_tiled<KH, KW>(g, x, y); });
     const int64_t isz = g.in_size(), osz = g.out_size(), planes = g.N * g.C;
 #pragma omp parallel for schedule(static) if (planes * osz * g.k_size() > (1 << 15))
     for (int64_t p = 0; p < planes; ++p)
@@ -635,6 +1029,7 @@ template <class T> class MaxPoolKernel final : public Kernel {
 
   Geo g_;
   bool indices_, col_major_;
+  std::vector<Pool2x2Scratch> scratch_;  // the 2x2 path's, when it applies
 };
 
 // onnxtrain.MaxPoolGrad(dY, X) -> dX, with MaxPool's attributes: each dY goes to its window's first maximum,
@@ -643,6 +1038,7 @@ template <class T> class MaxPoolKernel final : public Kernel {
 template <class T> class MaxPoolGradKernel final : public Kernel {
  public:
   explicit MaxPoolGradKernel(Geo g) : g_(g) {
+    if (is_even_2x2(g_)) scratch_ = pool2x2_scratch(g_, std::is_same_v<T, double>, true);
     // One row of maxima and offsets per thread, so run() allocates nothing.
     const size_t threads = static_cast<size_t>(std::max(1, omp_get_max_threads()));
     best_.resize(threads * static_cast<size_t>(g_.out[2]));
@@ -654,6 +1050,14 @@ template <class T> class MaxPoolGradKernel final : public Kernel {
     const T* x = in[1]->ptr<T>();
     T* dx = out[0]->ptr<T>();
     const Geo g = g_;
+    if (!scratch_.empty()) {
+      const int64_t isz = g.in_size(), osz = g.out_size();
+      return for_each_plane(g, scratch_, [&](int64_t p, Pool2x2Scratch& s) {
+        max_pool_grad_2x2(dy + p * osz, x + p * isz, dx + p * isz, g, s);
+      });
+    }
+    if (tiles_plane(g))
+      return with_tile(g, [&]<int KH, int KW>() { max_pool_grad_tiled<KH, KW>(g, dy, x, dx); });
     const int64_t isz = g.in_size(), osz = g.out_size(), planes = g.N * g.C;
     const int threads = static_cast<int>(best_.size() / static_cast<size_t>(g.out[2]));
 #pragma omp parallel for schedule(static) num_threads(threads) if (planes * osz * g.k_size() > (1 << 15))
@@ -677,6 +1081,7 @@ template <class T> class MaxPoolGradKernel final : public Kernel {
   Geo g_;
   std::vector<T> best_;
   std::vector<int64_t> arg_;
+  std::vector<Pool2x2Scratch> scratch_;  // the 2x2 path's, when it applies
 };
 
 template <class T> class AvgPoolKernel final : public Kernel {

@@ -163,6 +163,47 @@ TEST(AveragePool, CountIncludePadChangesOnlyTheBorder) {
   EXPECT_DOUBLE_EQ(in.ptr<double>()[4], 5.0);
 }
 
+// float32 ConvGrad runs oneDNN's backward primitives on the layouts they choose (channel-blocked at W2's channel
+// counts, with reorders in and out; plain when blocking would pad few channels): against float64 ConvGrad (the
+// direct loops) on the same values, at W2's two shapes (smaller batch) and one whose channels are not a multiple of
+// 16. Output names left empty are not computed.
+TEST(ConvGrad, Float32MatchesFloat64AtBlockedShapes) {
+  struct Case {
+    I x, w;
+    std::vector<std::string> outs;
+  };
+  const std::vector<Case> cases = {
+      {{4, 16, 14, 14}, {32, 16, 3, 3}, {"dX", "dW", "dB"}},  // W2 conv2
+      {{4, 1, 28, 28}, {16, 1, 3, 3}, {"", "dW", "dB"}},      // W2 conv1: x needs no gradient
+      {{3, 20, 9, 9}, {24, 20, 3, 3}, {"dX", "dW", ""}},
+      {{2, 16, 10, 10}, {32, 16, 3, 3}, {"dX", "", ""}},
+  };
+  uint32_t seed = 40;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("x" + shape_string(c.x) + " w" + shape_string(c.w));
+    const I ys{c.x[0], c.w[0], c.x[2], c.x[3]};
+    Tensor x = random_tensor<double>(c.x, seed++, -1, 1), w = random_tensor<double>(c.w, seed++, -1, 1);
+    Tensor dy = random_tensor<double>(ys, seed++, -1, 1);
+    auto as_float = [](const Tensor& t) {
+      Tensor f = Tensor::empty(DType::Float32, t.shape);
+      for (int64_t i = 0; i < t.numel(); ++i) f.ptr<float>()[i] = static_cast<float>(t.ptr<double>()[i]);
+      return f;
+    };
+    Node n = make_node("ConvGrad", 3, {{"pads", I{1, 1, 1, 1}}, {"strides", I{1, 1}}}, "onnxtrain", 3);
+    for (size_t i = 0; i < 3; ++i) n.outputs[i] = c.outs[i];
+    std::vector<Tensor> d64 = test::run_node(n, 1, {dy, x, w});
+    std::vector<Tensor> d32 = test::run_node(n, 1, {as_float(dy), as_float(x), as_float(w)});
+    for (size_t o = 0; o < 3; ++o) {
+      if (c.outs[o].empty()) continue;
+      SCOPED_TRACE(c.outs[o]);
+      ASSERT_EQ(d32.at(o).shape, d64.at(o).shape);
+      for (int64_t i = 0; i < d64[o].numel(); ++i)
+        ASSERT_NEAR(double(d32[o].ptr<float>()[i]), d64[o].ptr<double>()[i], 1e-4 * (1 + std::abs(d64[o].ptr<double>()[i])))
+            << "element " << i;
+    }
+  }
+}
+
 TEST(Conv, BadGroupIsAnErrorNamingTheNode) {
   Tensor x = random_tensor<float>({1, 3, 4, 4}, 1, -1, 1), w = random_tensor<float>({4, 1, 3, 3}, 2, -1, 1);
   try {
