@@ -307,7 +307,9 @@ std::optional<DnnlConv> build_dnnl_deconv(const Geo& g, const Dims3& right_pad, 
   const size_t off = kMaxSpatial - g.rank;
   const std::optional<DnnlGeo> geo = dnnl_geo(g, right_pad);
   if (!geo) return std::nullopt;
-  const auto& [xd, yd, wd, strides, dil, pl, pr] = *geo;
+  // Named references, not a structured binding: clang 14 (the sanitizer build) cannot capture those in a lambda.
+  const dims &xd = geo->x, &yd = geo->y, &wd = geo->w, &strides = geo->strides, &dil = geo->dil, &pl = geo->pl,
+             &pr = geo->pr;
   static const tag act[] = {tag::ncw, tag::nchw, tag::ncdhw};
   // Strides rather than tags: oneDNN 2.6 has iohw and giohw but no 1-D iow.
   const int64_t ksz = g.k_size(), Mg = g.M / g.G, Cg = g.C / g.G;
