@@ -13,11 +13,12 @@
 #include <array>
 #include <cmath>
 #include <cstring>
-#include <immintrin.h>
+
 #include <numbers>
 
 #include "executor/broadcast.h"
 #include "executor/cpu/kernel_util.h"
+#include "executor/cpu/vector_sqrt.h"
 #include "executor/functors.h"
 #include "graph/error.h"
 
@@ -27,27 +28,6 @@ namespace {
 constexpr int64_t kTile = 256;
 
 bool default_domain(const Node& n) { return n.domain.empty() || n.domain == "ai.onnx"; }
-
-// IEEE sqrt is correctly rounded, so the vector instruction gives std::sqrt's results. GCC does not vectorise
-// std::sqrt itself (errno), and Eigen's fast AVX-512 sqrt is not correctly rounded (eigen_map.h).
-void sqrt_loop(float* __restrict d, const float* __restrict a, int64_t n) {
-  int64_t k = 0;
-#if defined(__AVX512F__)
-  for (; k + 16 <= n; k += 16) _mm512_storeu_ps(d + k, _mm512_sqrt_ps(_mm512_loadu_ps(a + k)));
-#elif defined(__AVX__)
-  for (; k + 8 <= n; k += 8) _mm256_storeu_ps(d + k, _mm256_sqrt_ps(_mm256_loadu_ps(a + k)));
-#endif
-  for (; k < n; ++k) d[k] = std::sqrt(a[k]);
-}
-void sqrt_loop(double* __restrict d, const double* __restrict a, int64_t n) {
-  int64_t k = 0;
-#if defined(__AVX512F__)
-  for (; k + 8 <= n; k += 8) _mm512_storeu_pd(d + k, _mm512_sqrt_pd(_mm512_loadu_pd(a + k)));
-#elif defined(__AVX__)
-  for (; k + 4 <= n; k += 4) _mm256_storeu_pd(d + k, _mm256_sqrt_pd(_mm256_loadu_pd(a + k)));
-#endif
-  for (; k < n; ++k) d[k] = std::sqrt(a[k]);
-}
 
 template <class Op, class T> void unary_loop(T* __restrict d, const T* __restrict a, int64_t n) {
   const Op op;
@@ -96,7 +76,7 @@ template <class T> void apply(EwOp op, T* d, const T* a, const T* b, int64_t n) 
     case EwOp::Neg: return unary_loop<NegOp>(d, a, n);
     case EwOp::Abs: return unary_loop<AbsOp>(d, a, n);
     case EwOp::Relu: return unary_loop<ReluOp>(d, a, n);
-    case EwOp::Sqrt: return sqrt_loop(d, a, n);
+    case EwOp::Sqrt: return cpu::sqrt_span(a, d, n);
     case EwOp::Reciprocal: return unary_loop<ReciprocalOp>(d, a, n);
     case EwOp::Exp: return eigen_unary<cpu::EigenExp>(d, a, n);
     case EwOp::Log: return eigen_unary<cpu::EigenLog>(d, a, n);
