@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <iostream>
 #include <limits>
 #include <random>
 
@@ -65,6 +67,7 @@ float max_abs_diff(const Tensor& a, const Tensor& b) {
 }
 
 TEST(MixedPrecision, HalfConversionsMatchTheCompilersFloat16) {
+#if defined(__FLT16_MAX__)
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> mant(1, 2);
   std::uniform_int_distribution<int> ex(-30, 18);
@@ -76,6 +79,11 @@ TEST(MixedPrecision, HalfConversionsMatchTheCompilersFloat16) {
     ASSERT_EQ(FloatToHalf{}(f), want_bits) << f;
     ASSERT_EQ(HalfToFloat{}(want_bits), static_cast<float>(want)) << f;
   }
+#else
+  // clang 14 on x86 (the sanitizer build) has no _Float16; the hand-checked bits below still run, and the
+  // GCC build covers the comparison against the compiler.
+  std::cout << "[ NOTE ] no _Float16 in this compiler: the 20000-value comparison ran only in the GCC build\n";
+#endif
   EXPECT_EQ(FloatToHalf{}(65504.0f), 0x7BFF);
   EXPECT_EQ(FloatToHalf{}(65520.0f), 0x7C00);  // rounds up to infinity: what overflows a half gradient
   EXPECT_EQ(FloatToHalf{}(std::ldexp(1.0f, -24)), 0x0001);
@@ -103,8 +111,13 @@ TEST(MixedPrecision, CastKernelsRoundTripAndRejectOtherPairs) {
   };
   const std::vector<float> v = {1.0f, 0.1f, -3.14159f, 70000.0f, 1e-8f};
   Tensor h = round_trip(DType::Float16, v);
+#if defined(__FLT16_MAX__)
   for (size_t i = 0; i < v.size(); ++i)
     EXPECT_EQ(h.ptr<float>()[i], static_cast<float>(static_cast<_Float16>(v[i]))) << v[i];
+#else
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(h.ptr<float>()[i], HalfToFloat{}(FloatToHalf{}(v[i]))) << v[i];
+#endif
+  EXPECT_EQ(h.ptr<float>()[3], std::numeric_limits<float>::infinity());  // 70000 overflows a half
   Tensor bf = round_trip(DType::BFloat16, v);
   for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(bf.ptr<float>()[i], BFloat16ToFloat{}(FloatToBFloat16{}(v[i]))) << v[i];
   EXPECT_EQ(bf.ptr<float>()[3], 70144.0f);  // bfloat16 keeps float32's range: no overflow
