@@ -237,11 +237,16 @@ def main():
              "| workload | threads | peak RSS (whole process); GFLOP/s of the matrix products (% of the measured "
              "GEMM peak) |", "|---|---|---|", *res, ""]
     pk = "; ".join(f"{t} thread(s): {p['gflops']:.0f} GFLOP/s ({p['lib']}, {p['size']})" for t, p in sorted(peak.items()))
+    # libgomp's wait policy moves every OpenMP-threaded system's 2-thread speed by up to 2x here
+    # (docs/performance.md, "Threads on small work"), so each entry states the one it ran under.
+    omp_env = {k: os.environ.get(k, "unset") for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     machine = {"cpu": cpu_model(), "cpus": os.cpu_count(), "kernel": platform.release(),
-               "load_avg_start": a.load_start, "load_avg_end": a.load_end}
+               "load_avg_start": a.load_start, "load_avg_end": a.load_end, "openmp_env": omp_env}
     lines.append(f"Machine: {machine['cpus']} CPUs, {machine['cpu']}, Linux {machine['kernel']}. GEMM peak "
                  f"(best of 5, 2048³/4096³): {pk or 'not measured'}. Load average (1/5/15 min) at start "
-                 f"{a.load_start}, at end {a.load_end}.")
+                 f"{a.load_start}, at end {a.load_end}. OpenMP: "
+                 + ", ".join(f"{k}={v}" for k, v in omp_env.items())
+                 + " (unset: libgomp's default, idle workers spin before they sleep).")
     vtxt = "; ".join(f"{s}: " + ", ".join(f"{k} {v}" for k, v in (vv or {}).items()) for s, vv in versions.items()
                      if vv)
     lines.append(f"Versions: onnxtrain {git_rev()}; {vtxt}.")

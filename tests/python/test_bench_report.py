@@ -22,9 +22,9 @@ def write_run(d, system, w, value, final, losses, metric="train_samples_per_s"):
     np.save(base + ".losses.npy", np.asarray(losses, np.float32))
 
 
-def run_report(d):
+def run_report(d, env=None):
     out = subprocess.run([sys.executable, REPORT, str(d), "--load-start", "1 2 3", "--load-end", "4 5 6"],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, env=env).stdout
     with open(os.path.join(d, "results.json")) as f:
         return out, json.load(f)
 
@@ -48,6 +48,16 @@ def test_agreeing_losses_give_ratios_in_the_metrics_direction(tmp_path):
     assert abs(rows[("w1", "onnxtrain")]["pct_of_gemm_peak"] - 100 * 300.0 * 460288 / 1e9 / 100.0) < 1e-9
     assert doc["machine"]["load_avg_start"] == "1 2 3" and doc["threads"] == [2]
     assert doc["versions"]["torch"] == {"lib": "1.0"}
+
+
+def test_the_openmp_wait_policy_is_recorded(tmp_path):
+    # It moves 2-thread speeds by up to 2x on a shared machine, so an entry without it cannot be compared.
+    curve = np.linspace(1.0, 0.1, 50)
+    write_run(tmp_path, "onnxtrain", "w1", 300.0, 0.0420, curve)
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    out, doc = run_report(tmp_path, {**env, "OMP_WAIT_POLICY": "passive"})
+    assert doc["machine"]["openmp_env"] == {"OMP_WAIT_POLICY": "passive", "GOMP_SPINCOUNT": "unset"}
+    assert "OMP_WAIT_POLICY=passive, GOMP_SPINCOUNT=unset" in out
 
 
 def test_a_loss_mismatch_is_reported_and_not_timed(tmp_path):
