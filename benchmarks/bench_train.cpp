@@ -5,6 +5,10 @@
 //   set after the last timed run.
 //
 //   bench_train --workload w1|w2|w3|w4|w1sgd --models DIR --data DIR [--threads N] [--repeats 3] [--losses PATH]
+//               [--profile]
+//
+// --profile: one more epoch after the timed ones with TrainingConfig::profile on, and its per-step times
+// (format_profile) on stderr.
 //
 // w1    = W1 "tabular-mlp": MLP 64->256->256->1, batch 128 x 512 steps, MSE, Adam lr 1e-3; train_samples_per_s.
 // w2    = W2 "cnn": 2x(Conv-ReLU-MaxPool) + 2 Gemm, batch 64 x 200 steps, softmax cross-entropy on int64
@@ -69,12 +73,13 @@ const Workload kWorkloads[] = {
 struct Args {
   std::string workload, models, data, losses;
   int threads = 1, repeats = 3;
+  bool profile = false;
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "bench_train: %s\nusage: bench_train --workload w1|w2|w3|w4|w1sgd --models DIR --data DIR [--threads N] "
-               "[--repeats R] [--losses PATH]\n",
+               "[--repeats R] [--losses PATH] [--profile]\n",
                why.c_str());
   std::exit(2);
 }
@@ -94,6 +99,7 @@ Args parse(int argc, char** argv) {
       else if (k == "--losses") a.losses = next();
       else if (k == "--threads") a.threads = std::stoi(next());
       else if (k == "--repeats") a.repeats = std::stoi(next());
+      else if (k == "--profile") a.profile = true;
       else usage("unknown option " + k);
     } catch (const std::logic_error&) {
       usage("bad number for " + k);
@@ -301,6 +307,13 @@ int main(int argc, char** argv) {
     std::vector<double> times;
     for (int r = 0; r < a.repeats; ++r) times.push_back(run(w->steps, nullptr));
     const double final_loss = full_loss();
+    if (a.profile) {
+      // A separate run after the timed ones, so the clock reads around every step never touch the reported speed.
+      cfg.profile = true;
+      run(w->steps, nullptr);
+      std::fprintf(stderr, "bench_train %s, %d thread(s): where one epoch's train_step time went\n%s", w->id.c_str(),
+                   a.threads, format_profile(s->profile(), 20).c_str());
+    }
 
     std::vector<double> metric;
     const bool per_step = w->metric == "us_per_step";

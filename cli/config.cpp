@@ -256,6 +256,8 @@ const std::vector<Key>& keys() {
        [](const Ctx& c, RunConfig& r) { r.training.on_non_finite = c.choice({"raise", "skip"}); }},
       {"train.check_every_value", "false", "debugging: check every intermediate value so the error names the first non-finite tensor",
        [](const Ctx& c, RunConfig& r) { r.training.check_every_value = c.boolean(); }},
+      {"train.profile", "false", "after training, print where train_step's time went, per step of its plan (docs/performance.md)",
+       [](const Ctx& c, RunConfig& r) { r.training.profile = c.boolean(); }},
       {"train.max_skipped_steps", "0", "with on_non_finite skip: fail (exit 1) once more steps than this were skipped; 0 = no limit",
        [](const Ctx& c, RunConfig& r) { r.max_skipped_steps = c.integer(0); }},
       {"train.epochs", "1", "passes over the training data", [](const Ctx& c, RunConfig& r) { r.epochs = c.integer(1); }},

@@ -276,6 +276,8 @@ int run_training(const RunConfig& cfg, TrainingSession& session, const RunData& 
   std::printf("metrics log: %s\n", (out / cfg.log_file).string().c_str());
   std::printf("trained model: %s\n", model_path.string().c_str());
   for (const auto& [k, v] : r.metrics) std::printf("validation %s: %.6g\n", k.substr(4).c_str(), v);
+  if (cfg.training.profile)
+    std::printf("profile of train_step (train.profile): %s", format_profile(session.profile()).c_str());
   if (r.reason == "interrupted") {
     std::printf("interrupted; continue with: onnxtrain resume %s\n", r.checkpoint.string().c_str());
     return 130;

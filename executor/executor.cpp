@@ -87,6 +87,7 @@ ExecutionPlan& Executor::plan_for(std::span<const Tensor* const> feeds) {
   for (const std::string& v : opts_.must_be_finite) spec.outputs.push_back(v);
   spec.check_every_value = opts_.check_every_value;
   spec.fuse_elementwise = opts_.fuse_elementwise;
+  spec.profile = opts_.profile;
   CachedPlan c;
   for (const Tensor* f : feeds) c.shapes.push_back(f->shape);
   c.plan = ExecutionPlan::compile(spec);
@@ -164,6 +165,23 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds) {
   std::vector<Tensor> result;
   for (const Tensor* t : run(std::span<const Tensor* const>(ordered))) result.push_back(t->to(Device::CPU));
   return result;
+}
+
+std::vector<StepTime> Executor::profile() const {
+  std::vector<StepTime> all;
+  std::map<std::string, size_t> at;
+  for (const CachedPlan& c : plans_)
+    for (const StepTime& t : c.plan->profile()) {
+      auto [it, fresh] = at.emplace(t.step, all.size());
+      if (fresh) {
+        all.push_back(t);
+      } else {
+        all[it->second].calls += t.calls;
+        all[it->second].seconds += t.seconds;
+      }
+    }
+  std::stable_sort(all.begin(), all.end(), [](const StepTime& a, const StepTime& b) { return a.seconds > b.seconds; });
+  return all;
 }
 
 }  // namespace onnxtrain

@@ -32,6 +32,8 @@ struct ExecutorOptions {
   bool prefer_function_bodies = false;
   // Fuse runs of elementwise steps into one kernel each (PlanSpec::fuse_elementwise); off to measure the gain.
   bool fuse_elementwise = true;
+  // Time every step (PlanSpec::profile); read with profile().
+  bool profile = false;
 };
 
 class Executor {
@@ -56,6 +58,9 @@ class Executor {
   TensorStore& store() { return *store_; }
   size_t num_plans() const { return plans_.size(); }
   const ExecutionPlan* last_plan() const { return last_; }
+  // With ExecutorOptions::profile: the step times of every plan so far, summed per step description (plans
+  // for other input shapes run the same nodes), most expensive first.
+  std::vector<StepTime> profile() const;
 
  private:
   ExecutionPlan& plan_for(std::span<const Tensor* const> feeds);

@@ -1,9 +1,12 @@
 #include "executor/plan.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 
 #include "executor/cpu/fused_elementwise.h"
 #include "executor/finite.h"
@@ -61,6 +64,10 @@ class PlanCompiler {
     }
     if (fuse_) fuse_elementwise_steps();
     place_in_arena();
+    if (spec_.profile) {
+      plan_->profile_ = true;
+      for (const auto& [step, op] : plan_->step_names_) plan_->times_.push_back({step, op, 0, 0.0});
+    }
     return std::move(plan_);
   }
 
@@ -217,6 +224,7 @@ class PlanCompiler {
       for (Tensor* t : outs) interval_.emplace(t, std::make_pair(step, step));
     }
     plan_->steps_.push_back({std::move(kernel), std::move(ins), std::move(outs)});
+    plan_->step_names_.emplace_back(n.describe(), n.op_type);
     step_ops_.push_back(spec_.device == Device::CPU ? elementwise_op_of(n) : std::nullopt);
     if (spec_.check_every_value) plan_->checked_steps_.emplace_back(n.describe(), n.outputs);
   }
@@ -239,17 +247,25 @@ class PlanCompiler {
       group_at[groups[k].steps.back()] = static_cast<int64_t>(k);
     }
     std::vector<ExecutionPlan::Step> steps;
+    std::vector<std::pair<std::string, std::string>> names;
     for (size_t i = 0; i < plan_->steps_.size(); ++i) {
       if (group_at[i] == -1) {
         steps.push_back(std::move(plan_->steps_[i]));
+        names.push_back(std::move(plan_->step_names_[i]));
       } else if (group_at[i] >= 0) {
         ElementwiseGroup& g = groups[static_cast<size_t>(group_at[i])];
+        std::string ops;
+        for (size_t k : g.steps) ops += (ops.empty() ? "" : " ") + plan_->step_names_[k].second;
+        names.emplace_back("fused " + std::to_string(g.steps.size()) + " ops (" + ops + ") through " +
+                               plan_->step_names_[i].first,
+                           "fused elementwise");
         std::vector<Tensor*> outs;
         for (const Tensor* t : g.outputs) outs.push_back(const_cast<Tensor*>(t));  // slots the plan owns
         steps.push_back({make_fused_elementwise(std::move(g.program)), std::move(g.inputs), std::move(outs)});
       }
     }
     plan_->steps_ = std::move(steps);
+    plan_->step_names_ = std::move(names);
     // Lifetimes again, over the new step indices; values no step writes any more are dropped from the arena.
     std::unordered_map<const Tensor*, std::pair<size_t, size_t>> old = std::move(interval_);
     interval_.clear();
@@ -331,7 +347,16 @@ ExecutionPlan::~ExecutionPlan() = default;
 
 std::span<const Tensor* const> ExecutionPlan::run(std::span<const Tensor* const> feeds) {
   for (size_t i = 0; i < feed_slots_.size(); ++i) feed_slots_[i]->data = feeds[i]->data;
-  if (checked_steps_.empty()) {
+  if (profile_) {
+    using Clock = std::chrono::steady_clock;
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      const Clock::time_point t0 = Clock::now();
+      steps_[i].kernel->run(steps_[i].in, steps_[i].out);
+      times_[i].seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+      ++times_[i].calls;
+      if (!checked_steps_.empty()) check_step(i);
+    }
+  } else if (checked_steps_.empty()) {
     for (Step& s : steps_) s.kernel->run(s.in, s.out);
   } else {
     for (size_t i = 0; i < steps_.size(); ++i) {
@@ -340,6 +365,41 @@ std::span<const Tensor* const> ExecutionPlan::run(std::span<const Tensor* const>
     }
   }
   return outputs_;
+}
+
+std::vector<StepTime> ExecutionPlan::profile() const { return times_; }
+
+std::string format_profile(const std::vector<StepTime>& times, size_t top) {
+  double total = 0;
+  std::map<std::string, std::pair<double, int64_t>> by_op;
+  for (const StepTime& t : times) {
+    total += t.seconds;
+    by_op[t.op].first += t.seconds;
+    ++by_op[t.op].second;
+  }
+  std::vector<std::pair<std::string, std::pair<double, int64_t>>> ops(by_op.begin(), by_op.end());
+  std::stable_sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::vector<StepTime> sorted = times;
+  std::stable_sort(sorted.begin(), sorted.end(), [](const StepTime& a, const StepTime& b) { return a.seconds > b.seconds; });
+  auto pct = [&](double s) { return total > 0 ? 100.0 * s / total : 0.0; };
+  std::string r;
+  char line[512];
+  std::snprintf(line, sizeof line, "%zu steps, %.3f s in all\n  share  op (steps)\n", times.size(), total);
+  r += line;
+  for (const auto& [op, v] : ops) {
+    std::snprintf(line, sizeof line, "  %5.1f%%  %s (%lld)\n", pct(v.first), op.c_str(), static_cast<long long>(v.second));
+    r += line;
+  }
+  r += "  share  us/call  calls  step\n";
+  for (size_t i = 0; i < std::min(top, sorted.size()); ++i) {
+    const StepTime& t = sorted[i];
+    std::snprintf(line, sizeof line, "  %5.1f%%  %7.1f  %5lld  ", pct(t.seconds),
+                  t.calls ? 1e6 * t.seconds / static_cast<double>(t.calls) : 0.0, static_cast<long long>(t.calls));
+    r += line;
+    r += t.step.size() > 160 ? t.step.substr(0, 157) + "..." : t.step;
+    r += '\n';
+  }
+  return r;
 }
 
 void ExecutionPlan::check_step(size_t i) const {

@@ -30,9 +30,23 @@ struct PlanSpec {
   // On the CPU with the built-in kernels (and not checking every value), runs of elementwise steps become one
   // fused kernel each (executor/plan_fusion.h). Off only to measure or bisect that rewrite.
   bool fuse_elementwise = true;
+  // Time every step of every run (two clock reads per step; off, run() is unchanged). ExecutionPlan::profile().
+  bool profile = false;
 
   std::vector<std::string> feed_names_and_state() const;  // names defined before the first node
 };
+
+// Where a plan's runs spent their time, per step (docs/performance.md "Profiling a step").
+struct StepTime {
+  std::string step;  // "node 'x' (Op)", or for a fused elementwise step the ops it runs and its last node
+  std::string op;    // the op type, "fused elementwise" for a fused step
+  int64_t calls = 0;
+  double seconds = 0;  // total over the calls (wall time; on a GPU, of the launches only)
+};
+
+// A text report of step times: the total per op type, then the `top` most expensive steps, each with its share
+// of the total and its mean time per call.
+std::string format_profile(const std::vector<StepTime>& times, size_t top = 15);
 
 class ExecutionPlan {
  public:
@@ -45,6 +59,8 @@ class ExecutionPlan {
 
   size_t arena_bytes() const { return arena_bytes_; }
   size_t num_steps() const { return steps_.size(); }
+  // With PlanSpec::profile: every step in execution order, with its calls and time so far; empty otherwise.
+  std::vector<StepTime> profile() const;
   // Bytes that a naive plan (one buffer per value) would need, for the memory planner's tests and docs.
   size_t unplanned_bytes() const { return unplanned_bytes_; }
 
@@ -56,6 +72,9 @@ class ExecutionPlan {
   };
   ExecutionPlan() = default;
   std::vector<Step> steps_;
+  std::vector<std::pair<std::string, std::string>> step_names_;  // per step: (description, op type)
+  bool profile_ = false;
+  std::vector<StepTime> times_;  // per step, with profile_
   std::vector<std::unique_ptr<Tensor>> slots_;  // every value the plan owns or views
   std::vector<Tensor*> feed_slots_;
   std::vector<const Tensor*> outputs_;

@@ -160,6 +160,7 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   // precision the graph itself keeps the state on such a step, and counts it).
   if (!mixed) eo.must_be_finite = step_checked;
   eo.updates = og.updates;
+  eo.profile = config_.profile;  // only the training step: the other executors serve other calls
   train_ = std::make_unique<Executor>(std::move(tg), opsets, store_, eo);
   if (ag) {
     eo.must_be_finite = micro_checked;

@@ -59,6 +59,8 @@ struct TrainingConfig {
   // Debugging aid: check every value a step computes, so the error names the node that first produced a
   // NaN/Inf rather than the loss or gradient it reached. Costs a pass over every intermediate.
   bool check_every_value = false;
+  // Time every step of the training-step plan (docs/performance.md "Profiling a step"); read with profile().
+  bool profile = false;
 };
 
 using Feeds = std::map<std::string, Tensor>;
@@ -143,6 +145,9 @@ class TrainingSession {
   ForwardBackwardSession& forward_backward();
   // The full training-step graph (for inspection and for portable export).
   const Graph& training_graph() const { return train_->graph(); }
+  // With TrainingConfig::profile: where train_step's time went, per step of its plan, most expensive first
+  // (accumulation micro-batches not included). Empty without.
+  std::vector<StepTime> profile() const { return train_->profile(); }
   const Graph& gradient_graph() const { return grad_->graph(); }
   // The communicator of a data-parallel session; null otherwise.
   const std::shared_ptr<Communicator>& communicator() const { return config_.parallel.communicator; }

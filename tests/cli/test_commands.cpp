@@ -1,5 +1,5 @@
-// Whole runs of the onnxtrain binary: the digits example, resume and Ctrl-C continuing bit for bit, CSV data,
-// export, info and exit codes.
+// Whole runs of the onnxtrain binary: the digits example, resume and Ctrl-C continuing bit for bit, CSV data
+// (with train.profile's step table), export, info and exit codes.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -161,12 +161,16 @@ TEST(Cli, CsvColumnsAndJsonLinesLog) {
                                      "data:\n  train: data.csv\n  inputs: {x: [a, b, c]}\n  target: [target]\n"
                                      "  validation_split: 0.25\n"
                                      "optimizer: {kind: adam, learning_rate: 0.01}\n"
-                                     "train: {epochs: 30, batch_size: 16, metrics: [loss, r2, mae]}\n"
+                                     "train: {epochs: 30, batch_size: 16, metrics: [loss, r2, mae], profile: true}\n"
                                      "log: {file: metrics.jsonl, progress: lines}\n";
   CliRun r = run("train " + (dir / "run.yaml").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("150 training rows, 50 validation rows"), std::string::npos) << r.out;
   EXPECT_GT(metric(r.out, "validation r2: "), 0.9) << r.out;
+  // train.profile: the step table after the summary, every step of the plan called once per optimizer step.
+  EXPECT_NE(r.out.find("profile of train_step (train.profile): "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  share  us/call  calls  step\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  300  node '"), std::string::npos) << r.out;  // 30 epochs x 10 batches of 16 (150 rows)
   const std::string log = read_file(dir / "out/metrics.jsonl");
   EXPECT_EQ(log.rfind("{\"event\": \"step\", \"epoch\": 1, \"step\": 1, \"loss\": ", 0), 0u) << log.substr(0, 200);
   EXPECT_NE(log.find("\"val_r2\": "), std::string::npos);

@@ -75,6 +75,8 @@ TEST(Config, NonFinitePolicyKeys) {
   EXPECT_TRUE(c.training.check_every_value);
   const std::string bad = error_of(kBase + "train:\n  on_non_finite: ignore\n");
   EXPECT_NE(bad.find("dir/run.yaml:5: train.on_non_finite: expected one of: raise, skip"), std::string::npos) << bad;
+  EXPECT_FALSE(d.training.profile);
+  EXPECT_TRUE(parse_config(kBase + "train: {profile: true}\n", "dir/run.yaml").training.profile);
   EXPECT_EQ(d.max_skipped_steps, 0);
   EXPECT_EQ(parse_config(kBase + "train: {on_non_finite: skip, max_skipped_steps: 50}\n", "dir/run.yaml").max_skipped_steps, 50);
   const std::string negative = error_of(kBase + "train:\n  max_skipped_steps: -1\n");
