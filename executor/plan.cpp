@@ -9,6 +9,7 @@
 #include <map>
 
 #include "executor/cpu/fused_elementwise.h"
+#include "executor/cpu/fused_update.h"
 #include "executor/finite.h"
 #include "executor/plan_fusion.h"
 #include "graph/error.h"
@@ -256,9 +257,11 @@ class PlanCompiler {
         ElementwiseGroup& g = groups[static_cast<size_t>(group_at[i])];
         std::string ops;
         for (size_t k : g.steps) ops += (ops.empty() ? "" : " ") + plan_->step_names_[k].second;
-        names.emplace_back("fused " + std::to_string(g.steps.size()) + " ops (" + ops + ") through " +
+        const char* native = ew_native_update(g.program);
+        names.emplace_back("fused " + std::to_string(g.steps.size()) + " ops (" + ops + ")" +
+                               (native ? std::string(" as one ") + native + " update" : std::string()) + " through " +
                                plan_->step_names_[i].first,
-                           "fused elementwise");
+                           native ? std::string(native) + " update" : "fused elementwise");
         std::vector<Tensor*> outs;
         for (const Tensor* t : g.outputs) outs.push_back(const_cast<Tensor*>(t));  // slots the plan owns
         steps.push_back({make_fused_elementwise(std::move(g.program)), std::move(g.inputs), std::move(outs)});

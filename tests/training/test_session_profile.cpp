@@ -1,5 +1,6 @@
 // TrainingConfig::profile: train_step's plan times every step, session.profile() reports them most expensive
-// first, and profiling leaves the training itself unchanged (bit for bit).
+// first, and profiling leaves the training itself unchanged (bit for bit). Adam's per-weight updates show up as
+// native "adam update" steps.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -33,10 +34,16 @@ TEST(SessionProfile, TrainStepTimesEveryStepAndTrainsTheSame) {
   bool saw_gemm = false;
   for (size_t i = 0; i < p.size(); ++i) {
     EXPECT_EQ(p[i].calls, 6) << p[i].step;
-    if (i) EXPECT_GE(p[i - 1].seconds, p[i].seconds);
+    if (i) {
+      EXPECT_GE(p[i - 1].seconds, p[i].seconds);
+    }
     saw_gemm = saw_gemm || p[i].op == "Gemm";
   }
   EXPECT_TRUE(saw_gemm);
+  // Each weight's Adam update runs as one native loop (executor/cpu/fused_update.h): fc1/fc2 weight and bias.
+  int adam_updates = 0;
+  for (const StepTime& t : p) adam_updates += t.op == "adam update" ? 1 : 0;
+  EXPECT_EQ(adam_updates, 4) << format_profile(p, 100);
   for (const std::string& w : a.trainable()) {
     const Tensor wa = a.get_weight(w), wb = b.get_weight(w);
     for (int64_t i = 0; i < wa.numel(); ++i) ASSERT_EQ(wa.ptr<float>()[i], wb.ptr<float>()[i]) << w << "[" << i << "]";
