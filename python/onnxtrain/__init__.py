@@ -150,13 +150,15 @@ def make_config(*, trainable: Iterable[str] | None = None, loss: Any = "mse", op
                 learning_rate: float | None = None, schedule: Any = None, penalty: Any = None,
                 prediction: str | None = None, device: Union[str, Device] = "cpu",
                 inputs_requiring_grad: Iterable[str] | None = None, mixed_precision: Any = None,
-                on_non_finite: str = "raise", check_every_value: bool = False) -> TrainingConfig:
+                on_non_finite: str = "raise", check_every_value: bool = False,
+                profile: bool = False) -> TrainingConfig:
     """A TrainingConfig from the same arguments as TrainingSession."""
     if on_non_finite not in ("raise", "skip"):
         raise ValueError(f"on_non_finite: expected 'raise' or 'skip', got {on_non_finite!r}")
     cfg = TrainingConfig()
     cfg.on_non_finite = on_non_finite
     cfg.check_every_value = bool(check_every_value)
+    cfg.profile = bool(profile)
     cfg.trainable = list(trainable or [])
     cfg.inputs_requiring_grad = list(inputs_requiring_grad or [])
     cfg.prediction = prediction or ""
@@ -215,6 +217,8 @@ class TrainingSession:
             ``NonFiniteStepWarning`` names it (the first 10, then every 100th).
         check_every_value: debugging aid: check every intermediate value, so the report names the node that first
             produced the NaN/Inf. Costs a pass over every value per step.
+        profile: time every step of ``train_step``'s plan; read it with ``profile()`` or ``profile_report()``
+            (docs/performance.md, "Profiling a step").
         config: a complete TrainingConfig instead of the arguments above.
         parallel: data-parallel training (docs/distributed.md): True for ``communicator_from_environment()`` (the
             MPI ranks under ``mpirun``, this process alone otherwise) or a Communicator. Rank 0's weights are
@@ -231,12 +235,12 @@ class TrainingSession:
                  penalty: Any = None, prediction: str | None = None, device: Union[str, Device] = "cpu",
                  inputs_requiring_grad: Iterable[str] | None = None, config: TrainingConfig | None = None,
                  parallel: Union[None, bool, Communicator] = None, mixed_precision: Any = None,
-                 on_non_finite: str = "raise", check_every_value: bool = False):
+                 on_non_finite: str = "raise", check_every_value: bool = False, profile: bool = False):
         if config is None:
             config = make_config(trainable=trainable, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
                                  schedule=schedule, penalty=penalty, prediction=prediction, device=device,
                                  inputs_requiring_grad=inputs_requiring_grad, mixed_precision=mixed_precision,
-                                 on_non_finite=on_non_finite, check_every_value=check_every_value)
+                                 on_non_finite=on_non_finite, check_every_value=check_every_value, profile=profile)
         self._s = _onnxtrain.TrainingSession(model, config, _communicator(parallel))
         self.config = config
         self._skips_seen = 0
@@ -396,6 +400,15 @@ class TrainingSession:
     def overflow_steps(self) -> int:
         """Mixed precision: steps skipped because the loss or a gradient was not finite."""
         return self._s.overflow_steps
+
+    def profile(self) -> list:
+        """With ``profile=True``: where ``train_step``'s time went, one dict per step of its plan (``step``: the
+        node, or the ops of a fused step; ``op``; ``calls``; ``seconds`` in all), most expensive first."""
+        return self._s.profile()
+
+    def profile_report(self, top: int = 15) -> str:
+        """The profile as text: the share of each op type, then the ``top`` most expensive steps."""
+        return self._s.profile_report(top)
 
     @property
     def skipped_steps(self) -> int:

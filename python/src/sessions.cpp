@@ -318,6 +318,22 @@ The feeds of train_step/gradients are the model's inputs plus the loss target (t
       .def_property_readonly("train_step_calls", [](PyTraining& self) {
              return self.run([](TrainingSession& s) { return s.train_step_calls(); });
            }, "train_step calls so far (skipped ones and micro-batches included): the 'training step N' of a report.")
+      .def("profile", [](PyTraining& self) {
+             py::list rows;
+             for (const StepTime& t : self.run([](TrainingSession& s) { return s.profile(); })) {
+               py::dict r;
+               r["step"] = t.step;
+               r["op"] = t.op;
+               r["calls"] = t.calls;
+               r["seconds"] = t.seconds;
+               rows.append(std::move(r));
+             }
+             return rows;
+           }, "With profile=True: train_step's time per step of its plan, most expensive first (dicts with step, op, "
+              "calls, seconds); [] without.")
+      .def("profile_report", [](PyTraining& self, size_t top) {
+             return format_profile(self.run([](TrainingSession& s) { return s.profile(); }), top);
+           }, py::arg("top") = 15, "The profile as text: the total per op, then the `top` most expensive steps.")
       .def_property_readonly("stop_requested", [](PyTraining& self) { return self.s->stop_requested(); },
                              "True when the schedule (adaptive) asks training to stop.")
       .def("state", [](PyTraining& self, const std::string& name) {

@@ -190,6 +190,7 @@ void bind_specs(py::module_& m) {
              "a NaN/Inf loss or gradient: 'raise' (OnnxtrainError naming step and tensor) or 'skip' (not applied, counted)")
       .field("check_every_value", &TrainingConfig::check_every_value,
              "debugging: check every intermediate value, so a report names the node that first went NaN/Inf")
+      .field("profile", &TrainingConfig::profile, "time every step of train_step's plan (TrainingSession.profile())")
       .finish();
 
   m.def("cuda_available", &cuda_available, "Built with CUDA and at least one CUDA device is visible.");
