@@ -7,6 +7,7 @@
 #include <random>
 #include <set>
 
+#include "common/node.h"
 #include "executor/cpu/fused_elementwise.h"
 #include "executor/executor.h"
 #include "executor/plan_fusion.h"
@@ -15,15 +16,7 @@
 namespace onnxtrain {
 namespace {
 
-Node node(std::string op, std::vector<std::string> in, std::vector<std::string> out, std::string domain = "") {
-  Node n;
-  n.op_type = std::move(op);
-  n.domain = std::move(domain);
-  n.inputs = std::move(in);
-  n.name = out.front();
-  n.outputs = std::move(out);
-  return n;
-}
+using test::node;
 
 Tensor random_tensor(DType t, const std::vector<int64_t>& shape, unsigned seed) {
   std::mt19937 rng(seed);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "common/node.h"
 #include "executor/executor.h"
 #include "executor/plan_fusion.h"
 
@@ -13,14 +14,7 @@ namespace onnxtrain {
 namespace {
 
 // Named after its first output, as exporters do.
-Node node(std::string op, std::vector<std::string> in, std::vector<std::string> out) {
-  Node n;
-  n.op_type = std::move(op);
-  n.inputs = std::move(in);
-  n.name = out.front();
-  n.outputs = std::move(out);
-  return n;
-}
+using test::node;
 
 Node transpose(const std::string& in, const std::string& out, std::vector<int64_t> perm) {
   Node n = node("Transpose", {in}, {out});

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "common/node.h"
 #include "executor/executor.h"
 #include "graph/error.h"
 
@@ -15,14 +16,7 @@ Shape dims(std::initializer_list<int64_t> d) {
   return s;
 }
 
-Node node(std::string op, std::vector<std::string> in, std::vector<std::string> out) {
-  Node n;
-  n.name = out.front();
-  n.op_type = std::move(op);
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  return n;
-}
+using test::node;
 
 // x -> Exp -> a -> Neg -> b -> Exp -> c -> Neg -> y: each intermediate dies after its one reader, so the arena
 // needs two buffers' worth, not three.

@@ -5,28 +5,22 @@
 
 #include <random>
 
+#include "common/node.h"
 #include "executor/executor.h"
 
 namespace onnxtrain {
 namespace {
 
-Node node(std::string op, std::vector<std::string> in, std::string out) {
-  Node n;
-  n.op_type = std::move(op);
-  n.inputs = std::move(in);
-  n.name = out;
-  n.outputs = {std::move(out)};
-  return n;
-}
+using test::node;
 
 // y = gelu(x @ w + b): a product, then a six-node elementwise chain the plan fuses into one step.
 Graph product_then_gelu() {
   Graph g;
   g.inputs = {{"x", {DType::Float32, Shape{Dim::sym("N"), Dim::of(8)}}}};
   g.outputs = {{"y", {DType::Float32, std::nullopt}}};
-  g.nodes = {node("MatMul", {"x", "w"}, "h"),         node("Add", {"h", "b"}, "z"),  node("Div", {"z", "sqrt2"}, "zs"),
-             node("Erf", {"zs"}, "e"),                  node("Add", {"e", "one"}, "e1"), node("Mul", {"z", "e1"}, "ze"),
-             node("Mul", {"ze", "half"}, "y")};
+  g.nodes = {node("MatMul", {"x", "w"}, {"h"}),         node("Add", {"h", "b"}, {"z"}),  node("Div", {"z", "sqrt2"}, {"zs"}),
+             node("Erf", {"zs"}, {"e"}),                  node("Add", {"e", "one"}, {"e1"}), node("Mul", {"z", "e1"}, {"ze"}),
+             node("Mul", {"ze", "half"}, {"y"})};
   return g;
 }
 
