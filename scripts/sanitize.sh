@@ -60,4 +60,20 @@ if [ -n "$subset" ]; then
 fi
 args=(--test-dir "$build" --output-on-failure -j"${JOBS:-1}" --timeout 1800)
 [ $# -gt 0 ] && args+=(-R "$1")
-ctest "${args[@]}"
+# Two tests run differently here (docs/reliability.md, "The whole suite"):
+# - InstallAndBuildDownstream links a plain downstream program against these instrumented static libraries, which
+#   then need the sanitizer runtime it does not link: it is the release suite's test, not this one's.
+# - The tests that launch ranks under mpirun run with LeakSanitizer off in those processes: Open MPI unloads its
+#   components at MPI_Finalize, so their process-lifetime allocations reach LSan with no module to suppress by.
+#   ASan and UBSan stay on, and the same code paths run single-process with leak checks in the other suites.
+#   (OMPI_MCA_mca_base_component_disable_dlclose=1 did not change that with Debian's Open MPI 4.1.)
+# A run limited by a regex keeps leak checks on everywhere.
+mpi_tests='Mpirun|CliMpirun|Equivalence.TwoRanks'
+status=0
+if [ $# -gt 0 ]; then
+  ctest "${args[@]}" -E InstallAndBuildDownstream || status=1
+else
+  ctest "${args[@]}" -E "InstallAndBuildDownstream|$mpi_tests" || status=1
+  ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" ctest "${args[@]}" -R "$mpi_tests" || status=1
+fi
+exit $status

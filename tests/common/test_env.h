@@ -4,7 +4,21 @@
 #include <functional>
 #include <string>
 
+// Built with AddressSanitizer (scripts/sanitize.sh: clang 14, -O1): some tests differ there, each saying why.
+#if defined(__SANITIZE_ADDRESS__)
+#define ONNXTRAIN_TEST_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ONNXTRAIN_TEST_UNDER_ASAN 1
+#endif
+#endif
+#ifndef ONNXTRAIN_TEST_UNDER_ASAN
+#define ONNXTRAIN_TEST_UNDER_ASAN 0
+#endif
+
 namespace onnxtrain::test {
+
+inline constexpr bool kUnderAsan = ONNXTRAIN_TEST_UNDER_ASAN != 0;
 
 std::filesystem::path source_dir();
 // The onnx Python package's backend node tests (onnx/backend/test/data/node) from the project venv; empty

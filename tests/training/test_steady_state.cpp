@@ -21,19 +21,8 @@
 // AddressSanitizer owns malloc: defining malloc here would bypass its allocator, and an ASan build of this binary
 // then dies at start-up (asan_posix.cpp "tsd_key_inited"). Under ASan the hooks are left out and the tests skip;
 // the release build runs them.
-#if defined(__SANITIZE_ADDRESS__)
-#define ONNXTRAIN_COUNT_ALLOCATIONS 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ONNXTRAIN_COUNT_ALLOCATIONS 0
-#endif
-#endif
-#ifndef ONNXTRAIN_COUNT_ALLOCATIONS
-#define ONNXTRAIN_COUNT_ALLOCATIONS 1
-#endif
-
 namespace {
-constexpr bool kCounting = ONNXTRAIN_COUNT_ALLOCATIONS != 0;
+constexpr bool kCounting = !onnxtrain::test::kUnderAsan;
 constexpr const char* kNoCountingUnderAsan = "allocation counting replaces malloc, which AddressSanitizer owns";
 std::atomic<bool> g_counting{false};
 std::atomic<long> g_allocations{0};    // operator new
@@ -43,7 +32,7 @@ void count() {
 }
 }  // namespace
 
-#if ONNXTRAIN_COUNT_ALLOCATIONS
+#if !ONNXTRAIN_TEST_UNDER_ASAN
 // glibc's own entry points; defining malloc & co. in the executable interposes them for every library.
 extern "C" {
 void* __libc_malloc(std::size_t);
