@@ -65,7 +65,7 @@ constexpr double kTolerance = 1e-5;  // issue 9: relative, float32, after 20 ste
 // element whose gradient is near zero turns a last-bit difference into a visible one. It measured 9.6e-6 on
 // one CPU and 1.8e-5 on another (a different GEMM kernel), with the same binary logic; 3e-5 bounds that noise
 // while a missing or wrong reduction still fails by orders of magnitude (~1, checked by removing AllReduce).
-// The sanitizer build (clang -O1, which contracts a*b+c into FMAs within an expression) rounds differently again:
+// The sanitizer build (clang 14 at -O1 instead of gcc at -O3; the same GEMM library) rounds differently again:
 // sgd_momentum and adam measured 1.16e-5 and 1.23e-5 there, so it gets the same 3e-5 bound.
 double tolerance(const std::string& config) { return config == "adam_sum" || test::kUnderAsan ? 3e-5 : kTolerance; }
 
