@@ -65,10 +65,7 @@ class PlanCompiler {
     }
     if (fuse_) fuse_elementwise_steps();
     place_in_arena();
-    if (spec_.profile) {
-      plan_->profile_ = true;
-      for (const auto& [step, op] : plan_->step_names_) plan_->times_.push_back({step, op, 0, 0.0});
-    }
+    plan_->profile_ = spec_.profile;
     return std::move(plan_);
   }
 
@@ -225,9 +222,9 @@ class PlanCompiler {
       for (Tensor* t : outs) interval_.emplace(t, std::make_pair(step, step));
     }
     plan_->steps_.push_back({std::move(kernel), std::move(ins), std::move(outs)});
-    plan_->step_names_.emplace_back(n.describe(), n.op_type);
+    plan_->times_.push_back({n.describe(), n.op_type});
     step_ops_.push_back(spec_.device == Device::CPU ? elementwise_op_of(n) : std::nullopt);
-    if (spec_.check_every_value) plan_->checked_steps_.emplace_back(n.describe(), n.outputs);
+    if (spec_.check_every_value) plan_->checked_steps_.push_back(n.outputs);
   }
 
   // Runs of elementwise steps become one fused kernel each (executor/plan_fusion.h), placed at the last step of
@@ -248,27 +245,27 @@ class PlanCompiler {
       group_at[groups[k].steps.back()] = static_cast<int64_t>(k);
     }
     std::vector<ExecutionPlan::Step> steps;
-    std::vector<std::pair<std::string, std::string>> names;
+    std::vector<StepTime> names;
     for (size_t i = 0; i < plan_->steps_.size(); ++i) {
       if (group_at[i] == -1) {
         steps.push_back(std::move(plan_->steps_[i]));
-        names.push_back(std::move(plan_->step_names_[i]));
+        names.push_back(std::move(plan_->times_[i]));
       } else if (group_at[i] >= 0) {
         ElementwiseGroup& g = groups[static_cast<size_t>(group_at[i])];
         std::string ops;
-        for (size_t k : g.steps) ops += (ops.empty() ? "" : " ") + plan_->step_names_[k].second;
+        for (size_t k : g.steps) ops += (ops.empty() ? "" : " ") + plan_->times_[k].op;
         const char* native = ew_native_update(g.program);
-        names.emplace_back("fused " + std::to_string(g.steps.size()) + " ops (" + ops + ")" +
-                               (native ? std::string(" as one ") + native + " update" : std::string()) + " through " +
-                               plan_->step_names_[i].first,
-                           native ? std::string(native) + " update" : "fused elementwise");
+        names.push_back({"fused " + std::to_string(g.steps.size()) + " ops (" + ops + ")" +
+                             (native ? std::string(" as one ") + native + " update" : std::string()) + " through " +
+                             plan_->times_[i].step,
+                         native ? std::string(native) + " update" : "fused elementwise"});
         std::vector<Tensor*> outs;
         for (const Tensor* t : g.outputs) outs.push_back(const_cast<Tensor*>(t));  // slots the plan owns
         steps.push_back({make_fused_elementwise(std::move(g.program)), std::move(g.inputs), std::move(outs)});
       }
     }
     plan_->steps_ = std::move(steps);
-    plan_->step_names_ = std::move(names);
+    plan_->times_ = std::move(names);
     // Lifetimes again, over the new step indices; values no step writes any more are dropped from the arena.
     std::unordered_map<const Tensor*, std::pair<size_t, size_t>> old = std::move(interval_);
     interval_.clear();
@@ -350,27 +347,24 @@ ExecutionPlan::~ExecutionPlan() = default;
 
 std::span<const Tensor* const> ExecutionPlan::run(std::span<const Tensor* const> feeds) {
   for (size_t i = 0; i < feed_slots_.size(); ++i) feed_slots_[i]->data = feeds[i]->data;
-  if (profile_) {
-    using Clock = std::chrono::steady_clock;
-    for (size_t i = 0; i < steps_.size(); ++i) {
-      const Clock::time_point t0 = Clock::now();
-      steps_[i].kernel->run(steps_[i].in, steps_[i].out);
-      times_[i].seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-      ++times_[i].calls;
-      if (!checked_steps_.empty()) check_step(i);
-    }
-  } else if (checked_steps_.empty()) {
+  if (!profile_ && checked_steps_.empty()) {
     for (Step& s : steps_) s.kernel->run(s.in, s.out);
   } else {
+    using Clock = std::chrono::steady_clock;
     for (size_t i = 0; i < steps_.size(); ++i) {
+      const Clock::time_point t0 = profile_ ? Clock::now() : Clock::time_point{};
       steps_[i].kernel->run(steps_[i].in, steps_[i].out);
-      check_step(i);
+      if (profile_) {
+        times_[i].seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+        ++times_[i].calls;
+      }
+      if (!checked_steps_.empty()) check_step(i);
     }
   }
   return outputs_;
 }
 
-std::vector<StepTime> ExecutionPlan::profile() const { return times_; }
+std::vector<StepTime> ExecutionPlan::profile() const { return profile_ ? times_ : std::vector<StepTime>{}; }
 
 std::string format_profile(const std::vector<StepTime>& times, size_t top) {
   double total = 0;
@@ -406,7 +400,8 @@ std::string format_profile(const std::vector<StepTime>& times, size_t top) {
 }
 
 void ExecutionPlan::check_step(size_t i) const {
-  const auto& [node, names] = checked_steps_[i];
+  const std::string& node = times_[i].step;
+  const std::vector<std::string>& names = checked_steps_[i];
   for (size_t k = 0; k < steps_[i].out.size(); ++k) {
     const Tensor& t = *steps_[i].out[k];
     NonFiniteCount c = count_non_finite(t);

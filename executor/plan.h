@@ -72,9 +72,8 @@ class ExecutionPlan {
   };
   ExecutionPlan() = default;
   std::vector<Step> steps_;
-  std::vector<std::pair<std::string, std::string>> step_names_;  // per step: (description, op type)
+  std::vector<StepTime> times_;  // per step: its description and op, and with profile_ its calls and time
   bool profile_ = false;
-  std::vector<StepTime> times_;  // per step, with profile_
   std::vector<std::unique_ptr<Tensor>> slots_;  // every value the plan owns or views
   std::vector<Tensor*> feed_slots_;
   std::vector<const Tensor*> outputs_;
@@ -82,8 +81,8 @@ class ExecutionPlan {
   size_t arena_bytes_ = 0;
   size_t unplanned_bytes_ = 0;
   std::vector<Tensor> folded_;  // values computed at compile time
-  // With PlanSpec::check_every_value: per step, the node ("node 'x' (Op)") and its output names.
-  std::vector<std::pair<std::string, std::vector<std::string>>> checked_steps_;
+  // With PlanSpec::check_every_value (which keeps one step per node, named in times_): per step, its output names.
+  std::vector<std::vector<std::string>> checked_steps_;
   void check_step(size_t i) const;
   friend class PlanCompiler;
 };

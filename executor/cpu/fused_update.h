@@ -3,7 +3,7 @@
 // run as one hand-written loop. The fused interpreter (fused_elementwise.cpp) writes every op's result to a
 // tile buffer, so a 13-op Adam update is bound by those stores; the loop keeps each element in registers and
 // reads 4 arrays and writes 3. It computes the same ops in the same order with no contraction into FMAs, so its
-// results are bit-identical to the interpreter's (tests/executor/test_elementwise_fusion.cpp).
+// results are bit-identical to the interpreter's (tests/executor/test_fused_update.cpp).
 #include <memory>
 
 #include "executor/cpu/fused_elementwise.h"

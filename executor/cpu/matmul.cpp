@@ -242,8 +242,7 @@ template <class T> class MatMulKernel final : public Kernel {
         for (int64_t i = 0; i < g_.M; ++i) {
           T* row = y + g_.y_off[static_cast<size_t>(bi)] + i * g_.ldc;
           const T* crow = c + i * c_rs_;
-          // A bias row (the usual Gemm) is a plain copy; the strided loop below does not vectorise, and on W1 it
-          // cost as much as a tenth of the product it precedes.
+          // A row of C (the usual bias) is copied, a single value per row filled.
           if (c_cs_ == 1) std::copy(crow, crow + g_.N, row);
           else std::fill(row, row + g_.N, crow[0]);  // c_cs_ is 0 or 1 (the Gemm factory below)
         }
