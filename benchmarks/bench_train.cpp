@@ -5,10 +5,10 @@
 //   set after the last timed run.
 //
 //   bench_train --workload w1|w2|w3|w4|w1sgd --models DIR --data DIR [--threads N] [--repeats 3] [--losses PATH]
-//               [--profile]
+//               [--profile] [--profile-top N]
 //
 // --profile: one more epoch after the timed ones with TrainingConfig::profile on, and its per-step times
-// (format_profile) on stderr.
+// (format_profile) on stderr: the N most expensive steps (--profile-top, default 20; it implies --profile).
 //
 // w1    = W1 "tabular-mlp": MLP 64->256->256->1, batch 128 x 512 steps, MSE, Adam lr 1e-3; train_samples_per_s.
 // w2    = W2 "cnn": 2x(Conv-ReLU-MaxPool) + 2 Gemm, batch 64 x 200 steps, softmax cross-entropy on int64
@@ -74,12 +74,13 @@ struct Args {
   std::string workload, models, data, losses;
   int threads = 1, repeats = 3;
   bool profile = false;
+  int profile_top = 20;
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "bench_train: %s\nusage: bench_train --workload w1|w2|w3|w4|w1sgd --models DIR --data DIR [--threads N] "
-               "[--repeats R] [--losses PATH] [--profile]\n",
+               "[--repeats R] [--losses PATH] [--profile] [--profile-top N]\n",
                why.c_str());
   std::exit(2);
 }
@@ -100,13 +101,14 @@ Args parse(int argc, char** argv) {
       else if (k == "--threads") a.threads = std::stoi(next());
       else if (k == "--repeats") a.repeats = std::stoi(next());
       else if (k == "--profile") a.profile = true;
+      else if (k == "--profile-top") a.profile = true, a.profile_top = std::stoi(next());
       else usage("unknown option " + k);
     } catch (const std::logic_error&) {
       usage("bad number for " + k);
     }
   }
   if (a.workload.empty() || a.models.empty() || a.data.empty()) usage("--workload, --models and --data are required");
-  if (a.threads < 1 || a.repeats < 1) usage("--threads and --repeats must be positive");
+  if (a.threads < 1 || a.repeats < 1 || a.profile_top < 1) usage("--threads, --repeats and --profile-top must be positive");
   return a;
 }
 
@@ -312,7 +314,7 @@ int main(int argc, char** argv) {
       cfg.profile = true;
       run(w->steps, nullptr);
       std::fprintf(stderr, "bench_train %s, %d thread(s): where one epoch's train_step time went\n%s", w->id.c_str(),
-                   a.threads, format_profile(s->profile(), 20).c_str());
+                   a.threads, format_profile(s->profile(), a.profile_top).c_str());
     }
 
     std::vector<double> metric;

@@ -126,6 +126,26 @@ TEST(MatMulFold, SgemmPathsReadStridedOperands) {
   EXPECT_EQ(check_case(heads).first, 1u);
 }
 
+// Attention at W3's head size, where each product is too small for sgemm: the scores, the transposed-A product
+// of the key gradient, and P·V written back in token order, all on strided views.
+TEST(MatMulFold, BatchedHeadProductsReadAndWriteStridedViews) {
+  Case scores{{transpose("q", "qh", {0, 2, 1, 3}), transpose("k", "kh", {0, 2, 3, 1}), node("MatMul", {"qh", "kh"}, {"s"})},
+              {{"q", {2, 64, 4, 32}}, {"k", {2, 64, 4, 32}}},
+              {"s"},
+              DType::Float32};
+  EXPECT_EQ(check_case(scores).first, 1u);
+  Case key_grad{{transpose("ds", "dst", {0, 1, 3, 2}), transpose("q", "qh", {0, 2, 1, 3}), node("MatMul", {"dst", "qh"}, {"dk"})},
+                {{"ds", {2, 4, 64, 64}}, {"q", {2, 64, 4, 32}}},
+                {"dk"},
+                DType::Float32};
+  EXPECT_EQ(check_case(key_grad).first, 1u);
+  Case merge{{transpose("v", "vh", {0, 2, 1, 3}), node("MatMul", {"p", "vh"}, {"o"}), transpose("o", "y", {0, 2, 1, 3})},
+             {{"p", {2, 4, 64, 64}}, {"v", {2, 64, 4, 32}}},
+             {"y"},
+             DType::Float32};
+  EXPECT_EQ(check_case(merge).first, 1u);
+}
+
 // A chain of Transposes composes; here to the identity, so the MatMul reads w itself.
 TEST(MatMulFold, TransposeChainsCompose) {
   Case c{{transpose("w", "wt", {1, 0}), transpose("wt", "wtt", {1, 0}), node("MatMul", {"x", "wtt"}, {"y"})},

@@ -499,6 +499,9 @@ TEST(MatMulKernels, NumpySemantics) {
       {{1, 3, 4}, {2, 4, 2}},    {{4}, {4, 5}},           {{3, 4}, {4}},             {{4}, {4}},
       {{2, 3, 4}, {4}},          {{4}, {2, 4, 3}},        {{1, 1}, {1, 1}},          {{64, 130}, {130, 33}},
       {{3, 0}, {0, 2}},          {{0, 4}, {4, 2}},
+      // Batches of attention-head-sized matrices (W3's 64x64x32 heads), including a broadcast batch on either
+      // side.
+      {{2, 4, 64, 32}, {2, 4, 32, 64}}, {{2, 4, 64, 32}, {4, 32, 64}}, {{1, 4, 64, 64}, {2, 4, 64, 32}},
   };
   for (const auto& [sa, sb] : cases) {
     check_matmul<float>(sa, sb);
