@@ -44,6 +44,92 @@ struct Source {
   std::vector<int64_t> perm;  // operand = Transpose(value, perm)
 };
 
+bool is_node(const Node& n, const char* domain, const char* op, size_t inputs) {
+  const bool dom = domain[0] ? n.domain == domain : default_domain(n);
+  return dom && n.op_type == op && n.inputs.size() == inputs && n.outputs.size() == 1 && !n.outputs[0].empty() &&
+         std::none_of(n.inputs.begin(), n.inputs.end(), [](const std::string& i) { return i.empty(); });
+}
+
+const std::vector<int64_t>* perm_of(const Node& n) {
+  if (!is_node(n, "", "Transpose", 1)) return nullptr;
+  auto it = n.attributes.find("perm");
+  if (it == n.attributes.end()) return nullptr;
+  const auto* p = std::get_if<std::vector<int64_t>>(&it->second);
+  return p && is_permutation(*p) ? p : nullptr;
+}
+
+// A whole-shape Shape node (no start/end), perhaps already permuted.
+bool is_plain_shape(const Node& n) {
+  return is_node(n, "", "Shape", 1) && !n.has_attr("start") && !n.has_attr("end");
+}
+
+// Transpose(SumToShape(g, Shape(x)), p) -> SumToShape(Transpose(g, p), Shape(x) permuted by p), in place of the
+// SumToShape; the Transpose keeps its name and the SumToShape's, and the new values get fresh names. Returns
+// the number of Transposes moved.
+size_t hoist_transposes_over_sum_to_shape(std::vector<Node>& nodes, const std::vector<std::string>& keep,
+                                          const Graph* types) {
+  if (!types) return 0;
+  std::unordered_map<std::string, size_t> producer;
+  std::unordered_map<std::string, int64_t> readers;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (const std::string& o : nodes[i].outputs)
+      if (!o.empty()) producer[o] = i;
+    for (const std::string& in : nodes[i].inputs)
+      if (!in.empty()) ++readers[in];
+  }
+  for (const std::string& k : keep) readers[k] += 1 << 20;
+  auto made_by = [&](const std::string& v) -> const Node* {
+    auto it = producer.find(v);
+    return it == producer.end() ? nullptr : &nodes[it->second];
+  };
+  std::unordered_map<size_t, std::vector<Node>> replace;  // SumToShape index -> the nodes taking its place
+  std::vector<bool> drop(nodes.size(), false);
+  for (size_t ti = 0; ti < nodes.size(); ++ti) {
+    const std::vector<int64_t>* p = perm_of(nodes[ti]);
+    if (!p) continue;
+    auto si = producer.find(nodes[ti].inputs[0]);
+    if (si == producer.end() || replace.count(si->second) || readers[nodes[ti].inputs[0]] != 1) continue;
+    const Node& sum = nodes[si->second];
+    if (!is_node(sum, "onnxtrain", "SumToShape", 2)) continue;
+    const Node* shape = made_by(sum.inputs[1]);
+    const TypeInfo* g = types->type_of(sum.inputs[0]);
+    if (!shape || !is_plain_shape(*shape) || !g || !g->shape || g->shape->size() != p->size()) continue;
+    // Shape(x) read through p: compose with a permutation the Shape node already applies.
+    std::vector<int64_t> sp = *p;
+    if (auto it = shape->attributes.find(kShapePerm); it != shape->attributes.end()) {
+      const auto& q = std::get<std::vector<int64_t>>(it->second);
+      if (q.size() != p->size()) continue;
+      for (int64_t& v : sp) v = q[static_cast<size_t>(v)];
+    }
+    const std::string base = nodes[ti].outputs[0];
+    Node t = nodes[ti];
+    t.inputs = {sum.inputs[0]};
+    t.outputs = {base + "/onnxtrain.hoisted"};
+    Node sh;
+    sh.name = shape->name + "/onnxtrain.permuted";
+    sh.op_type = "Shape";
+    sh.inputs = shape->inputs;
+    sh.outputs = {base + "/onnxtrain.shape"};
+    sh.attributes[kShapePerm] = std::move(sp);
+    Node st = sum;
+    st.inputs = {t.outputs[0], sh.outputs[0]};
+    st.outputs = {base};
+    replace[si->second] = {std::move(t), std::move(sh), std::move(st)};
+    drop[ti] = true;
+  }
+  if (replace.empty()) return 0;
+  std::vector<Node> out;
+  out.reserve(nodes.size() + 2 * replace.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (auto it = replace.find(i); it != replace.end())
+      for (Node& n : it->second) out.push_back(std::move(n));
+    else if (!drop[i])
+      out.push_back(std::move(nodes[i]));
+  }
+  nodes = std::move(out);
+  return replace.size();
+}
+
 class Folder {
  public:
   Folder(std::vector<Node>& nodes, const std::vector<std::string>& keep, const Graph* types)
@@ -66,6 +152,10 @@ class Folder {
     size_t removed = 0;
     for (size_t i = 0; i < nodes_.size(); ++i)
       if (is_matmul(nodes_[i]) && !nodes_[i].has_attr(kMatMulPermY) && absorb_output_transpose(i)) ++removed;
+    // After the outputs are absorbed: a Shape reading an absorbed Transpose's output must not become a second
+    // reader of the product, which would have kept the Transpose.
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      if (!dead_[i] && is_plain_shape(nodes_[i])) shape_through_transposes(nodes_[i]);
     // Transposes that no longer have readers, last first so that chains die back to front.
     for (size_t i = nodes_.size(); i-- > 0;) {
       const Node& n = nodes_[i];
@@ -135,6 +225,26 @@ class Folder {
     n.inputs[i] = s.value;
     if (is_identity(s.perm)) n.attributes.erase(attr);
     else n.attributes[attr] = std::move(s.perm);
+  }
+
+  // Shape(Transpose(x, p)) -> Shape(x) read through p (composed with a permutation it already applies), down a
+  // whole chain of Transposes.
+  void shape_through_transposes(Node& n) {
+    std::string src;
+    while (const std::vector<int64_t>* p = produced_by_transpose(n.inputs[0], &src)) {
+      std::vector<int64_t> c = *p;
+      if (auto it = n.attributes.find(kShapePerm); it != n.attributes.end()) {
+        const auto& q = std::get<std::vector<int64_t>>(it->second);
+        if (q.size() != c.size()) return;
+        // shape[j] = shape(t)[q[j]] = shape(x)[p[q[j]]]
+        for (size_t j = 0; j < c.size(); ++j) c[j] = (*p)[static_cast<size_t>(q[j])];
+      }
+      --readers_[n.inputs[0]];
+      ++readers_[src];
+      n.inputs[0] = src;
+      if (is_identity(c)) n.attributes.erase(kShapePerm);
+      else n.attributes[kShapePerm] = std::move(c);
+    }
   }
 
   void fold_operand(Node& n, size_t i, const char* attr) {
@@ -222,6 +332,7 @@ size_t fold_transposes_into_matmuls(std::vector<Node>& nodes, const std::vector<
   for (const Node& n : nodes)
     for (const auto& [name, a] : n.attributes)
       if (std::holds_alternative<std::shared_ptr<Graph>>(a)) return 0;
+  hoist_transposes_over_sum_to_shape(nodes, keep, types);
   return Folder(nodes, keep, types).run();
 }
 

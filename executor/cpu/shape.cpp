@@ -12,6 +12,7 @@
 
 #include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
+#include "executor/plan_fusion.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
@@ -341,7 +342,17 @@ std::unique_ptr<Kernel> make_shape(PrepareContext& ctx) {
   auto clamp = [rank](int64_t v) { return std::clamp(v < 0 ? v + rank : v, int64_t{0}, rank); };
   start = clamp(start);
   end = std::max(clamp(end), start);
-  std::vector<int64_t> dims(x.shape.begin() + start, x.shape.begin() + end);
+  std::vector<int64_t> shape = x.shape;
+  if (ctx.node.has_attr(kShapePerm)) {
+    // A Transpose folded away at plan time (executor/plan_fusion.h): the shape it would have had.
+    const std::vector<int64_t> perm = ctx.node.attr_ints(kShapePerm);
+    if (static_cast<int64_t>(perm.size()) != rank) ctx.fail(std::string(kShapePerm) + " does not match the input's rank");
+    for (size_t k = 0; k < perm.size(); ++k) {
+      if (perm[k] < 0 || perm[k] >= rank) ctx.fail(std::string(kShapePerm) + " is not a permutation");
+      shape[k] = x.shape[static_cast<size_t>(perm[k])];
+    }
+  }
+  std::vector<int64_t> dims(shape.begin() + start, shape.begin() + end);
   return constant_kernel(ctx, Tensor::from_vector<int64_t>({static_cast<int64_t>(dims.size())}, dims));
 }
 

@@ -34,6 +34,7 @@ Tensor random_tensor(DType t, const std::vector<int64_t>& shape, unsigned seed) 
 }
 
 double at(const Tensor& t, int64_t i) {
+  if (t.dtype == DType::Int64) return static_cast<double>(t.ptr<int64_t>()[i]);
   return t.dtype == DType::Float64 ? t.ptr<double>()[i] : static_cast<double>(t.ptr<float>()[i]);
 }
 
@@ -42,6 +43,7 @@ struct Case {
   std::map<std::string, std::vector<int64_t>> inputs;  // name -> shape
   std::vector<std::string> outputs;
   DType dtype = DType::Float64;
+  std::map<std::string, std::vector<int64_t>> value_shapes = {};  // value_info of intermediate values
 };
 
 // Runs c folded and unfolded; returns the folded plan's and the plain plan's step counts.
@@ -56,11 +58,16 @@ std::pair<size_t, size_t> check_case(const Case& c) {
     feeds[name] = random_tensor(c.dtype, shape, seed++);
   }
   for (const std::string& o : c.outputs) g.outputs.push_back({o, {c.dtype, std::nullopt}});
+  for (const auto& [name, shape] : c.value_shapes) {
+    Shape known;
+    for (int64_t d : shape) known.push_back(Dim::of(d));
+    g.value_info[name] = {c.dtype, known};
+  }
   g.nodes = c.nodes;
-  Executor folded(g, {{"", 17}}, std::make_shared<TensorStore>());
+  Executor folded(g, {{"", 17}, {"onnxtrain", 1}}, std::make_shared<TensorStore>());
   ExecutorOptions plain_opts;
   plain_opts.check_every_value = true;
-  Executor plain(g, {{"", 17}}, std::make_shared<TensorStore>(), plain_opts);
+  Executor plain(g, {{"", 17}, {"onnxtrain", 1}}, std::make_shared<TensorStore>(), plain_opts);
   std::vector<Tensor> got = folded.run(feeds), want = plain.run(feeds);
   EXPECT_EQ(got.size(), want.size());
   const double tol = c.dtype == DType::Float64 ? 1e-12 : 1e-4;
@@ -144,6 +151,67 @@ TEST(MatMulFold, BatchedHeadProductsReadAndWriteStridedViews) {
              {"y"},
              DType::Float32};
   EXPECT_EQ(check_case(merge).first, 1u);
+}
+
+// The gradient builder reads operand shapes (Shape nodes for SumToShape); those read through the Transposes, so
+// a head split read by MatMuls and Shapes alone goes away.
+TEST(MatMulFold, ShapesReadThroughFoldedTransposes) {
+  Case c{{transpose("q", "qh", {0, 2, 1, 3}), transpose("k", "k1", {0, 2, 1, 3}), transpose("k1", "kh", {0, 1, 3, 2}),
+          node("MatMul", {"qh", "kh"}, {"s"}), node("Shape", {"qh"}, {"qs"}), node("Shape", {"kh"}, {"ks"})},
+         {{"q", {2, 5, 3, 4}}, {"k", {2, 5, 3, 4}}},
+         {"s", "qs", "ks"}};
+  auto [folded, plain] = check_case(c);
+  EXPECT_EQ(plain - folded, 3u);  // all three Transposes
+  // The Transpose a product writes in place (heads merged back) may have its shape read too.
+  Case merge{{node("MatMul", {"p", "v"}, {"o"}), transpose("o", "y", {0, 2, 1, 3}), node("Shape", {"y"}, {"ys"})},
+             {{"p", {2, 3, 5, 5}}, {"v", {2, 3, 5, 4}}},
+             {"y", "ys"}};
+  auto [fm, pm] = check_case(merge);
+  EXPECT_EQ(pm - fm, 1u);
+  // A Shape with start/end is left as written, and keeps its Transpose.
+  Case sliced{{transpose("q", "qh", {0, 2, 1, 3}), node("MatMul", {"qh", "w"}, {"s"}), node("Shape", {"qh"}, {"qs"})},
+              {{"q", {2, 5, 3, 4}}, {"w", {4, 2}}},
+              {"s", "qs"}};
+  sliced.nodes[2].attributes["start"] = int64_t{1};
+  auto [f2, p2] = check_case(sliced);
+  EXPECT_EQ(f2, p2);
+}
+
+// A MatMul's gradient is summed back to its operand's shape (SumToShape, for broadcast batch dims) before the
+// Transpose that undoes the head split: the Transpose moves before the reduction and into the product's output.
+TEST(MatMulFold, TransposesMoveBeforeSumToShape) {
+  auto sum_to_shape = [](const std::string& g, const std::string& shape, const std::string& out) {
+    Node n = node("SumToShape", {g, shape}, {out});
+    n.domain = "onnxtrain";
+    return n;
+  };
+  for (bool broadcast : {false, true}) {
+    SCOPED_TRACE(broadcast ? "a broadcast batch dim summed" : "no broadcast");
+    Case c{{transpose("x", "xh", {0, 2, 1, 3}), node("MatMul", {"a", "b"}, {"g"}), node("Shape", {"xh"}, {"xs"}),
+            sum_to_shape("g", "xs", "dx"), transpose("dx", "y", {0, 2, 1, 3})},
+           {{"x", {broadcast ? 1 : 2, 5, 3, 4}}, {"a", {2, 3, 5, 6}}, {"b", {2, 3, 6, 4}}},
+           {"y"},
+           DType::Float64,
+           {{"g", {2, 3, 5, 4}}}};
+    auto [folded, plain] = check_case(c);
+    EXPECT_EQ(plain - folded, 2u);  // the Transpose after SumToShape, and xh, whose shape alone was read
+  }
+  // The W3 pattern: the operand itself is a head split, and a Reshape merges the heads back.
+  Node merge = node("Reshape", {"y", "merged"}, {"z"});
+  Node merged_shape = node("Constant", {}, {"merged"});
+  merged_shape.attributes["value_ints"] = std::vector<int64_t>{2, 5, 12};
+  Case w3{{transpose("q", "qh", {0, 2, 1, 3}), node("MatMul", {"qh", "w"}, {"g"}), node("Shape", {"qh"}, {"qs"}),
+           sum_to_shape("g", "qs", "dq"), transpose("dq", "y", {0, 2, 1, 3}), merged_shape, merge},
+          {{"q", {2, 5, 3, 4}}, {"w", {4, 4}}},
+          {"z"},
+          DType::Float64,
+          {{"g", {2, 3, 5, 4}}}};
+  auto [folded, plain] = check_case(w3);
+  EXPECT_EQ(plain - folded, 2u);
+  // Without g's rank the Transpose stays where it is.
+  w3.value_shapes.clear();
+  auto [f2, p2] = check_case(w3);
+  EXPECT_EQ(p2 - f2, 1u);
 }
 
 // A chain of Transposes composes; here to the identity, so the MatMul reads w itself.
