@@ -50,6 +50,7 @@ bool is_node(const Node& n, const char* domain, const char* op, size_t inputs) {
          std::none_of(n.inputs.begin(), n.inputs.end(), [](const std::string& i) { return i.empty(); });
 }
 
+// The permutation of a Transpose node with one input and one output and an explicit, valid perm.
 const std::vector<int64_t>* perm_of(const Node& n) {
   if (!is_node(n, "", "Transpose", 1)) return nullptr;
   auto it = n.attributes.find("perm");
@@ -159,7 +160,7 @@ class Folder {
     // Transposes that no longer have readers, last first so that chains die back to front.
     for (size_t i = nodes_.size(); i-- > 0;) {
       const Node& n = nodes_[i];
-      if (dead_[i] || !transpose_perm(n) || readers_[n.outputs[0]] != 0) continue;
+      if (dead_[i] || !perm_of(n) || readers_[n.outputs[0]] != 0) continue;
       dead_[i] = true;
       --readers_[n.inputs[0]];
       ++removed;
@@ -179,22 +180,12 @@ class Folder {
            !n.inputs[0].empty() && !n.inputs[1].empty();
   }
 
-  // The permutation of a Transpose node with one input and one output and an explicit, valid perm.
-  static const std::vector<int64_t>* transpose_perm(const Node& n) {
-    if (!default_domain(n) || n.op_type != "Transpose" || n.inputs.size() != 1 || n.outputs.size() != 1 ||
-        n.inputs[0].empty() || n.outputs[0].empty())
-      return nullptr;
-    auto it = n.attributes.find("perm");
-    if (it == n.attributes.end()) return nullptr;
-    const auto* p = std::get_if<std::vector<int64_t>>(&it->second);
-    return p && is_permutation(*p) ? p : nullptr;
-  }
 
   const std::vector<int64_t>* produced_by_transpose(const std::string& v, std::string* input) const {
     auto it = producer_.find(v);
     if (it == producer_.end() || dead_[it->second]) return nullptr;
     const Node& t = nodes_[it->second];
-    const std::vector<int64_t>* p = transpose_perm(t);
+    const std::vector<int64_t>* p = perm_of(t);
     if (p) *input = t.inputs[0];
     return p;
   }
@@ -281,7 +272,7 @@ class Folder {
             found = true;
           }
     if (!found) return false;
-    const std::vector<int64_t>* p = transpose_perm(nodes_[ti]);
+    const std::vector<int64_t>* p = perm_of(nodes_[ti]);
     if (!p || p->size() != std::max(ra, rb)) return false;
     const size_t r = p->size();
     const bool swap = (*p)[r - 1] == static_cast<int64_t>(r) - 2;
