@@ -105,14 +105,18 @@ TEST(MatMulFold, WeightTransposeBecomesTransposedOperand) {
     }
 }
 
-// Attention scores: Q and K split into heads by Transposes that keep the head dim contiguous.
+// Attention scores: Q and K ([batch, tokens, heads, head dim]) split into heads by Transposes that keep the head
+// dim contiguous.
+Case head_scores(std::vector<int64_t> q, std::vector<int64_t> k, DType t) {
+  return {{transpose("q", "qh", {0, 2, 1, 3}), transpose("k", "kh", {0, 2, 3, 1}), node("MatMul", {"qh", "kh"}, {"s"})},
+          {{"q", std::move(q)}, {"k", std::move(k)}},
+          {"s"},
+          t};
+}
+
 TEST(MatMulFold, HeadSplittingTransposesAreStridedOperands) {
   for (DType t : {DType::Float64, DType::Float32}) {
-    Case c{{transpose("q", "qh", {0, 2, 1, 3}), transpose("k", "kh", {0, 2, 3, 1}), node("MatMul", {"qh", "kh"}, {"s"})},
-           {{"q", {2, 5, 3, 4}}, {"k", {2, 5, 3, 4}}},
-           {"s"},
-           t};
-    auto [folded, plain] = check_case(c);
+    auto [folded, plain] = check_case(head_scores({2, 5, 3, 4}, {2, 5, 3, 4}, t));
     EXPECT_EQ(folded, 1u);
     EXPECT_EQ(plain, 3u);
   }
@@ -126,21 +130,13 @@ TEST(MatMulFold, SgemmPathsReadStridedOperands) {
               {"y"},
               DType::Float32};
   EXPECT_EQ(check_case(linear).first, 1u);
-  Case heads{{transpose("a", "ah", {0, 2, 1, 3}), transpose("b", "bh", {0, 2, 3, 1}), node("MatMul", {"ah", "bh"}, {"y"})},
-             {{"a", {2, 128, 2, 128}}, {"b", {2, 96, 2, 128}}},
-             {"y"},
-             DType::Float32};
-  EXPECT_EQ(check_case(heads).first, 1u);
+  EXPECT_EQ(check_case(head_scores({2, 128, 2, 128}, {2, 96, 2, 128}, DType::Float32)).first, 1u);
 }
 
 // Attention at W3's head size, where each product is too small for sgemm: the scores, the transposed-A product
 // of the key gradient, and P·V written back in token order, all on strided views.
 TEST(MatMulFold, BatchedHeadProductsReadAndWriteStridedViews) {
-  Case scores{{transpose("q", "qh", {0, 2, 1, 3}), transpose("k", "kh", {0, 2, 3, 1}), node("MatMul", {"qh", "kh"}, {"s"})},
-              {{"q", {2, 64, 4, 32}}, {"k", {2, 64, 4, 32}}},
-              {"s"},
-              DType::Float32};
-  EXPECT_EQ(check_case(scores).first, 1u);
+  EXPECT_EQ(check_case(head_scores({2, 64, 4, 32}, {2, 64, 4, 32}, DType::Float32)).first, 1u);
   Case key_grad{{transpose("ds", "dst", {0, 1, 3, 2}), transpose("q", "qh", {0, 2, 1, 3}), node("MatMul", {"dst", "qh"}, {"dk"})},
                 {{"ds", {2, 4, 64, 64}}, {"q", {2, 64, 4, 32}}},
                 {"dk"},
