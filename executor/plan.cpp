@@ -232,16 +232,43 @@ class PlanCompiler {
   void fuse_elementwise_steps() {
     std::vector<FusionStep> desc;
     desc.reserve(plan_->steps_.size());
+    // A view step of unchanged shape (Identity, a SumToShape that sums nothing, ...) right after a fusable step
+    // joins the chain as a copy; a chain that then writes its output gives it a buffer of its own.
+    // Only a view that is its buffer's sole view: views record their root buffer, not the view they were made
+    // from, so a second view of the same buffer could lose its memory when the chain stops writing the root.
+    std::unordered_map<const Tensor*, int> views_of;
+    for (const auto& [view, target] : view_of_) ++views_of[target];
+    auto sole_view = [&](const Tensor* t) {
+      auto it = view_of_.find(t);
+      return it == view_of_.end() || views_of[it->second] == 1;
+    };
+    std::unordered_set<const Tensor*> fusable_out, copies;
     for (size_t i = 0; i < plan_->steps_.size(); ++i) {
       const auto& st = plan_->steps_[i];
-      desc.push_back({step_ops_[i], st.in, std::vector<const Tensor*>(st.out.begin(), st.out.end())});
+      std::optional<EwOp> op = step_ops_[i];
+      std::vector<const Tensor*> in = st.in;
+      if (!op && st.kernel->output_is_view_of_input0() && st.out.size() == 1 && !in.empty() && in[0] &&
+          fusable_out.count(in[0]) && st.out[0]->shape == in[0]->shape && st.out[0]->dtype == in[0]->dtype &&
+          sole_view(st.out[0])) {
+        op = EwOp::Broadcast;
+        copies.insert(st.out[0]);
+      }
+      if (op == EwOp::Broadcast) in.resize(1);  // Expand's shape input is not an operand
+      if (op)
+        for (const Tensor* t : st.out) fusable_out.insert(t);
+      desc.push_back({op, std::move(in), std::vector<const Tensor*>(st.out.begin(), st.out.end())});
     }
     std::unordered_set<const Tensor*> needed(plan_->outputs_.begin(), plan_->outputs_.end());
     std::vector<ElementwiseGroup> groups = group_elementwise_steps(desc, needed);
     if (groups.empty()) return;
     std::vector<int64_t> group_at(plan_->steps_.size(), -1);  // -1 kept, -2 absorbed, else the group it ends
+    std::unordered_set<const Tensor*> unviewed;  // fused view steps: their outputs are values of their own now
     for (size_t k = 0; k < groups.size(); ++k) {
-      for (size_t i : groups[k].steps) group_at[i] = -2;
+      for (size_t i : groups[k].steps) {
+        group_at[i] = -2;
+        const Tensor* o = plan_->steps_[i].out[0];
+        if (copies.count(o) && view_of_.erase(o)) unviewed.insert(o);
+      }
       group_at[groups[k].steps.back()] = static_cast<int64_t>(k);
     }
     std::vector<ExecutionPlan::Step> steps;
@@ -271,7 +298,7 @@ class PlanCompiler {
     interval_.clear();
     for (size_t i = 0; i < plan_->steps_.size(); ++i)
       for (Tensor* t : plan_->steps_[i].out)
-        if (old.count(t) && !view_of_.count(t)) interval_.emplace(t, std::make_pair(i, i));
+        if ((old.count(t) || unviewed.count(t)) && !view_of_.count(t)) interval_.emplace(t, std::make_pair(i, i));
     for (size_t i = 0; i < plan_->steps_.size(); ++i)
       for (const Tensor* t : plan_->steps_[i].in)
         if (t) extend(t, i);

@@ -84,6 +84,7 @@ template <class T> void apply(EwOp op, T* d, const T* a, const T* b, int64_t n) 
     case EwOp::Tanh: return eigen_unary<cpu::EigenTanh>(d, a, n);
     case EwOp::Sigmoid: return eigen_unary<cpu::EigenSigmoid>(d, a, n);
     case EwOp::Erf: return eigen_unary<cpu::EigenErf>(d, a, n);
+    case EwOp::Broadcast: return (void)std::copy(a, a + n, d);
   }
 }
 
@@ -271,6 +272,7 @@ std::optional<EwOp> elementwise_op_of(const Node& n) {
   if (k == 1)
     for (const auto& [name, op] : kUnary)
       if (n.op_type == name) return op;
+  if (k == 2 && n.op_type == "Expand") return EwOp::Broadcast;
   return std::nullopt;
 }
 
@@ -279,7 +281,7 @@ int ew_arity(EwOp op) { return op < EwOp::Neg ? 2 : 1; }
 const char* ew_name(EwOp op) {
   static const char* const kNames[] = {"Add",  "Sub", "Mul",  "Div",  "Max",        "Min", "ReluGrad",
                                        "SigmoidGrad", "TanhGrad", "GeluGrad", "GeluTanhGrad", "Neg", "Abs", "Relu",
-                                       "Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Sigmoid", "Erf"};
+                                       "Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Expand"};
   return kNames[static_cast<size_t>(op)];
 }
 

@@ -19,10 +19,14 @@ enum class EwOp : uint8_t {
   Add, Sub, Mul, Div, Max, Min, ReluGrad, SigmoidGrad, TanhGrad, GeluGrad, GeluTanhGrad,
   // unary
   Neg, Abs, Relu, Sqrt, Reciprocal, Exp, Log, Tanh, Sigmoid, Erf,
+  // Expand: a copy of its first input broadcast to the output; inside a fused chain only the broadcast read
+  // remains, so the expanded tensor is never written (unless read outside the chain).
+  Broadcast,
 };
 
 // The fusable op a node computes (ai.onnx elementwise ops, binary Sum/Max/Min, the onnxtrain activation
-// gradients), or nullopt. Only ops with one output of their inputs' float type; attributes are never needed.
+// gradients, Expand), or nullopt. Only ops with one output of their inputs' float type; attributes are never
+// needed. Expand counts as unary: its second input (the shape) is not an operand of the fused program.
 std::optional<EwOp> elementwise_op_of(const Node& n);
 int ew_arity(EwOp op);
 const char* ew_name(EwOp op);

@@ -199,6 +199,68 @@ TEST(ElementwiseFusion, BroadcastPatterns) {
   }
 }
 
+// Expand feeding elementwise steps is read as a broadcast operand, so the expanded tensor is never written (a loss
+// gradient: the mean's scalar gradient expanded, then multiplied by a mask). A broadcast the fused kernel cannot
+// read ([3, 1, 70]) keeps its own Expand step, and an expanded value read outside the chain is still returned.
+TEST(ElementwiseFusion, ExpandIsReadAsABroadcast) {
+  auto shape_of = [](const std::string& out, std::vector<int64_t> dims) {
+    Node n = node("Constant", {}, {out});
+    n.attributes["value_ints"] = std::move(dims);
+    return n;
+  };
+  for (DType t : {DType::Float64, DType::Float32}) {
+    Case scalar{{shape_of("s", {3, 50, 70}), node("Expand", {"dy", "s"}, {"e"}), node("Mul", {"e", "mask"}, {"z"})},
+                {{"dy", {}}, {"mask", {3, 50, 70}}},
+                {"z"},
+                t};
+    Steps st = check_case(scalar);
+    EXPECT_EQ(st.plain, 2u);
+    EXPECT_EQ(st.fused, 1u);
+    Case row{{shape_of("s", {3, 50, 70}), node("Expand", {"b", "s"}, {"e"}), node("Add", {"x", "e"}, {"a"}),
+              node("Tanh", {"a"}, {"z"})},
+             {{"b", {70}}, {"x", {3, 50, 70}}},
+             {"z", "e"},
+             t};
+    st = check_case(row);
+    EXPECT_EQ(st.plain, 3u);
+    EXPECT_EQ(st.fused, 1u);
+    Case outer{{shape_of("s", {3, 50, 70}), node("Expand", {"o", "s"}, {"e"}), node("Mul", {"e", "x"}, {"a"}),
+                node("Exp", {"a"}, {"z"})},
+               {{"o", {3, 1, 70}}, {"x", {3, 50, 70}}},
+               {"z"},
+               t};
+    st = check_case(outer);
+    EXPECT_EQ(st.plain, 3u);
+    EXPECT_EQ(st.fused, 2u);  // Expand alone, then Mul + Exp
+  }
+}
+
+// A view step of unchanged shape after a fusable step (an Identity here; in gradients, a SumToShape that sums
+// nothing) joins the chain as a copy. Read outside the chain, it is written to a buffer of its own. When its
+// buffer has a second view (the Reshape), the step keeps its place, and every value is still right.
+TEST(ElementwiseFusion, ViewStepsJoinAsCopies) {
+  auto shape_of = [](const std::string& out, std::vector<int64_t> dims) {
+    Node n = node("Constant", {}, {out});
+    n.attributes["value_ints"] = std::move(dims);
+    return n;
+  };
+  const std::vector<Node> chain = {shape_of("s", {3, 50, 70}), node("Expand", {"dy", "s"}, {"e"}),
+                                   node("Identity", {"e"}, {"o"}), node("Mul", {"o", "mask"}, {"z"})};
+  const std::map<std::string, std::vector<int64_t>> inputs = {{"dy", {}}, {"mask", {3, 50, 70}}};
+  Steps st = check_case({chain, inputs, {"z"}});
+  EXPECT_EQ(st.plain, 3u);
+  EXPECT_EQ(st.fused, 1u);
+  st = check_case({chain, inputs, {"z", "o"}});
+  EXPECT_EQ(st.fused, 1u);
+  std::vector<Node> shared = chain;
+  shared.push_back(shape_of("s2", {150, 70}));
+  shared.push_back(node("Reshape", {"o", "s2"}, {"r"}));
+  Node sum = node("ReduceSum", {"r"}, {"t"});
+  sum.attributes["keepdims"] = int64_t{0};
+  shared.push_back(sum);
+  check_case({shared, inputs, {"z", "t"}});
+}
+
 // Chains of different shapes do not mix, and a graph output computed inside a chain is still returned.
 TEST(ElementwiseFusion, ShapesDoNotMixAndOutputsSurvive) {
   Case c{{node("Mul", {"x", "x"}, {"a"}), node("Add", {"a", "x"}, {"b"}), node("Mul", {"y", "y"}, {"c"}),
