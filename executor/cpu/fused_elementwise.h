@@ -19,8 +19,9 @@ enum class EwOp : uint8_t {
   Add, Sub, Mul, Div, Max, Min, ReluGrad, SigmoidGrad, TanhGrad, GeluGrad, GeluTanhGrad,
   // unary
   Neg, Abs, Relu, Sqrt, Reciprocal, Exp, Log, Tanh, Sigmoid, Erf,
-  // Expand: a copy of its first input broadcast to the output; inside a fused chain only the broadcast read
-  // remains, so the expanded tensor is never written (unless read outside the chain).
+  // A copy of its operand, broadcast to the output: Expand, and the same-shape view steps the plan adds to a
+  // chain (executor/plan.cpp). Inside a chain only the broadcast read remains, so the copy is never written
+  // unless something outside the chain reads it.
   Broadcast,
 };
 
