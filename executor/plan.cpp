@@ -253,7 +253,7 @@ class PlanCompiler {
         op = EwOp::Broadcast;
         copies.insert(st.out[0]);
       }
-      if (op == EwOp::Broadcast) in.resize(1);  // Expand's shape input is not an operand
+      if (op == EwOp::Broadcast) in.resize(1);  // only data is an operand: not Expand's shape, nor a view's
       if (op)
         for (const Tensor* t : st.out) fusable_out.insert(t);
       desc.push_back({op, std::move(in), std::vector<const Tensor*>(st.out.begin(), st.out.end())});

@@ -64,21 +64,30 @@ bool is_plain_shape(const Node& n) {
   return is_node(n, "", "Shape", 1) && !n.has_attr("start") && !n.has_attr("end");
 }
 
+// Which node makes each value, and how many nodes read it; `keep` values count as read forever.
+struct Uses {
+  std::unordered_map<std::string, size_t> producer;
+  std::unordered_map<std::string, int64_t> readers;
+};
+Uses index_uses(const std::vector<Node>& nodes, const std::vector<std::string>& keep) {
+  Uses u;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (const std::string& o : nodes[i].outputs)
+      if (!o.empty()) u.producer[o] = i;
+    for (const std::string& in : nodes[i].inputs)
+      if (!in.empty()) ++u.readers[in];
+  }
+  for (const std::string& k : keep) u.readers[k] += 1 << 20;
+  return u;
+}
+
 // Transpose(SumToShape(g, Shape(x)), p) -> SumToShape(Transpose(g, p), Shape(x) permuted by p), in place of the
 // SumToShape; the Transpose keeps its name and the SumToShape's, and the new values get fresh names. Returns
 // the number of Transposes moved.
 size_t hoist_transposes_over_sum_to_shape(std::vector<Node>& nodes, const std::vector<std::string>& keep,
                                           const Graph* types) {
   if (!types) return 0;
-  std::unordered_map<std::string, size_t> producer;
-  std::unordered_map<std::string, int64_t> readers;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    for (const std::string& o : nodes[i].outputs)
-      if (!o.empty()) producer[o] = i;
-    for (const std::string& in : nodes[i].inputs)
-      if (!in.empty()) ++readers[in];
-  }
-  for (const std::string& k : keep) readers[k] += 1 << 20;
+  auto [producer, readers] = index_uses(nodes, keep);
   auto made_by = [&](const std::string& v) -> const Node* {
     auto it = producer.find(v);
     return it == producer.end() ? nullptr : &nodes[it->second];
@@ -135,13 +144,9 @@ class Folder {
  public:
   Folder(std::vector<Node>& nodes, const std::vector<std::string>& keep, const Graph* types)
       : nodes_(nodes), types_(types), dead_(nodes.size(), false) {
-    for (size_t i = 0; i < nodes_.size(); ++i)
-      for (const std::string& o : nodes_[i].outputs)
-        if (!o.empty()) producer_[o] = i;
-    for (const Node& n : nodes_)
-      for (const std::string& in : n.inputs)
-        if (!in.empty()) ++readers_[in];
-    for (const std::string& k : keep) readers_[k] += 1 << 20;  // never dropped
+    Uses u = index_uses(nodes_, keep);
+    producer_ = std::move(u.producer);
+    readers_ = std::move(u.readers);
   }
 
   size_t run() {

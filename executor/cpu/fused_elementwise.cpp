@@ -281,7 +281,7 @@ int ew_arity(EwOp op) { return op < EwOp::Neg ? 2 : 1; }
 const char* ew_name(EwOp op) {
   static const char* const kNames[] = {"Add",  "Sub", "Mul",  "Div",  "Max",        "Min", "ReluGrad",
                                        "SigmoidGrad", "TanhGrad", "GeluGrad", "GeluTanhGrad", "Neg", "Abs", "Relu",
-                                       "Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Expand"};
+                                       "Sqrt", "Reciprocal", "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Broadcast"};
   return kNames[static_cast<size_t>(op)];
 }
 

@@ -90,7 +90,7 @@ TEST(FusedUpdate, AdamVariantsAreRecognisedAndMatchTheInterpreterBitForBit) {
 }
 
 TEST(FusedUpdate, OtherProgramsStayWithTheInterpreter) {
-  // Adam with the eps inside the square root, and an update that adds instead of subtracting: same size, not adam.
+  // An update that adds the step instead of subtracting it: same size and shape of program, not adam.
   EwProgram inside = update(DType::Float32, 64, false, false, false);
   for (EwInstr& c : inside.code)
     if (c.op == EwOp::Sub) c.op = EwOp::Add;
