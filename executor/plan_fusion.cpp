@@ -87,7 +87,10 @@ Uses index_uses(const std::vector<Node>& nodes, const std::vector<std::string>& 
 size_t hoist_transposes_over_sum_to_shape(std::vector<Node>& nodes, const std::vector<std::string>& keep,
                                           const Graph* types) {
   if (!types) return 0;
-  auto [producer, readers] = index_uses(nodes, keep);
+  // Named members, not a structured binding: clang 14 (the sanitizer build) cannot capture bindings in lambdas.
+  Uses uses = index_uses(nodes, keep);
+  std::unordered_map<std::string, size_t>& producer = uses.producer;
+  std::unordered_map<std::string, int64_t>& readers = uses.readers;
   auto made_by = [&](const std::string& v) -> const Node* {
     auto it = producer.find(v);
     return it == producer.end() ? nullptr : &nodes[it->second];
