@@ -8,6 +8,7 @@
 #include "executor/kernel.h"
 #include "gradients/fused.h"
 #include "gradients/rule.h"
+#include "gradients/subgraphs.h"
 #include "graph/error.h"
 #include "graph/model_io.h"
 #include "training/session.h"
@@ -92,6 +93,12 @@ int cmd_ops(const std::vector<std::string>& argv) {
                 k.second.c_str(), r.kernel ? join(r.opsets).c_str() : "-", r.kernel ? join(r.dtypes).c_str() : "-",
                 grad, fused_by.c_str(), body);
   }
+  std::printf("\n## Subgraph rules\n\n"
+              "Multi-node forms that are differentiated as a whole when their intermediate values feed nothing\n"
+              "else: the backward pass keeps only the input and runs one fused op (docs/gradients.md).\n\n"
+              "| rule | matches | fused gradient |\n|---|---|---|\n");
+  for (const SubgraphRule& r : subgraph_rules())
+    std::printf("| %s | %s | %s.%s |\n", r.name.c_str(), r.formula.c_str(), kFusedGradDomain, r.fused_op.c_str());
   return 0;
 }
 

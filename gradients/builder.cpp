@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "gradients/rules/util.h"
+#include "gradients/subgraphs.h"
 #include "graph/error.h"
 #include "graph/inline.h"
 #include "graph/shape_inference.h"
@@ -153,6 +154,28 @@ GradientResult build_gradients(Graph& g, const std::map<std::string, int64_t>& o
         if (!in.empty()) to_output.insert(in);
   }
 
+  // Subgraphs differentiated as a whole (gradients/subgraphs.h): the match's last node takes the rule, its
+  // other nodes get none. Taken only when the input needs a gradient and no stop edge touches the inside.
+  std::unordered_map<std::string, int> readers;
+  for (size_t i = 0; i < n_forward; ++i) {
+    for (const std::string& in : g.nodes[i].inputs)
+      if (!in.empty()) ++readers[in];
+    for (const std::string& v : outer_references(g.nodes[i])) ++readers[v];
+  }
+  for (const ValueInfo& v : g.outputs) ++readers[v.name];
+  const std::vector<SubgraphMatch> subgraphs = match_subgraphs(g, readers);
+  std::unordered_map<size_t, const SubgraphMatch*> subgraph_at;
+  std::unordered_set<size_t> inside_subgraph;
+  for (const SubgraphMatch& m : subgraphs) {
+    const bool usable = from_wrt.count(m.input) && !req.stop_gradients.count(m.input) &&
+                        !req.stop_gradients.count(m.output) &&
+                        std::none_of(m.interior.begin(), m.interior.end(), [&](const std::string& v) { return req.stop_gradients.count(v) > 0; }) &&
+                        std::all_of(m.nodes.begin(), m.nodes.end(), [&](size_t i) { return active[i]; });
+    if (!usable) continue;
+    subgraph_at[m.nodes.back()] = &m;
+    inside_subgraph.insert(m.nodes.begin(), m.nodes.end() - 1);
+  }
+
   GradientResult result;
   std::vector<std::string> seeds = req.output_grads;
   if (req.emit_yield) {
@@ -182,7 +205,15 @@ GradientResult build_gradients(Graph& g, const std::map<std::string, int64_t>& o
 
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const size_t idx = *it;
-    if (!active[idx]) continue;
+    if (!active[idx] || inside_subgraph.count(idx)) continue;
+    if (auto s = subgraph_at.find(idx); s != subgraph_at.end()) {
+      const SubgraphMatch& m = *s->second;
+      if (std::optional<Expr> dy = total(m.output)) {
+        pending[m.input].push_back(subgraph_gradient(b, m, value(b, m.input), *dy));
+        result.saved_forward_values.insert(m.input);
+      }
+      continue;
+    }
     // Copy: emitting appends to g.nodes, which may move the node.
     const Node n = g.nodes[idx];
     std::vector<std::optional<Expr>> dys;
