@@ -16,6 +16,10 @@ const std::vector<SubgraphRule>& subgraph_rules() {
        "GELU as exported below opset 20: `x * 0.5 * (1 + Erf(x / sqrt(2)))`, the three factors multiplied in any "
        "order, the division also written as `x * (1 / sqrt(2))`",
        "GeluGrad"},
+      {"gelu_tanh",
+       "GELU's tanh approximation: `x * 0.5 * (1 + Tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))`, the outer factors "
+       "in any order, `x^3` as `Pow(x, 3)` or two Muls",
+       "GeluTanhGrad"},
   };
   return rules;
 }
@@ -87,28 +91,15 @@ class Matcher {
   std::unordered_map<std::string, std::vector<size_t>> consumers_;
 };
 
-// From an Erf node: z = x / sqrt(2) (or x * (1/sqrt(2))), a = Erf(z) + 1, y = x * a * 0.5 over two Muls.
-std::optional<SubgraphMatch> match_gelu_erf(const Matcher& m, size_t erf) {
-  const Node& e = m.node(erf);
-  if (e.inputs.size() != 1 || e.outputs.size() != 1) return std::nullopt;
-  const std::string& z = e.inputs[0];
-  auto scale = m.producer(z);
-  if (!scale || m.sole_reader(z) != erf) return std::nullopt;
-  const Node& s = m.node(*scale);
-  if (s.inputs.size() != 2) return std::nullopt;
-  std::string x;
-  if (is_op(s, "Div") && near(m.constant(s.inputs[1]), std::sqrt(2.0))) x = s.inputs[0];
-  else if (is_op(s, "Mul") && near(m.constant(s.inputs[1]), std::sqrt(0.5))) x = s.inputs[0];
-  else if (is_op(s, "Mul") && near(m.constant(s.inputs[0]), std::sqrt(0.5))) x = s.inputs[1];
-  if (x.empty() || !m.is_float(x)) return std::nullopt;
-
-  auto add = m.sole_reader(e.outputs[0]);
-  if (!add || !is_op(m.node(*add), "Add") || m.node(*add).inputs.size() != 2) return std::nullopt;
-  if (!near(m.constant(Matcher::other(m.node(*add), e.outputs[0])), 1.0)) return std::nullopt;
+// The shared tail of both GELU forms, from the activation's output `act`: a = act + 1, then y = x * a * 0.5
+// over two Muls in any order. Appends the nodes (the product's root last) and interior values to r.
+bool match_gelu_tail(const Matcher& m, const std::string& act, const std::string& x, SubgraphMatch& r) {
+  auto add = m.sole_reader(act);
+  if (!add || !is_op(m.node(*add), "Add") || m.node(*add).inputs.size() != 2) return false;
+  if (!near(m.constant(Matcher::other(m.node(*add), act)), 1.0)) return false;
   const std::string& a = m.node(*add).outputs[0];
   auto first_mul = m.sole_reader(a);
-  if (!first_mul || !is_op(m.node(*first_mul), "Mul")) return std::nullopt;
-
+  if (!first_mul || !is_op(m.node(*first_mul), "Mul")) return false;
   // The product's root is the first Mul or the Mul that alone reads it.
   std::vector<size_t> roots = {*first_mul};
   if (auto up = m.sole_reader(m.node(*first_mul).outputs[0]); up && is_op(m.node(*up), "Mul")) roots.insert(roots.begin(), *up);
@@ -117,18 +108,95 @@ std::optional<SubgraphMatch> match_gelu_erf(const Matcher& m, size_t erf) {
     std::vector<size_t> muls;
     m.product_leaves(root, leaves, muls);
     if (muls.size() != 2 || leaves.size() != 3) continue;
-    auto has = [&](auto pred) { return std::count_if(leaves.begin(), leaves.end(), pred) == 1; };
-    if (!has([&](const std::string& l) { return l == x; }) || !has([&](const std::string& l) { return l == a; }) ||
-        !has([&](const std::string& l) { return near(m.constant(l), 0.5); }))
+    auto once = [&](auto pred) { return std::count_if(leaves.begin(), leaves.end(), pred) == 1; };
+    if (!once([&](const std::string& l) { return l == x; }) || !once([&](const std::string& l) { return l == a; }) ||
+        !once([&](const std::string& l) { return near(m.constant(l), 0.5); }))
       continue;
-    SubgraphMatch r{"gelu_erf", {*scale, erf, *add}, x, m.node(root).outputs[0], {z, e.outputs[0], a}};
     // muls[0] is the root; the other Mul comes before it.
-    r.nodes.push_back(muls[1]);
-    r.nodes.push_back(muls[0]);
-    r.interior.push_back(m.node(muls[1]).outputs[0]);
-    return r;
+    r.nodes.insert(r.nodes.end(), {*add, muls[1], muls[0]});
+    r.interior.insert(r.interior.end(), {act, a, m.node(muls[1]).outputs[0]});
+    r.output = m.node(root).outputs[0];
+    return true;
   }
+  return false;
+}
+
+// x from `v` = x * c or c * x (Div: x / c), c near `want`; the node index through `at`.
+std::optional<std::string> scaled_input(const Matcher& m, const std::string& v, const char* op, double want, size_t& at) {
+  auto p = m.producer(v);
+  if (!p || !is_op(m.node(*p), op) || m.node(*p).inputs.size() != 2) return std::nullopt;
+  const Node& n = m.node(*p);
+  at = *p;
+  if (near(m.constant(n.inputs[1]), want)) return n.inputs[0];
+  if (std::string(op) == "Mul" && near(m.constant(n.inputs[0]), want)) return n.inputs[1];
   return std::nullopt;
+}
+
+// From an Erf node: z = x / sqrt(2) (or x * (1/sqrt(2))), then the GELU tail.
+std::optional<SubgraphMatch> match_gelu_erf(const Matcher& m, size_t erf) {
+  const Node& e = m.node(erf);
+  if (e.inputs.size() != 1 || e.outputs.size() != 1 || m.sole_reader(e.inputs[0]) != erf) return std::nullopt;
+  const std::string& z = e.inputs[0];
+  size_t scale = 0;
+  std::optional<std::string> x = scaled_input(m, z, "Div", std::sqrt(2.0), scale);
+  if (!x) x = scaled_input(m, z, "Mul", std::sqrt(0.5), scale);
+  if (!x || !m.is_float(*x)) return std::nullopt;
+  SubgraphMatch r{"gelu_erf", {scale, erf}, *x, "", {z}};
+  if (!match_gelu_tail(m, e.outputs[0], *x, r)) return std::nullopt;
+  return r;
+}
+
+// From a Tanh node: u = sqrt(2/pi) * (x + 0.044715 * x^3), x^3 as Pow(x, 3) or two Muls, then the GELU tail.
+std::optional<SubgraphMatch> match_gelu_tanh(const Matcher& m, size_t tanh) {
+  const Node& t = m.node(tanh);
+  if (t.inputs.size() != 1 || t.outputs.size() != 1 || m.sole_reader(t.inputs[0]) != tanh) return std::nullopt;
+  SubgraphMatch r{"gelu_tanh", {}, "", "", {t.inputs[0]}};
+  size_t at = 0;
+  std::optional<std::string> inner = scaled_input(m, t.inputs[0], "Mul", std::sqrt(2.0 / 3.14159265358979323846), at);
+  if (!inner || m.sole_reader(*inner) != at) return std::nullopt;
+  r.nodes.push_back(at);
+  r.interior.push_back(*inner);
+  // inner = x + c3 (either order), c3 = 0.044715 * x^3 (either order).
+  auto sum = m.producer(*inner);
+  if (!sum || !is_op(m.node(*sum), "Add") || m.node(*sum).inputs.size() != 2) return std::nullopt;
+  for (int side = 0; side < 2 && r.input.empty(); ++side) {
+    const std::string& x = m.node(*sum).inputs[side];
+    const std::string& c3 = m.node(*sum).inputs[1 - side];
+    size_t cubic_at = 0;
+    std::optional<std::string> cube = scaled_input(m, c3, "Mul", 0.044715, cubic_at);
+    if (!cube || m.sole_reader(c3) != *sum || m.sole_reader(*cube) != cubic_at) continue;
+    auto pc = m.producer(*cube);
+    if (!pc) continue;
+    const Node& cn = m.node(*pc);
+    std::vector<size_t> cube_nodes = {*pc};
+    std::vector<std::string> cube_interior;
+    bool ok = false;
+    if (is_op(cn, "Pow") && cn.inputs.size() == 2 && cn.inputs[0] == x) {
+      ok = near(m.constant(cn.inputs[1]), 3.0);
+    } else if (is_op(cn, "Mul") && cn.inputs.size() == 2) {
+      // x * (x * x) or (x * x) * x
+      for (int k = 0; k < 2 && !ok; ++k) {
+        auto sq = m.producer(cn.inputs[1 - k]);
+        if (cn.inputs[k] != x || !sq || m.sole_reader(cn.inputs[1 - k]) != *pc) continue;
+        const Node& sn = m.node(*sq);
+        if (is_op(sn, "Mul") && sn.inputs.size() == 2 && sn.inputs[0] == x && sn.inputs[1] == x) {
+          ok = true;
+          cube_nodes.insert(cube_nodes.begin(), *sq);
+          cube_interior.push_back(sn.outputs[0]);
+        }
+      }
+    }
+    if (!ok || !m.is_float(x)) continue;
+    r.input = x;
+    r.nodes.insert(r.nodes.begin(), cube_nodes.begin(), cube_nodes.end());
+    r.nodes.insert(r.nodes.begin() + static_cast<std::ptrdiff_t>(cube_nodes.size()), {cubic_at, *sum});
+    r.interior.insert(r.interior.end(), cube_interior.begin(), cube_interior.end());
+    r.interior.insert(r.interior.end(), {*cube, c3});
+  }
+  if (r.input.empty()) return std::nullopt;
+  r.nodes.push_back(tanh);
+  if (!match_gelu_tail(m, t.outputs[0], r.input, r)) return std::nullopt;
+  return r;
 }
 
 }  // namespace
@@ -138,8 +206,9 @@ std::vector<SubgraphMatch> match_subgraphs(const Graph& g, const std::unordered_
   std::vector<SubgraphMatch> out;
   std::unordered_set<size_t> taken;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (!is_op(g.nodes[i], "Erf")) continue;
-    auto r = match_gelu_erf(m, i);
+    std::optional<SubgraphMatch> r;
+    if (is_op(g.nodes[i], "Erf")) r = match_gelu_erf(m, i);
+    else if (is_op(g.nodes[i], "Tanh")) r = match_gelu_tanh(m, i);
     if (!r || std::any_of(r->nodes.begin(), r->nodes.end(), [&](size_t n) { return taken.count(n); })) continue;
     taken.insert(r->nodes.begin(), r->nodes.end());
     out.push_back(std::move(*r));
@@ -148,8 +217,9 @@ std::vector<SubgraphMatch> match_subgraphs(const Graph& g, const std::unordered_
 }
 
 Expr subgraph_gradient(GraphBuilder& b, const SubgraphMatch& m, const Expr& x, const Expr& dy) {
-  // gelu_erf is the only rule so far: GeluGrad(dY, X) = dY * (Phi(X) + X * phi(X)).
-  return apply(b, "GeluGrad", {dy, x}, dy.type, {}, kFusedGradDomain);
+  const auto& rules = subgraph_rules();
+  auto rule = std::find_if(rules.begin(), rules.end(), [&](const SubgraphRule& r) { return r.name == m.rule; });
+  return apply(b, rule->fused_op, {dy, x}, dy.type, {}, kFusedGradDomain);
 }
 
 }  // namespace onnxtrain

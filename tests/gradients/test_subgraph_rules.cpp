@@ -32,7 +32,8 @@ struct SubgraphCase {
 
 // GELU's constants, plus one that is not.
 const std::map<std::string, double> kConstants = {
-    {"sqrt2", std::sqrt(2.0)}, {"rsqrt2", std::sqrt(0.5)}, {"one", 1.0}, {"half", 0.5}, {"not_half", 0.6}};
+    {"sqrt2", std::sqrt(2.0)}, {"rsqrt2", std::sqrt(0.5)}, {"one", 1.0}, {"half", 0.5}, {"not_half", 0.6},
+    {"k", std::sqrt(2.0 / 3.14159265358979323846)}, {"kappa", 0.044715}, {"three", 3.0}, {"not_kappa", 0.05}};
 
 const std::vector<SubgraphCase>& cases() {
   static const std::vector<SubgraphCase> v = {
@@ -48,6 +49,20 @@ const std::vector<SubgraphCase>& cases() {
       {"gelu_constants_together", "gelu_erf",
        {node("Mul", {"rsqrt2", "x"}, {"z"}), node("Erf", {"z"}, {"e"}), node("Add", {"e", "one"}, {"a"}),
         node("Mul", {"a", "half"}, {"ah"}), node("Mul", {"x", "ah"}, {"y"})}},
+      // torch.onnx's export of F.gelu(x, approximate="tanh") below opset 20: x * (x * x), constants on the left.
+      {"gelu_tanh_torch_export", "gelu_tanh",
+       {node("Mul", {"x", "x"}, {"xx"}), node("Mul", {"x", "xx"}, {"x3"}), node("Mul", {"kappa", "x3"}, {"cx3"}),
+        node("Add", {"x", "cx3"}, {"inner"}), node("Mul", {"k", "inner"}, {"u"}), node("Tanh", {"u"}, {"t"}),
+        node("Add", {"one", "t"}, {"a"}), node("Mul", {"x", "a"}, {"xa"}), node("Mul", {"half", "xa"}, {"y"})}},
+      // GPT-2's NewGELU as Python writes it: 0.5 * x * (1 + tanh(k * (x + 0.044715 * pow(x, 3)))).
+      {"gelu_tanh_pow", "gelu_tanh",
+       {node("Mul", {"x", "half"}, {"h"}), node("Pow", {"x", "three"}, {"x3"}), node("Mul", {"x3", "kappa"}, {"cx3"}),
+        node("Add", {"cx3", "x"}, {"inner"}), node("Mul", {"inner", "k"}, {"u"}), node("Tanh", {"u"}, {"t"}),
+        node("Add", {"t", "one"}, {"a"}), node("Mul", {"h", "a"}, {"y"})}},
+      {"gelu_tanh_other_constant", "",
+       {node("Pow", {"x", "three"}, {"x3"}), node("Mul", {"x3", "not_kappa"}, {"cx3"}),
+        node("Add", {"cx3", "x"}, {"inner"}), node("Mul", {"inner", "k"}, {"u"}), node("Tanh", {"u"}, {"t"}),
+        node("Add", {"t", "one"}, {"a"}), node("Mul", {"x", "a"}, {"xa"}), node("Mul", {"xa", "half"}, {"y"})}},
       // The same formula where the rule must not fire: an interior value read elsewhere, a different
       // constant, a stop-gradient edge inside.
       {"gelu_interior_is_an_output", "",
@@ -122,9 +137,13 @@ TEST_P(SubgraphRuleCase, FiresAsExpectedAndMatchesCentralDifferences) {
     for (const std::string& o : n.outputs)
       if (o != "y") interior.insert(o);
   const auto fused = std::count_if(g.nodes.begin() + static_cast<std::ptrdiff_t>(b.forward_nodes), g.nodes.end(),
-                                   [](const Node& n) { return n.op_type == "GeluGrad"; });
+                                   [](const Node& n) { return n.op_type == "GeluGrad" || n.op_type == "GeluTanhGrad"; });
   if (!c.rule.empty()) {
     EXPECT_EQ(fused, 1) << "rule " << c.rule << " did not fire";
+    const SubgraphRule& rule = *std::find_if(subgraph_rules().begin(), subgraph_rules().end(),
+                                             [&](const SubgraphRule& r) { return r.name == c.rule; });
+    EXPECT_TRUE(std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& n) { return n.op_type == rule.fused_op; }))
+        << "rule " << c.rule << " should emit " << rule.fused_op;
     for (const std::string& v : interior)
       EXPECT_FALSE(b.grads.saved_forward_values.count(v)) << "the backward pass still reads interior value " << v;
   } else {

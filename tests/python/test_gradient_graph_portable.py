@@ -47,11 +47,11 @@ def test_unknown_trainable_is_named(tmp_path, build_dir):
     assert not (tmp_path / "g.onnx").exists()
 
 
-@pytest.mark.parametrize("name", ["cnn", "transformer", "conv1d"])
+@pytest.mark.parametrize("name", ["cnn", "transformer", "conv1d", "gelu_mlp"])
 def test_onnxruntime_runs_torch_models_gradient_graphs(tmp_path, build_dir, name):
     """A CNN (BatchNorm in training mode, a residual block, pooling), a transformer encoder (embeddings, masked
     attention, LayerNorm, Gelu at opset 20) and a 1D-conv model (GELU exported at opset 17 as its Erf formula,
-    which the gelu_erf subgraph rule turns into one GeluGrad), exported from torch: `onnxtrain gradient-graph` writes their MSE
+    which the gelu_erf subgraph rule turns into one GeluGrad) and an MLP with both tanh-GELU forms (GeluTanhGrad), exported from torch: `onnxtrain gradient-graph` writes their MSE
     gradient graphs, which pass the full checker and give torch's gradients in onnxruntime. (That our executor
     gives the same is tests/training/test_run_forward_backward_torch.cpp.)"""
     model, fixtures_path = torch_parity_models.generate(name, tmp_path)

@@ -121,6 +121,21 @@ class SeqConv(nn.Module):
         return self.out(h.transpose(1, 2))  # [batch, time, classes]
 
 
+class GeluMLP(nn.Module):
+    """An MLP with the two tanh-approximated GELUs models write at opsets below 20: torch's
+    F.gelu(approximate="tanh") and GPT-2's NewGELU (Pow(x, 3)); both become one GeluTanhGrad (gradients/subgraphs.h)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(6, 16), nn.Linear(16, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = F.gelu(self.fc1(x), approximate="tanh")
+        h = self.fc2(h)
+        h = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
+        return self.fc3(h)
+
+
 def _inputs(name, gen):
     if name == "mlp":
         return {"x": torch.randn(6, 8, generator=gen)}
@@ -132,12 +147,15 @@ def _inputs(name, gen):
         return {"ids": ids, "mask": torch.arange(7)[None, :] < lengths[:, None]}
     if name == "conv1d":
         return {"x": torch.randn(3, 4, 20, generator=gen)}
+    if name == "gelu_mlp":
+        return {"x": torch.randn(5, 6, generator=gen)}
     raise SystemExit(f"unknown model '{name}'; expected one of {', '.join(MODELS)}")
 
 
 # Model and export opset. Opset 20 makes the transformer's GELU one Gelu node; at 17 the 1D-conv model's
 # GELU is exported as its Erf formula, so both forms are covered.
-MODELS = {"mlp": (MLP, 13), "cnn": (CNN, 17), "transformer": (Encoder, 20), "conv1d": (SeqConv, 17)}
+MODELS = {"mlp": (MLP, 13), "cnn": (CNN, 17), "transformer": (Encoder, 20), "conv1d": (SeqConv, 17),
+          "gelu_mlp": (GeluMLP, 17)}
 
 
 def _loss(logits, labels):

@@ -127,7 +127,7 @@ TEST_P(TorchParity, GradientsMatchAutograd) {
   check_mse(GetParam(), p);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, TorchParity, ::testing::Values("mlp", "cnn", "transformer", "conv1d"),
+INSTANTIATE_TEST_SUITE_P(Models, TorchParity, ::testing::Values("mlp", "cnn", "transformer", "conv1d", "gelu_mlp"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
