@@ -49,7 +49,10 @@ struct LossGraph {
 // Appends the loss of `prediction` to g, and graph inputs "target" (and "sample_weight" when requested; fresh
 // names if taken). The target has the prediction's type, except cross_entropy/nll class indices: int64 with
 // the prediction's shape minus axis 1. Throws Error naming the key ("loss.delta: ...") for a bad spec.
-LossGraph append_loss(Graph& g, const std::string& prediction, const LossSpec& spec);
+// `opset` is the model's ai.onnx opset. From 16 on, class-index losses gather each target's log-probability
+// (GatherElements, whose gradient is a ScatterElements with reduction 'add', opset 16); 0 (not known) or below
+// 16 keeps a one-hot mask, which is valid at every opset but reads and writes [N, C] tensors in the forward pass.
+LossGraph append_loss(Graph& g, const std::string& prediction, const LossSpec& spec, int64_t opset = 0);
 
 // Every loss kind (aliases included), for error messages, tests and docs.
 const std::vector<std::string>& loss_kinds();

@@ -81,7 +81,7 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
 
   // Gradients graph: model + loss + backward.
   Graph gg = g;
-  LossGraph lg = append_loss(gg, prediction, config_.loss);
+  LossGraph lg = append_loss(gg, prediction, config_.loss, model_.opset(""));
   target_ = lg.target;
   loss_ = lg.loss;
   if (auto r = label_range(config_.loss, g.type_of(prediction), target_)) labels_ = std::make_shared<LabelRange>(*r);

@@ -24,6 +24,20 @@ using cpu::required_input;
 
 constexpr int64_t kParallelWork = 1 << 15;
 
+// Calls f(i, first_bad) for every i in [0, n) and returns the smallest i that f marked bad (n if none);
+// exceptions cannot leave an OpenMP region, so the caller reports it afterwards. Threaded only when asked and
+// more than one thread is allowed: libgomp builds (and allocates) a team even for `omp parallel if (false)`.
+template <class F> int64_t for_each_index(int64_t n, bool parallel, F&& f) {
+  int64_t bad = n;
+  if (parallel && omp_get_max_threads() > 1) {
+#pragma omp parallel for schedule(static) reduction(min : bad)
+    for (int64_t i = 0; i < n; ++i) f(i, bad);
+  } else {
+    for (int64_t i = 0; i < n; ++i) f(i, bad);
+  }
+  return bad;
+}
+
 void expect_index_dtype(const PrepareContext& ctx, const KernelInput& idx, bool allow_int32) {
   if (idx.dtype == DType::Int64 || (allow_int32 && idx.dtype == DType::Int32)) return;
   ctx.fail("indices must be " + std::string(allow_int32 ? "int32 or int64" : "int64") + ", got " +
@@ -45,6 +59,19 @@ inline int64_t wrap_index(int64_t i, int64_t size) {
 
 void copy_input(const Tensor& in, Tensor& out) {
   if (in.data != out.data && in.nbytes() > 0) std::memcpy(out.data, in.data, in.nbytes());
+}
+
+// A data input known at plan time to be all zero bytes: the scatter-adds that gradients emit start from one
+// (GatherElements' and GatherND's rules), and writing zeros costs half the memory traffic of copying them.
+bool known_zeros(const KernelInput& data) {
+  if (!data.value) return false;
+  const auto* b = static_cast<const std::byte*>(data.value->data);
+  return std::all_of(b, b + data.value->nbytes(), [](std::byte x) { return x == std::byte{0}; });
+}
+
+void start_from(const Tensor& in, Tensor& out, bool zeros) {
+  if (zeros) std::memset(out.data, 0, out.nbytes());
+  else copy_input(in, out);
 }
 
 // ---- reductions ------------------------------------------------------------------------------------------
@@ -105,12 +132,12 @@ ScatterInputs scatter_inputs(const PrepareContext& ctx, bool allow_int32_indices
 template <class T> class ScatterNDKernel final : public Kernel {
  public:
   ScatterNDKernel(std::string where, std::vector<int64_t> data_shape, int64_t tuples, int64_t k, int64_t slice,
-                  Reduction red)
+                  Reduction red, bool zeros)
       : where_(std::move(where)), shape_(std::move(data_shape)), strides_(contiguous_strides(shape_)),
-        tuples_(tuples), k_(k), slice_(slice), red_(red) {}
+        tuples_(tuples), k_(k), slice_(slice), red_(red), zeros_(zeros) {}
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    copy_input(*in[0], *out[0]);
+    start_from(*in[0], *out[0], zeros_);
     const int64_t* idx = in[1]->ptr<int64_t>();
     const T* upd = in[2]->ptr<T>();
     T* y = out[0]->ptr<T>();
@@ -136,6 +163,7 @@ template <class T> class ScatterNDKernel final : public Kernel {
   std::vector<int64_t> shape_, strides_;
   int64_t tuples_, k_, slice_;
   Reduction red_;
+  bool zeros_;
 };
 
 std::unique_ptr<Kernel> make_scatter_nd(PrepareContext& ctx) {
@@ -159,7 +187,8 @@ std::unique_ptr<Kernel> make_scatter_nd(PrepareContext& ctx) {
   const std::vector<int64_t>& data_shape = data.shape;
   return with_numeric_type(ctx, data.dtype, [&](auto t) -> std::unique_ptr<Kernel> {
     using T = decltype(t);
-    return std::make_unique<ScatterNDKernel<T>>(ctx.node.describe(), data_shape, tuples, k, slice, red);
+    return std::make_unique<ScatterNDKernel<T>>(ctx.node.describe(), data_shape, tuples, k, slice, red,
+                                                known_zeros(data));
   });
 }
 
@@ -213,11 +242,11 @@ std::string element_position(const ElementsGeometry& g, int64_t i) {
 
 template <class T, class I> class ScatterElementsKernel final : public Kernel {
  public:
-  ScatterElementsKernel(std::string where, ElementsGeometry g, Reduction red)
-      : where_(std::move(where)), g_(std::move(g)), red_(red) {}
+  ScatterElementsKernel(std::string where, ElementsGeometry g, Reduction red, bool zeros)
+      : where_(std::move(where)), g_(std::move(g)), red_(red), zeros_(zeros) {}
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    copy_input(*in[0], *out[0]);
+    start_from(*in[0], *out[0], zeros_);
     const I* idx = in[1]->ptr<I>();
     const T* upd = in[2]->ptr<T>();
     T* y = out[0]->ptr<T>();
@@ -235,6 +264,7 @@ template <class T, class I> class ScatterElementsKernel final : public Kernel {
   std::string where_;
   ElementsGeometry g_;
   Reduction red_;
+  bool zeros_;
 };
 
 std::unique_ptr<Kernel> make_scatter_elements(PrepareContext& ctx) {
@@ -248,8 +278,9 @@ std::unique_ptr<Kernel> make_scatter_elements(PrepareContext& ctx) {
   const bool i64 = indices.dtype == DType::Int64;
   return with_numeric_type(ctx, data.dtype, [&](auto t) -> std::unique_ptr<Kernel> {
     using T = decltype(t);
-    if (i64) return std::make_unique<ScatterElementsKernel<T, int64_t>>(ctx.node.describe(), std::move(g), red);
-    return std::make_unique<ScatterElementsKernel<T, int32_t>>(ctx.node.describe(), std::move(g), red);
+    const bool zeros = known_zeros(data);
+    if (i64) return std::make_unique<ScatterElementsKernel<T, int64_t>>(ctx.node.describe(), std::move(g), red, zeros);
+    return std::make_unique<ScatterElementsKernel<T, int32_t>>(ctx.node.describe(), std::move(g), red, zeros);
   });
 }
 
@@ -269,17 +300,14 @@ template <class I> class GatherElementsKernel final : public Kernel {
     auto* y = static_cast<std::byte*>(out[0]->data);
     const int64_t n = in[1]->numel();
     const int64_t size = g_.data_shape[g_.axis], stride = g_.data_strides[g_.axis];
-    // Exceptions cannot leave an OpenMP region: the first bad element is recorded and reported after it.
-    int64_t bad = n;
-#pragma omp parallel for schedule(static) reduction(min : bad) if (n > kParallelWork)
-    for (int64_t i = 0; i < n; ++i) {
+    const int64_t bad = for_each_index(n, n > kParallelWork, [&](int64_t i, int64_t& first_bad) {
       const int64_t w = wrap_index(static_cast<int64_t>(idx[i]), size);
       if (w < 0) {
-        bad = std::min(bad, i);
-        continue;
+        first_bad = std::min(first_bad, i);
+        return;
       }
       std::memcpy(y + i * es_, x + (g_.base_offset(i) + w * stride) * es_, es_);
-    }
+    });
     if (bad < n) bad_index(where_, static_cast<int64_t>(idx[bad]), element_position(g_, bad), g_.axis, size);
   }
 
@@ -319,9 +347,7 @@ class GatherNDKernel final : public Kernel {
     const int64_t batch_stride = bd_ > 0 ? strides_[bd_ - 1] : 0;
     const int64_t total = batches_ * tuples_;
     const size_t row_bytes = static_cast<size_t>(slice_) * es_;
-    int64_t bad = total;
-#pragma omp parallel for schedule(static) reduction(min : bad) if (total * slice_ > kParallelWork)
-    for (int64_t bt = 0; bt < total; ++bt) {
+    const int64_t bad = for_each_index(total, total * slice_ > kParallelWork, [&](int64_t bt, int64_t& first_bad) {
       int64_t off = (bt / tuples_) * batch_stride;
       bool ok = true;
       for (int64_t j = 0; j < k_; ++j) {
@@ -333,11 +359,11 @@ class GatherNDKernel final : public Kernel {
         off += w * strides_[bd_ + j];
       }
       if (!ok) {
-        bad = std::min(bad, bt);
-        continue;
+        first_bad = std::min(first_bad, bt);
+        return;
       }
       if (row_bytes) std::memcpy(y + bt * row_bytes, x + off * es_, row_bytes);
-    }
+    });
     if (bad < total)
       for (int64_t j = 0; j < k_; ++j) {
         const int64_t v = idx[bad * k_ + j];

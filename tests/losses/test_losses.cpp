@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -256,15 +257,17 @@ Feeds make_data(const Case& k, std::mt19937& rng) {
   return f;
 }
 
-// The loss and d loss / d pred of one case, computed by our engine and executor.
-std::pair<Tensor, Tensor> run_case(const Case& k, const Feeds& f, DType dt = DType::Float64) {
+// The loss and d loss / d pred of one case, computed by our engine and executor. `loss_opset` is what
+// append_loss is told (the case's opset unless given; 0 keeps class losses in their one-hot form).
+std::pair<Tensor, Tensor> run_case(const Case& k, const Feeds& f, DType dt = DType::Float64,
+                                   std::optional<int64_t> loss_opset = std::nullopt) {
   Graph g;
   std::map<std::string, int64_t> opsets{{"", k.opset}, {"onnxtrain", 1}};
   Shape s;
   for (size_t i = 0; i < k.shape.size(); ++i)
     s.push_back(k.symbolic ? Dim::sym("d" + std::to_string(i)) : Dim::of(k.shape[i]));
   g.inputs.push_back({"pred", {dt, s}});
-  LossGraph lg = append_loss(g, "pred", k.spec);
+  LossGraph lg = append_loss(g, "pred", k.spec, loss_opset.value_or(k.opset));
   EXPECT_EQ(lg.sample_weight.empty(), !k.spec.sample_weight);
   GraphBuilder gb(g, "test/");
   Expr seed = scalar(gb, dt, 1.0);
@@ -305,28 +308,34 @@ TEST(Losses, MatchTorchValueAndGradient) {
   for (const Case& k : cases()) {
     SCOPED_TRACE(k.name);
     Feeds f = make_data(k, rng);
+    // Class-index losses from opset 16 gather the target's log-probability; the one-hot form they use below
+    // opset 16 is checked on the same data too.
+    const bool two_forms = k.opset >= 16 && f.target.dtype == DType::Int64;
+    for (int form = 0; form < (two_forms ? 2 : 1); ++form) {
+    const std::string name = form == 0 ? k.name : k.name + "_onehot";
     std::pair<Tensor, Tensor> r;
     try {
-      r = run_case(k, f);
+      r = run_case(k, f, DType::Float64, form == 0 ? std::optional<int64_t>() : std::optional<int64_t>(0));
     } catch (const std::exception& e) {
-      ADD_FAILURE() << k.name << ": " << e.what();
+      ADD_FAILURE() << name << ": " << e.what();
       continue;
     }
     auto& [loss, grad] = r;
     ASSERT_EQ(loss.numel(), 1);
     ASSERT_EQ(grad.shape, f.pred.shape);
-    write_case(dir / k.name, k, f, loss, grad, "match");
+    write_case(dir / name, k, f, loss, grad, "match");
     // Corrupted copies, far above the 1e-10 tolerance yet small: each comparison must notice them.
     Tensor bad_loss = loss.clone();
     *bad_loss.ptr<double>() *= 1 + 1e-7;
-    write_case(dir / (k.name + "~loss"), k, f, bad_loss, grad, "loss_mismatch");
+    write_case(dir / (name + "~loss"), k, f, bad_loss, grad, "loss_mismatch");
     Tensor bad_grad = grad.clone();
     double m = 0;
     int64_t arg = 0;
     for (int64_t i = 0; i < grad.numel(); ++i)
       if (std::abs(grad.ptr<double>()[i]) > m) m = std::abs(grad.ptr<double>()[arg = i]);
     bad_grad.ptr<double>()[(arg + 1) % grad.numel()] += 1e-7 * std::max(m, 1e-300);
-    write_case(dir / (k.name + "~grad"), k, f, loss, bad_grad, "grad_mismatch");
+    write_case(dir / (name + "~grad"), k, f, loss, bad_grad, "grad_mismatch");
+    }
   }
   EXPECT_EQ(run_reference(dir), 0) << "torch/numpy disagree with onnxtrain's losses (see the output above)";
 }
