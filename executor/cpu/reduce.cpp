@@ -162,11 +162,10 @@ template <class T, RKind K> class ReduceKernel final : public Kernel {
           const int64_t step = (n + kChunks - 1) / kChunks;
           const T s = sh(0);
           T* part = partials_.data();
-#pragma omp parallel for
-          for (int64_t c = 0; c < kChunks; ++c) {
+          cpu::parallel_for(kChunks, true, [&](int64_t c) {
             const int64_t b = std::min(n, c * step), e = std::min(n, b + step);
             part[c] = reduce_row<T, C>(x + b, e - b, r.init, [&](T v) { return r.pre(v, s); });
-          }
+          });
           T acc = r.init;
           for (int64_t c = 0; c < kChunks; ++c) acc = r.combine(acc, part[c]);
           y[0] = r.post(acc, n, s);

@@ -580,15 +580,14 @@ class ConcatKernel final : public Kernel {
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
     std::byte* y = static_cast<std::byte*>(out[0]->data);
     const bool par = outer_ * row_ >= kParallelBytes && outer_ > 1;
-#pragma omp parallel for if (par)
-    for (int64_t o = 0; o < outer_; ++o) {
+    cpu::parallel_for(outer_, par, [&](int64_t o) {
       std::byte* dst = y + o * row_;
       for (size_t i = 0; i < chunks_.size(); ++i) {
         if (!chunks_[i]) continue;
         std::memcpy(dst, static_cast<const std::byte*>(in[i]->data) + o * chunks_[i], static_cast<size_t>(chunks_[i]));
         dst += chunks_[i];
       }
-    }
+    });
   }
 
  private:
@@ -720,8 +719,7 @@ template <class I> class GatherKernel final : public Kernel {
         fail(where_, "index " + std::to_string(v) + " is out of range for an axis of size " + std::to_string(n_));
     }
     const bool par = outer_ * m * chunk_ >= kParallelBytes;
-#pragma omp parallel for if (par)
-    for (int64_t o = 0; o < outer_; ++o) {
+    cpu::parallel_for(outer_, par, [&](int64_t o) {
       const std::byte* xo = x + o * n_ * chunk_;
       std::byte* yo = y + o * m * chunk_;
       for (int64_t j = 0; j < m; ++j) {
@@ -729,7 +727,7 @@ template <class I> class GatherKernel final : public Kernel {
         if (v < 0) v += n_;
         std::memcpy(yo + j * chunk_, xo + v * chunk_, static_cast<size_t>(chunk_));
       }
-    }
+    });
   }
 
  private:
