@@ -340,10 +340,8 @@ class PlanCompiler {
       Tensor arena = Tensor::empty(DType::UInt8, {static_cast<int64_t>(total)}, spec_.device);
       plan_->arena_ = arena.owner;
     } else {
-      void* p = std::aligned_alloc(kAlign, total);
-      if (!p) fail("plan", "out of memory allocating a " + std::to_string(total) + "-byte arena");
-      std::memset(p, 0, total);
-      plan_->arena_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+      plan_->arena_ = allocate_host(total);
+      if (!plan_->arena_) fail("plan", "out of memory allocating a " + std::to_string(total) + "-byte arena");
     }
     auto* base = static_cast<std::byte*>(plan_->arena_.get());
     for (const Buf& b : bufs) b.t->data = base + b.offset;

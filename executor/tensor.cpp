@@ -1,5 +1,8 @@
 #include "executor/tensor.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -30,6 +33,21 @@ int64_t Tensor::numel() const { return numel_of(shape); }
 void* cuda_allocate(size_t bytes);
 void cuda_free(void* p);
 
+std::shared_ptr<void> allocate_host(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t align = bytes >= kHuge ? kHuge : 64;
+  const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, rounded);
+  if (!p) return nullptr;
+#ifdef MADV_HUGEPAGE
+  // Where the kernel leaves huge pages to madvise (the common default), large blocks get them only when asked.
+  // Advised before the memset, so that the first touch already faults in 2 MiB pages. Failure is harmless.
+  if (align == kHuge) madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+  std::memset(p, 0, rounded);
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
 Tensor Tensor::empty(DType t, std::vector<int64_t> shape, Device d) {
   Tensor r;
   r.dtype = t;
@@ -37,11 +55,8 @@ Tensor Tensor::empty(DType t, std::vector<int64_t> shape, Device d) {
   r.shape = std::move(shape);
   size_t bytes = std::max<size_t>(r.nbytes(), 1);
   if (d == Device::CPU) {
-    size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    if (!p) throw Error("out of memory allocating " + std::to_string(rounded) + " bytes for " + r.describe());
-    std::memset(p, 0, rounded);
-    r.owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+    r.owner = allocate_host(bytes);
+    if (!r.owner) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes for " + r.describe());
   } else {
     void* p = cuda_allocate(bytes);
     r.owner = std::shared_ptr<void>(p, [](void* q) { cuda_free(q); });

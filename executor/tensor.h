@@ -46,6 +46,10 @@ struct Tensor {
   std::string describe() const;  // "float32[32,64]"
 };
 
+// Zeroed host memory, 64-byte aligned. Blocks of 2 MiB and more are 2 MiB aligned and advised as transparent
+// huge pages (docs/performance.md, "Huge pages").
+std::shared_ptr<void> allocate_host(size_t bytes);
+
 int64_t numel_of(std::span<const int64_t> shape);
 std::string shape_string(std::span<const int64_t> shape);
 

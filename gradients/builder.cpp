@@ -166,8 +166,15 @@ GradientResult build_gradients(Graph& g, const std::map<std::string, int64_t>& o
   const std::vector<SubgraphMatch> subgraphs = match_subgraphs(g, readers);
   std::unordered_map<size_t, const SubgraphMatch*> subgraph_at;
   std::unordered_set<size_t> inside_subgraph;
+  // The fused gradient has x's shape and reads dY in it. The rules' constants have one element, so y has x's
+  // shape unless a constant of higher rank added leading 1s.
+  auto same_shape = [&](const std::string& a, const std::string& c) {
+    const TypeInfo* ta = g.type_of(a);
+    const TypeInfo* tc = g.type_of(c);
+    return ta && tc && ta->shape && tc->shape && ta->shape->size() == tc->shape->size();
+  };
   for (const SubgraphMatch& m : subgraphs) {
-    const bool usable = from_wrt.count(m.input) && !req.stop_gradients.count(m.input) &&
+    const bool usable = same_shape(m.input, m.output) && from_wrt.count(m.input) && !req.stop_gradients.count(m.input) &&
                         !req.stop_gradients.count(m.output) &&
                         std::none_of(m.interior.begin(), m.interior.end(), [&](const std::string& v) { return req.stop_gradients.count(v) > 0; }) &&
                         std::all_of(m.nodes.begin(), m.nodes.end(), [&](size_t i) { return active[i]; });

@@ -75,6 +75,7 @@ class Matcher {
   // this tree reads; `muls` collects the tree's nodes.
   void product_leaves(size_t root, std::vector<std::string>& leaves, std::vector<size_t>& muls) const {
     muls.push_back(root);
+    if (muls.size() > 2) return;  // no rule has more than two; a long chain of Muls is not walked to its end
     for (const std::string& in : node(root).inputs) {
       auto p = producer(in);
       if (p && is_op(node(*p), "Mul") && node(*p).inputs.size() == 2 && sole_reader(in) == root)

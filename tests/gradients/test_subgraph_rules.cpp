@@ -72,6 +72,10 @@ const std::vector<SubgraphCase>& cases() {
       {"gelu_other_constant", "",
        {node("Div", {"x", "sqrt2"}, {"z"}), node("Erf", {"z"}, {"e"}), node("Add", {"e", "one"}, {"a"}),
         node("Mul", {"x", "a"}, {"xa"}), node("Mul", {"xa", "not_half"}, {"y"})}},
+      // A one-element constant of higher rank broadcasts y to [1, 3, 4]: the gradient must be summed back to x.
+      {"gelu_constant_raises_rank", "",
+       {node("Div", {"x", "sqrt2"}, {"z"}), node("Erf", {"z"}, {"e"}), node("Add", {"e", "one"}, {"a"}),
+        node("Mul", {"x", "a"}, {"xa"}), node("Mul", {"xa", "half_rank3"}, {"y"})}},
       {"gelu_stop_inside", "",
        {node("Div", {"x", "sqrt2"}, {"z"}), node("Erf", {"z"}, {"e"}), node("Add", {"e", "one"}, {"a"}),
         node("Mul", {"x", "a"}, {"xa"}), node("Mul", {"xa", "half"}, {"y"})},
@@ -95,6 +99,8 @@ Built build(const SubgraphCase& c, std::mt19937& rng) {
   const Shape s = {Dim::of(3), Dim::of(4)};
   g.inputs.push_back({"x", {DType::Float64, s}});
   for (const auto& [name, v] : kConstants) g.initializers[name] = TensorData::scalar(v);
+  const double half = 0.5;
+  g.initializers["half_rank3"] = TensorData::from<double>({1, 1, 1}, std::span<const double>(&half, 1));
   g.nodes = c.nodes;
   for (const std::string& o : c.also_outputs) g.outputs.push_back({o, {DType::Float64, s}});
   infer_shapes(b.model);
