@@ -185,10 +185,10 @@ std::unique_ptr<Kernel> make_scatter_nd(PrepareContext& ctx) {
   const int64_t slice = numel_of(std::span<const int64_t>(data.shape).subspan(static_cast<size_t>(k)));
   // Clang 14 (the fuzz/sanitizer compiler) cannot capture a structured binding in a lambda.
   const std::vector<int64_t>& data_shape = data.shape;
+  const bool zeros = known_zeros(data);  // outside the lambda: clang 14 cannot capture a structured binding
   return with_numeric_type(ctx, data.dtype, [&](auto t) -> std::unique_ptr<Kernel> {
     using T = decltype(t);
-    return std::make_unique<ScatterNDKernel<T>>(ctx.node.describe(), data_shape, tuples, k, slice, red,
-                                                known_zeros(data));
+    return std::make_unique<ScatterNDKernel<T>>(ctx.node.describe(), data_shape, tuples, k, slice, red, zeros);
   });
 }
 
@@ -276,9 +276,9 @@ std::unique_ptr<Kernel> make_scatter_elements(PrepareContext& ctx) {
   const Reduction red = reduction_of(ctx);
   ctx.outputs.at(0) = {data.dtype, data.shape};
   const bool i64 = indices.dtype == DType::Int64;
+  const bool zeros = known_zeros(data);  // outside the lambda: clang 14 cannot capture a structured binding
   return with_numeric_type(ctx, data.dtype, [&](auto t) -> std::unique_ptr<Kernel> {
     using T = decltype(t);
-    const bool zeros = known_zeros(data);
     if (i64) return std::make_unique<ScatterElementsKernel<T, int64_t>>(ctx.node.describe(), std::move(g), red, zeros);
     return std::make_unique<ScatterElementsKernel<T, int32_t>>(ctx.node.describe(), std::move(g), red, zeros);
   });
