@@ -33,6 +33,13 @@ bool is_identity(const std::vector<int64_t>& p) {
   return true;
 }
 
+// Transpose(Transpose(x, inner), outer) as one permutation of x: r[k] = inner[outer[k]]. Same sizes only.
+std::vector<int64_t> compose(const std::vector<int64_t>& outer, const std::vector<int64_t>& inner) {
+  std::vector<int64_t> r(outer.size());
+  for (size_t k = 0; k < outer.size(); ++k) r[k] = inner[static_cast<size_t>(outer[k])];
+  return r;
+}
+
 std::vector<int64_t> identity(size_t r) {
   std::vector<int64_t> p(r);
   std::iota(p.begin(), p.end(), 0);
@@ -112,7 +119,7 @@ size_t hoist_transposes_over_sum_to_shape(std::vector<Node>& nodes, const std::v
     if (auto it = shape->attributes.find(kShapePerm); it != shape->attributes.end()) {
       const auto& q = std::get<std::vector<int64_t>>(it->second);
       if (q.size() != p->size()) continue;
-      for (int64_t& v : sp) v = q[static_cast<size_t>(v)];
+      sp = compose(*p, q);
     }
     const std::string base = nodes[ti].outputs[0];
     Node t = nodes[ti];
@@ -210,8 +217,7 @@ class Folder {
     std::string next;
     while (const std::vector<int64_t>* q = produced_by_transpose(src, &next)) {
       if (q->size() != c.size()) break;
-      // operand[k] = t1[c[k]] = t0[q[c[k]]]
-      for (int64_t& ck : c) ck = (*q)[static_cast<size_t>(ck)];
+      c = compose(c, *q);
       src = next;
       if (gemm_readable(c)) best = Source{src, c};
     }
@@ -235,8 +241,7 @@ class Folder {
       if (auto it = n.attributes.find(kShapePerm); it != n.attributes.end()) {
         const auto& q = std::get<std::vector<int64_t>>(it->second);
         if (q.size() != c.size()) return;
-        // shape[j] = shape(t)[q[j]] = shape(x)[p[q[j]]]
-        for (size_t j = 0; j < c.size(); ++j) c[j] = (*p)[static_cast<size_t>(q[j])];
+        c = compose(q, *p);
       }
       --readers_[n.inputs[0]];
       ++readers_[src];

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -304,6 +305,10 @@ Expr classification(Ctx& c, const Expr& logp, bool smoothing_allowed) {
     // Gather: any class will do, the position's weight is 0.
     idx = where(ign, constant(c.b, TensorData::scalar<int64_t>(gather ? 0 : -1)), idx);
   }
+  // Both forms give the sum of -w[target] * sw * logp[target] and, for the mean, the sum of the weights w[target]
+  // of the counted targets (torch divides by that, or by their count without class weights).
+  Expr total;
+  std::function<Expr()> weight_sum;
   if (gather) {
     const TypeInfo per_position{c.dt, is};
     Expr picked_logp = apply(c.b, "GatherElements", {logp, idx}, per_position, {{"axis", static_cast<int64_t>(r - 1)}});
@@ -313,39 +318,34 @@ Expr classification(Ctx& c, const Expr& logp, bool smoothing_allowed) {
       w = w ? *w * wt : wt;
     }
     Expr nll = w ? picked_logp * *w : picked_logp;
-    if (sw) nll = nll * *sw;
-    Expr total = -reduce_sum_all(nll);
-    if (eps > 0) {
-      Expr smooth = scale(valid ? logp * *valid : logp);
-      total = (1.0 - eps) * total - reduce_sum_all(smooth) * (fscalar(c, eps) / n_classes_f);
-    }
-    if (s.reduction == "sum") return total;
-    return total / (w ? reduce_sum_all(*w) : numel_as_float(c, picked_logp));
-  }
-  Expr classes;
-  if (n_classes) {
-    std::vector<int64_t> v(static_cast<size_t>(*n_classes));
-    std::iota(v.begin(), v.end(), 0);
-    classes = int64s(c.b, v);
+    total = -reduce_sum_all(sw ? nll * *sw : nll);
+    weight_sum = [&c, w, picked_logp] { return w ? reduce_sum_all(*w) : numel_as_float(c, picked_logp); };
   } else {
-    Expr ci = constant(c.b, TensorData::scalar<int64_t>(1));
-    Expr cn = apply(c.b, "Gather", {shape_of(c.p), ci}, TypeInfo{DType::Int64, Shape{}}, {{"axis", int64_t{0}}});
-    classes = apply(c.b, "Range", {constant(c.b, TensorData::scalar<int64_t>(0)), cn,
-                                   constant(c.b, TensorData::scalar<int64_t>(1))},
-                    TypeInfo{DType::Int64, Shape{Dim{}}});
+    Expr classes;
+    if (n_classes) {
+      std::vector<int64_t> v(static_cast<size_t>(*n_classes));
+      std::iota(v.begin(), v.end(), 0);
+      classes = int64s(c.b, v);
+    } else {
+      Expr ci = constant(c.b, TensorData::scalar<int64_t>(1));
+      Expr cn = apply(c.b, "Gather", {shape_of(c.p), ci}, TypeInfo{DType::Int64, Shape{}}, {{"axis", int64_t{0}}});
+      classes = apply(c.b, "Range", {constant(c.b, TensorData::scalar<int64_t>(0)), cn,
+                                     constant(c.b, TensorData::scalar<int64_t>(1))},
+                      TypeInfo{DType::Int64, Shape{Dim{}}});
+    }
+    Expr onehot = cast(equal(idx, classes), c.dt);  // [N, d1.., C]
+    Expr picked = cw ? onehot * *cw : onehot;       // w[target] at the target's class, 0 elsewhere
+    Expr nll = sw ? picked * *sw : picked;
+    total = -reduce_sum_all(nll * logp);
+    weight_sum = [picked] { return reduce_sum_all(picked); };
   }
-  Expr onehot = cast(equal(idx, classes), c.dt);  // [N, d1.., C]
-  Expr picked = cw ? onehot * *cw : onehot;       // w[target] at the target's class, 0 elsewhere
-  Expr nll = sw ? picked * *sw : picked;
-  Expr total = -reduce_sum_all(nll * logp);
   if (eps > 0) {
     // torch: (1 - eps) * nll + eps / C * sum_c(-w_c logp_c), ignored targets masked out of both.
     Expr smooth = scale(valid ? logp * *valid : logp);
     total = (1.0 - eps) * total - reduce_sum_all(smooth) * (fscalar(c, eps) / n_classes_f);
   }
   if (s.reduction == "sum") return total;
-  // torch: the sum of the class weights of the non-ignored targets (their count without weights).
-  return total / reduce_sum_all(picked);
+  return total / weight_sum();
 }
 
 Expr classes_last(Ctx& c, const Expr& x) {

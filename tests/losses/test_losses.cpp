@@ -312,29 +312,29 @@ TEST(Losses, MatchTorchValueAndGradient) {
     // opset 16 is checked on the same data too.
     const bool two_forms = k.opset >= 16 && f.target.dtype == DType::Int64;
     for (int form = 0; form < (two_forms ? 2 : 1); ++form) {
-    const std::string name = form == 0 ? k.name : k.name + "_onehot";
-    std::pair<Tensor, Tensor> r;
-    try {
-      r = run_case(k, f, DType::Float64, form == 0 ? std::optional<int64_t>() : std::optional<int64_t>(0));
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << name << ": " << e.what();
-      continue;
-    }
-    auto& [loss, grad] = r;
-    ASSERT_EQ(loss.numel(), 1);
-    ASSERT_EQ(grad.shape, f.pred.shape);
-    write_case(dir / name, k, f, loss, grad, "match");
-    // Corrupted copies, far above the 1e-10 tolerance yet small: each comparison must notice them.
-    Tensor bad_loss = loss.clone();
-    *bad_loss.ptr<double>() *= 1 + 1e-7;
-    write_case(dir / (name + "~loss"), k, f, bad_loss, grad, "loss_mismatch");
-    Tensor bad_grad = grad.clone();
-    double m = 0;
-    int64_t arg = 0;
-    for (int64_t i = 0; i < grad.numel(); ++i)
-      if (std::abs(grad.ptr<double>()[i]) > m) m = std::abs(grad.ptr<double>()[arg = i]);
-    bad_grad.ptr<double>()[(arg + 1) % grad.numel()] += 1e-7 * std::max(m, 1e-300);
-    write_case(dir / (name + "~grad"), k, f, loss, bad_grad, "grad_mismatch");
+      const std::string name = form == 0 ? k.name : k.name + "_onehot";
+      std::pair<Tensor, Tensor> r;
+      try {
+        r = run_case(k, f, DType::Float64, form == 0 ? std::optional<int64_t>() : std::optional<int64_t>(0));
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << name << ": " << e.what();
+        continue;
+      }
+      auto& [loss, grad] = r;
+      ASSERT_EQ(loss.numel(), 1);
+      ASSERT_EQ(grad.shape, f.pred.shape);
+      write_case(dir / name, k, f, loss, grad, "match");
+      // Corrupted copies, far above the 1e-10 tolerance yet small: each comparison must notice them.
+      Tensor bad_loss = loss.clone();
+      *bad_loss.ptr<double>() *= 1 + 1e-7;
+      write_case(dir / (name + "~loss"), k, f, bad_loss, grad, "loss_mismatch");
+      Tensor bad_grad = grad.clone();
+      double m = 0;
+      int64_t arg = 0;
+      for (int64_t i = 0; i < grad.numel(); ++i)
+        if (std::abs(grad.ptr<double>()[i]) > m) m = std::abs(grad.ptr<double>()[arg = i]);
+      bad_grad.ptr<double>()[(arg + 1) % grad.numel()] += 1e-7 * std::max(m, 1e-300);
+      write_case(dir / (name + "~grad"), k, f, loss, bad_grad, "grad_mismatch");
     }
   }
   EXPECT_EQ(run_reference(dir), 0) << "torch/numpy disagree with onnxtrain's losses (see the output above)";
