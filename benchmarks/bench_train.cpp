@@ -36,6 +36,7 @@
 #include "benchmarks/token_logits.h"
 #include "graph/error.h"
 #include "graph/model_io.h"
+#include "training/replicas.h"
 #include "training/session.h"
 
 using namespace onnxtrain;
@@ -73,6 +74,7 @@ const Workload kWorkloads[] = {
 struct Args {
   std::string workload, models, data, losses;
   int threads = 1, repeats = 3;
+  int replicas = 1;  // > 1: a ReplicatedSession of that many one-thread replicas (training/replicas.h)
   bool profile = false;
   int profile_top = 20;
 };
@@ -80,7 +82,7 @@ struct Args {
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "bench_train: %s\nusage: bench_train --workload w1|w2|w3|w4|w1sgd --models DIR --data DIR [--threads N] "
-               "[--repeats R] [--losses PATH] [--profile] [--profile-top N]\n",
+               "[--repeats R] [--replicas N] [--losses PATH] [--profile] [--profile-top N]\n",
                why.c_str());
   std::exit(2);
 }
@@ -100,6 +102,7 @@ Args parse(int argc, char** argv) {
       else if (k == "--losses") a.losses = next();
       else if (k == "--threads") a.threads = std::stoi(next());
       else if (k == "--repeats") a.repeats = std::stoi(next());
+      else if (k == "--replicas") a.replicas = std::stoi(next());
       else if (k == "--profile") a.profile = true;
       else if (k == "--profile-top") a.profile = true, a.profile_top = std::stoi(next());
       else usage("unknown option " + k);
@@ -108,7 +111,8 @@ Args parse(int argc, char** argv) {
     }
   }
   if (a.workload.empty() || a.models.empty() || a.data.empty()) usage("--workload, --models and --data are required");
-  if (a.threads < 1 || a.repeats < 1 || a.profile_top < 1) usage("--threads, --repeats and --profile-top must be positive");
+  if (a.threads < 1 || a.repeats < 1 || a.profile_top < 1 || a.replicas < 1)
+    usage("--threads, --repeats, --replicas and --profile-top must be positive");
   return a;
 }
 
@@ -222,7 +226,18 @@ int main(int argc, char** argv) {
     // state. Resetting only the weights would carry Adam's moments and step count, or SGD's momentum buffers,
     // from one run into the next; torch's harness likewise builds a new model and optimizer per run. Building
     // the session (planning included) stays outside the timer, as torch's build(w) does.
-    std::unique_ptr<TrainingSession> s = std::make_unique<TrainingSession>(model, cfg);
+    std::unique_ptr<TrainingSession> s;
+    std::unique_ptr<ReplicatedSession> replicated;
+    // A fresh session (or set of replicas): the previous one's memory goes before the next one is planned.
+    auto build = [&] {
+      s.reset();
+      replicated.reset();
+      if (a.replicas > 1) replicated = std::make_unique<ReplicatedSession>(model, cfg, a.replicas);
+      else s = std::make_unique<TrainingSession>(model, cfg);
+    };
+    build();
+    const std::string target = replicated ? replicated->primary().target_name() : s->target_name();
+    auto step = [&](const Feeds& f) { return replicated ? replicated->train_step(f) : s->train_step(f); };
 
     Tensor X = load_array(a.data, w->x), Y = load_array(a.data, w->y);
     const int64_t n = X.shape.at(0);
@@ -243,18 +258,17 @@ int main(int argc, char** argv) {
     batches.reserve(max_steps);
     for (int64_t i = 0; i < max_steps; ++i) {
       const int64_t row = (i * w->batch) % n;
-      batches.push_back({{input, rows_view(X, row, w->batch)}, {s->target_name(), target_view(row, w->batch)}});
+      batches.push_back({{input, rows_view(X, row, w->batch)}, {target, target_view(row, w->batch)}});
     }
 
     auto run = [&](int64_t steps, std::vector<float>* losses) {
-      s.reset();  // the previous session's memory goes before the next one is planned
-      s = std::make_unique<TrainingSession>(model, cfg);
+      build();
       float sink = 0;  // keeps the loop from being optimised away; no per-step readback is recorded
       const auto t0 = std::chrono::steady_clock::now();
       if (losses)
-        for (int64_t i = 0; i < steps; ++i) losses->push_back(s->train_step(batches[i]));
+        for (int64_t i = 0; i < steps; ++i) losses->push_back(step(batches[i]));
       else
-        for (int64_t i = 0; i < steps; ++i) sink += s->train_step(batches[i]);
+        for (int64_t i = 0; i < steps; ++i) sink += step(batches[i]);
       const auto t1 = std::chrono::steady_clock::now();
       if (sink == 12345.678f) std::fprintf(stderr, " ");
       return std::chrono::duration<double>(t1 - t0).count();
@@ -267,7 +281,8 @@ int main(int argc, char** argv) {
       int64_t count = 0;
       for (int64_t r0 = 0; r0 < n; r0 += chunk) {
         const int64_t rows = std::min(chunk, n - r0);
-        const Tensor p = s->infer({{input, rows_view(X, r0, rows)}}).at(0);
+        const Feeds in{{input, rows_view(X, r0, rows)}};
+        const Tensor p = (replicated ? replicated->infer(in) : s->infer(in)).at(0);
         const Tensor y = target_view(r0, rows);
         const float* pv = p.ptr<float>();
         if (!ce) {
@@ -314,7 +329,7 @@ int main(int argc, char** argv) {
       cfg.profile = true;
       run(w->steps, nullptr);
       std::fprintf(stderr, "bench_train %s, %d thread(s): where one epoch's train_step time went\n%s", w->id.c_str(),
-                   a.threads, format_profile(s->profile(), a.profile_top).c_str());
+                   a.threads, format_profile(replicated ? replicated->primary().profile() : s->profile(), a.profile_top).c_str());
     }
 
     std::vector<double> metric;
@@ -325,10 +340,11 @@ int main(int argc, char** argv) {
     }
     const auto [lo, hi] = std::minmax_element(metric.begin(), metric.end());
     std::printf(
-        "{\"workload\": \"%s\", \"peer\": \"onnxtrain\", \"threads\": %d, \"omp_max_threads\": %d, \"metric\": \"%s\", "
-        "\"value\": %.6g, \"unit\": \"%s\", \"runs\": %s, \"times_s\": %s, \"notes\": \"runs %.4g-%.4g\"}\n",
-        w->id.c_str(), a.threads, omp_get_max_threads(), w->metric.c_str(), median(metric), w->unit.c_str(),
-        json_list(metric).c_str(), json_list(times).c_str(), *lo, *hi);
+        "{\"workload\": \"%s\", \"peer\": \"onnxtrain\", \"threads\": %d, \"omp_max_threads\": %d, \"replicas\": %d, "
+        "\"metric\": \"%s\", \"value\": %.6g, \"unit\": \"%s\", \"runs\": %s, \"times_s\": %s, \"notes\": \"runs %.4g-%.4g%s\"}\n",
+        w->id.c_str(), a.threads, omp_get_max_threads(), a.replicas, w->metric.c_str(), median(metric), w->unit.c_str(),
+        json_list(metric).c_str(), json_list(times).c_str(), *lo, *hi,
+        a.replicas > 1 ? ("; " + std::to_string(a.replicas) + " one-thread replicas").c_str() : "");
     std::printf(
         "{\"workload\": \"%s\", \"peer\": \"onnxtrain\", \"threads\": %d, \"metric\": \"final_train_loss\", "
         "\"value\": %.9g, \"unit\": \"loss\", \"reference_run_final\": %.9g, \"first_step_loss\": %.9g, "

@@ -27,7 +27,12 @@ const Tensor& PrepareContext::constant_input(size_t i) const {
   return *inputs[i].value;
 }
 
-void KernelRegistry::add(KernelDef def) { defs_.push_back(std::move(def)); }
+void KernelRegistry::add(KernelDef def) {
+  if (extends_defaults_)
+    for (const KernelDef& d : defs_)
+      if (d.op_type == def.op_type && d.domain == def.domain && d.device == def.device) extends_defaults_ = false;
+  defs_.push_back(std::move(def));
+}
 
 const KernelDef* KernelRegistry::find(const std::string& domain, const std::string& op, int64_t opset, Device device,
                                       DType dtype) const {
@@ -72,6 +77,7 @@ const KernelRegistry& default_kernels() {
 #ifdef ONNXTRAIN_WITH_CUDA
     register_cuda_kernels(r);  // after the CPU kernels: each CUDA def copies its CPU twin's key
 #endif
+    r.extends_defaults_ = true;
     return r;
   }();
   return reg;

@@ -72,9 +72,15 @@ class KernelRegistry {
   const std::vector<KernelDef>& all() const { return defs_; }
   // Every registered (domain, op) once, sorted, for tests and docs.
   std::vector<std::pair<std::string, std::string>> ops(Device device) const;
+  // True for default_kernels() and its copies to which only new ops were added (a data-parallel session's
+  // AllReduce): plans may then replace built-in steps by their fused kernels, which implement the built-in
+  // semantics. A registry that adds a kernel for an op it already has loses it.
+  bool extends_defaults() const { return extends_defaults_; }
 
  private:
+  friend const KernelRegistry& default_kernels();
   std::vector<KernelDef> defs_;
+  bool extends_defaults_ = false;
 };
 
 // The registry with every built-in kernel (CPU, and CUDA when built with it).

@@ -77,11 +77,12 @@ class PlanCompiler {
     return t;
   }
 
-  // The graph this plan runs: on the CPU with the built-in kernels, a copy whose Transposes are folded into the
-  // MatMuls that read them (executor/plan_fusion.h). Checking every value keeps every node as written, so a
-  // non-finite value is reported at the node that made it.
+  // The graph this plan runs: on the CPU with the built-in kernels (plus new ops, such as a data-parallel
+  // session's AllReduce), a copy whose Transposes are folded into the MatMuls that read them
+  // (executor/plan_fusion.h). Checking every value keeps every node as written, so a non-finite value is
+  // reported at the node that made it.
   const Graph& fused_graph() {
-    if (spec_.device != Device::CPU || spec_.registry != &default_kernels() || spec_.check_every_value)
+    if (spec_.device != Device::CPU || !spec_.registry->extends_defaults() || spec_.check_every_value)
       return *spec_.graph;
     fused_.nodes = spec_.graph->nodes;
     fused_.inputs = spec_.graph->inputs;

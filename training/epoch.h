@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "training/replicas.h"
 #include "training/session.h"
 
 namespace onnxtrain {
@@ -42,6 +43,9 @@ struct EpochResult {
 // that throws (a non-finite loss with on_non_finite = "raise", before_step) ends the epoch there: the steps
 // before it were applied.
 EpochResult train_epoch(TrainingSession& session, const Feeds& data, const Tensor* sample_weight,
+                        const EpochSpec& spec);
+// The same over the replicas of a ReplicatedSession: each batch is split across them.
+EpochResult train_epoch(ReplicatedSession& session, const Feeds& data, const Tensor* sample_weight,
                         const EpochSpec& spec);
 
 }  // namespace onnxtrain

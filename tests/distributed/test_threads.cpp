@@ -1,0 +1,187 @@
+// ThreadGroup (distributed/threads.h): the collectives between threads of one process that ReplicatedSession's
+// replicas use, checked against sums written out here, and its failures: mismatched calls, a rank that stopped,
+// a rank that never came.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "distributed/threads.h"
+#include "graph/error.h"
+
+namespace onnxtrain {
+namespace {
+
+// Runs f(rank) on one thread per rank; returns each rank's error message ("" when it returned normally).
+std::vector<std::string> on_ranks(ThreadGroup& g, const std::function<void(Communicator&, int)>& f) {
+  std::vector<std::string> errors(static_cast<size_t>(g.size()));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < g.size(); ++r)
+    threads.emplace_back([&, r] {
+      try {
+        f(*g.rank(r), r);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+template <class T> T value(int rank, size_t i) { return static_cast<T>(rank * 1000 + static_cast<int>(i)) * T(0.5); }
+
+template <class T> void check_allreduce(int ranks, size_t count, ReduceOp op, bool in_place) {
+  ThreadGroup g(ranks);
+  std::vector<std::vector<T>> recv(static_cast<size_t>(ranks));
+  const auto errors = on_ranks(g, [&](Communicator& c, int r) {
+    std::vector<T> send(count);
+    for (size_t i = 0; i < count; ++i) send[i] = value<T>(r, i);
+    auto& out = recv[static_cast<size_t>(r)];
+    out.assign(count, T(-1));
+    if (in_place) {
+      out = send;
+      c.allreduce(out.data(), count, dtype_of<T>(), op);
+    } else {
+      c.allreduce(send.data(), out.data(), count, dtype_of<T>(), op);
+    }
+  });
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+  for (size_t i = 0; i < count; ++i) {
+    double want = 0;
+    for (int r = 0; r < ranks; ++r) want += static_cast<double>(value<T>(r, i));
+    if (op == ReduceOp::Mean) want /= ranks;
+    for (int r = 0; r < ranks; ++r)
+      ASSERT_NEAR(static_cast<double>(recv[static_cast<size_t>(r)][i]), want, 1e-6 * std::max(1.0, std::abs(want)))
+          << "rank " << r << " element " << i;
+    // Every rank holds the same bits: each element is summed once.
+    for (int r = 1; r < ranks; ++r) ASSERT_EQ(recv[static_cast<size_t>(r)][i], recv[0][i]);
+  }
+}
+
+TEST(ThreadGroup, AllreduceSumsAndAveragesOverTheRanks) {
+  for (bool in_place : {false, true}) {
+    SCOPED_TRACE(in_place ? "in place" : "separate buffers");
+    check_allreduce<float>(2, 1001, ReduceOp::Mean, in_place);
+    check_allreduce<float>(2, 7, ReduceOp::Sum, in_place);
+    check_allreduce<double>(3, 1000, ReduceOp::Mean, in_place);
+    check_allreduce<double>(3, 2, ReduceOp::Sum, in_place);  // fewer elements than ranks
+    check_allreduce<float>(1, 5, ReduceOp::Mean, in_place);
+  }
+}
+
+TEST(ThreadGroup, WeightsSetWhatEachRankCounts) {
+  ThreadGroup g(3);
+  g.set_weights({0.5, 0.25, 0.25}, {1, 1, 0});
+  std::vector<double> mean(3), sum(3);
+  std::vector<float> sum32(3);
+  const auto errors = on_ranks(g, [&](Communicator& c, int r) {
+    const double v = r == 0 ? 4.0 : r == 1 ? 8.0 : 16.0;
+    double m = v, s = v;
+    float s32 = static_cast<float>(v);
+    c.allreduce(&m, 1, DType::Float64, ReduceOp::Mean);
+    c.allreduce(&s, 1, DType::Float64, ReduceOp::Sum);
+    c.allreduce(&s32, 1, DType::Float32, ReduceOp::Sum);
+    mean[static_cast<size_t>(r)] = m;
+    sum[static_cast<size_t>(r)] = s;
+    sum32[static_cast<size_t>(r)] = s32;
+  });
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+  for (double v : mean) EXPECT_DOUBLE_EQ(v, 0.5 * 4 + 0.25 * 8 + 0.25 * 16);
+  for (double v : sum) EXPECT_DOUBLE_EQ(v, 4 + 8);  // rank 2 only stands in
+  for (float v : sum32) EXPECT_FLOAT_EQ(v, 12.0f);
+  EXPECT_THROW(g.set_weights({1.0}, {}), Error);
+  // Two ranks take the vectorised path; its weights must hold too.
+  ThreadGroup two(2);
+  two.set_weights({0.75, 0.25}, {0, 1});
+  std::vector<float> m2(2), s2(2);
+  const auto errors2 = on_ranks(two, [&](Communicator& c, int r) {
+    float m = r ? 8.0f : 4.0f, s = m;
+    c.allreduce(&m, 1, DType::Float32, ReduceOp::Mean);
+    c.allreduce(&s, 1, DType::Float32, ReduceOp::Sum);
+    m2[static_cast<size_t>(r)] = m;
+    s2[static_cast<size_t>(r)] = s;
+  });
+  for (const auto& e : errors2) ASSERT_EQ(e, "");
+  for (float v : m2) EXPECT_FLOAT_EQ(v, 0.75f * 4 + 0.25f * 8);
+  for (float v : s2) EXPECT_FLOAT_EQ(v, 8.0f);
+}
+
+TEST(ThreadGroup, BroadcastCopiesTheRootsBytes) {
+  ThreadGroup g(3);
+  std::vector<std::vector<int>> data(3);
+  const auto errors = on_ranks(g, [&](Communicator& c, int r) {
+    auto& d = data[static_cast<size_t>(r)];
+    d.assign(100, r);
+    c.broadcast(d.data(), d.size() * sizeof(int), 1);
+    c.barrier();
+  });
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+  for (const auto& d : data)
+    for (int v : d) ASSERT_EQ(v, 1);
+}
+
+TEST(ThreadGroup, MismatchedCountsFailOnEveryRank) {
+  ThreadGroup g(2);
+  const auto errors = on_ranks(g, [&](Communicator& c, int r) {
+    std::vector<float> v(static_cast<size_t>(4 + r), 1.0f);
+    c.allreduce(v.data(), v.size(), DType::Float32, ReduceOp::Sum);
+  });
+  for (const auto& e : errors) EXPECT_NE(e.find("different element counts (4, 5)"), std::string::npos) << e;
+  // A failed collective leaves the communicator unusable, saying so.
+  float x = 0;
+  const std::string again = [&] {
+    try {
+      g.rank(0)->allreduce(&x, 1, DType::Float32, ReduceOp::Sum);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no error>");
+  }();
+  EXPECT_NE(again.find("cannot be used any more"), std::string::npos) << again;
+}
+
+TEST(ThreadGroup, ARankThatStoppedFailsTheOthersAtOnceNamingIt) {
+  ThreadGroup g(2, /*timeout=*/120);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto errors = on_ranks(g, [&](Communicator& c, int r) {
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // rank 0 is waiting by now
+      g.rank_failed(1, "label 12 is out of range");
+      return;
+    }
+    float v = 1;
+    c.allreduce(&v, 1, DType::Float32, ReduceOp::Sum);
+  });
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(waited, 30.0) << "rank 0 should not wait for the timeout";
+  EXPECT_NE(errors[0].find("replica 1 stopped with an error"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("label 12 is out of range"), std::string::npos) << errors[0];
+  EXPECT_TRUE(g.has_failure());
+  g.clear_failures();
+  EXPECT_FALSE(g.has_failure());
+}
+
+TEST(ThreadGroup, ARankThatNeverComesTimesOut) {
+  ThreadGroup g(2, /*timeout=*/0.2);
+  std::string error = "<no error>";
+  try {
+    g.rank(0)->barrier();
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("threads rank 0 of 2"), std::string::npos) << error;
+  EXPECT_NE(error.find("timed out after 0.2 s"), std::string::npos) << error;
+}
+
+TEST(ThreadGroup, SizeIsChecked) {
+  EXPECT_THROW(ThreadGroup(0), Error);
+  EXPECT_THROW(ThreadGroup(65), Error);
+  ThreadGroup g(2);
+  EXPECT_THROW(g.rank(2), Error);
+  EXPECT_EQ(g.rank(1)->describe(), "threads rank 1 of 2");
+}
+
+}  // namespace
+}  // namespace onnxtrain

@@ -1,0 +1,89 @@
+#pragma once
+// ReplicatedSession: data parallelism across the threads of one process. N replicas of a TrainingSession, each
+// on its own thread and running its kernels on one OpenMP thread; a step splits the batch's rows into N parts,
+// every replica runs forward and backward on its part, the gradients are averaged in shared memory
+// (distributed/threads.h) and every replica applies the same update to its own copy of the weights.
+//
+// Why: with one session on N threads, every operator is split across the cores, so each one's output is read
+// by the other core in the next; where cross-core traffic is dear (docs/performance.md, "Replicas") that costs
+// more than the arithmetic. Replicas exchange data once per step, in the gradient allreduce.
+//
+// The step is the data-parallel step of docs/distributed.md on the whole batch: for a loss that is a mean
+// over rows (or a sum), the same update as one session on the whole batch, up to float rounding. Unequal parts
+// (rows not divisible by N) are weighted by their row counts. Losses whose mean is weighted differently
+// (class weights, ignored labels) average the parts' means instead, as MPI ranks do.
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "distributed/threads.h"
+#include "training/session.h"
+
+namespace onnxtrain {
+
+class ReplicatedSession {
+ public:
+  // Builds replica r as make(parallel_r), each on its own thread (replica 0 on the caller's), at the same time:
+  // data-parallel sessions broadcast replica 0's weights and state while they are built.
+  using Factory = std::function<TrainingSession(const DataParallelSpec&)>;
+  ReplicatedSession(int replicas, const Factory& make);
+  // N replicas of TrainingSession(model, config); config.parallel must be empty.
+  ReplicatedSession(const Model& model, const TrainingConfig& config, int replicas);
+  // N replicas resumed from a trainable checkpoint (TrainingSession::from_checkpoint).
+  static std::unique_ptr<ReplicatedSession> from_checkpoint(const std::filesystem::path& path, int replicas);
+  ~ReplicatedSession();
+  ReplicatedSession(const ReplicatedSession&) = delete;
+  ReplicatedSession& operator=(const ReplicatedSession&) = delete;
+
+  int replicas() const { return static_cast<int>(sessions_.size()); }
+
+  // One step on the whole batch: every feed is split along dimension 0 (the batch: the smallest first dimension;
+  // a feed with k times as many, such as per-token targets flattened, is split in blocks of k). A batch with
+  // fewer rows than replicas leaves the extra ones standing in with weight 0. Returns the batch's loss. After an error raised by every replica alike (a
+  // non-finite loss with on_non_finite = "raise", a bad label in every part) the session can go on; after one
+  // raised by some replicas only, the replicas may be out of step and every later call throws.
+  float train_step(const Feeds& feeds);
+  // The model's outputs on replica 0 (one thread).
+  std::vector<Tensor> infer(const Feeds& inputs);
+
+  // Replica 0. Every replica holds the same weights and state after each step, so reading it (weights, state,
+  // checkpoint(), export) reads the replicated session. Change state only through the calls below or
+  // for_each, which reach every replica.
+  const TrainingSession& primary() const { return *sessions_.front(); }
+  // Replica 0 for calls that compute without changing weights or optimizer state (infer, gradients,
+  // run_forward/run_backward, profile), made from the caller's thread. Anything that changes them goes through
+  // the calls below, or the replicas drift apart.
+  TrainingSession& replica0() { return *sessions_.front(); }
+  const Tensor& weight_value(const std::string& name) const { return primary().weight_value(name); }
+  void set_weight(const std::string& name, const Tensor& value);
+  void set_learning_rate(double lr);
+  void end_epoch(double mean_loss);
+  // Only replica 0 writes.
+  void save_checkpoint(const std::filesystem::path& path) const { primary().save_checkpoint(path); }
+  // Runs f on every replica at once, each on its replica's thread; rethrows the first error.
+  void for_each(const std::function<void(TrainingSession&)>& f);
+
+ private:
+  struct Pool;
+  // Runs job(ctx, r) for every replica r on its thread and waits; then rethrows as train_step describes.
+  void run(void (*job)(void*, int), void* ctx, const char* what);
+  void check_usable() const;
+  void split(const Feeds& feeds);
+  static void step_job(void* self, int replica);
+
+  std::unique_ptr<ThreadGroup> group_;
+  std::vector<std::unique_ptr<TrainingSession>> sessions_;
+  std::unique_ptr<Pool> pool_;
+  std::string broken_;  // why every call throws, after a failure that left the replicas out of step
+  // The per-replica feeds of the last step: views into the caller's arrays, rebuilt when the feeds change.
+  std::vector<Feeds> parts_;
+  std::vector<std::pair<int64_t, int64_t>> rows_;  // per replica: first row, row count
+  std::vector<float> losses_;
+  int64_t batch_rows_ = -1;
+};
+
+}  // namespace onnxtrain
