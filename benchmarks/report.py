@@ -249,9 +249,15 @@ def main():
                  + " (unset: libgomp's default, idle workers spin before they sleep).")
     vtxt = "; ".join(f"{s}: " + ", ".join(f"{k} {v}" for k, v in (vv or {}).items()) for s, vv in versions.items()
                      if vv)
+    rep = os.environ.get("BENCH_REPLICAS", "1")
+    lines.append("onnxtrain's threads: " + (
+        "one session on the OpenMP threads." if rep == "1" else
+        "as many one-thread replicas as threads (docs/replicas.md) for w1, w2, w3 and w1sk; one session on the "
+        "OpenMP threads for w4 (REPLICAS=auto)." if rep == "auto" else
+        f"{rep} one-thread replicas (docs/replicas.md)."))
     lines.append(f"Versions: onnxtrain {git_rev()}; {vtxt}.")
     print("\n".join(lines))
-    doc = {"command": a.command, "date": time.strftime("%Y-%m-%d %H:%M %Z"), "machine": machine,
+    doc = {"command": a.command, "date": time.strftime("%Y-%m-%d %H:%M %Z"), "machine": machine, "replicas": rep,
            "threads": sorted({t for _, t in runs}), "gemm_peak": peak, "onnxtrain": git_rev(), "versions": versions,
            "tolerances": {"early_steps": EARLY_STEPS, "early_tol": EARLY_TOL, "final_tol": FINAL_TOL},
            "rows": rows_json}

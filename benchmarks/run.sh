@@ -12,6 +12,9 @@
 #   PEERS="torch torch113 ort sklearn"  ROUNDS=3 (process rounds per configuration; each process itself takes
 #   the median of 3 timed runs after warm-up)  BUILD_DIR=build/bench/build (where bench_train is built)
 #   APPEND=1 (append the tables to benchmarks/results.md and copy the JSON to benchmarks/results.json)
+#   REPLICAS=auto (how onnxtrain uses its threads: auto = as many one-thread replicas as threads, each on its part
+#   of every batch (docs/replicas.md), for the workloads whose batch splits, w1 w2 w3 w1sk, and one session on
+#   the OpenMP threads for w4, whose batch is one sample; 1 = one session everywhere; N = N replicas)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
@@ -21,6 +24,8 @@ WORKLOADS="${WORKLOADS:-w1 w2 w3 w4 w1sk}"
 PEERS="${PEERS:-torch torch113 ort sklearn}"
 ROUNDS="${ROUNDS:-3}"
 APPEND="${APPEND:-1}"
+REPLICAS="${REPLICAS:-auto}"
+export BENCH_REPLICAS="$REPLICAS"  # report.py states it
 work="$repo/build/bench"
 build="${BUILD_DIR:-$work/build}"
 VENV_PY="$repo/.venv/bin/python"
@@ -86,6 +91,11 @@ for t in $THREADS; do
   "$VENV_PY" "$shared/peers/peak_gemm.py" --lib numpy --threads "$t" --out "$out/peak_t$t.jsonl" >&2
 done
 
+replicas_for() {  # workload, threads
+  if [ "$REPLICAS" != auto ]; then echo "$REPLICAS"; return; fi
+  case $1 in w4) echo 1 ;; *) echo "$2" ;; esac
+}
+
 # One process of one system: writes <peer>_<w>_t<t>_r<r>.jsonl and the reference run's per-step losses.
 run_one() {
   local peer=$1 w=$2 t=$3 r=$4 script
@@ -101,11 +111,11 @@ run_one() {
     onnxtrain)
       if [ "$w" = w1sk ]; then  # our scikit-learn estimator, timed like the sklearn peer
         PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" "$VENV_PY" "$here/torch_peer.py" \
-          "$here/w1sk_onnxtrain.py" --threads "$t" --out "$base.jsonl" >&2
+          "$here/w1sk_onnxtrain.py" --threads "$t" --replicas "$(replicas_for "$w" "$t")" --out "$base.jsonl" >&2
         return
       fi
       "$bench" --workload "$w" --models "$shared/models" --data "$BENCH_DATA_DIR" --threads "$t" \
-        --losses "$base.losses.txt" > "$base.jsonl" ;;
+        --replicas "$(replicas_for "$w" "$t")" --losses "$base.losses.txt" > "$base.jsonl" ;;
     torch)
       "$VENV_PY" "$here/torch_peer.py" "$script" --threads "$t" --out "$base.jsonl" --losses "$base.losses.npy" >&2 ;;
     torch113)
@@ -148,12 +158,12 @@ load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Other work on the machine shows up here first: on 2 cores a busy core stalls every 2-thread parallel region.
 tables="$("$VENV_PY" "$here/report.py" "$out" --load-start "$load_start" --load-end "$load_end" \
-          --command "THREADS=\"$THREADS\" WORKLOADS=\"$WORKLOADS\" PEERS=\"$PEERS\" ROUNDS=$ROUNDS bash benchmarks/run.sh")"
+          --command "THREADS=\"$THREADS\" WORKLOADS=\"$WORKLOADS\" PEERS=\"$PEERS\" ROUNDS=$ROUNDS REPLICAS=$REPLICAS bash benchmarks/run.sh")"
 echo "$tables"
 log "JSON: $out/results.json"
 if [ "$APPEND" = 1 ]; then
   { echo; echo "## $(date '+%Y-%m-%d %H:%M %Z')"; echo
-    echo "\`THREADS=\"$THREADS\" WORKLOADS=\"$WORKLOADS\" PEERS=\"$PEERS\" ROUNDS=$ROUNDS bash benchmarks/run.sh\`" \
+    echo "\`THREADS=\"$THREADS\" WORKLOADS=\"$WORKLOADS\" PEERS=\"$PEERS\" ROUNDS=$ROUNDS REPLICAS=$REPLICAS bash benchmarks/run.sh\`" \
          "(raw: \`${out#"$repo"/}\`)"; echo
     echo "$tables"; } >> "$here/results.md"
   cp "$out/results.json" "$here/results.json"

@@ -16,6 +16,8 @@ import warnings
 from common import Recorder, base_args, probe, set_threads
 
 ap = base_args(__doc__)
+ap.add_argument("--replicas", type=int, default=1,
+                help="one-thread replicas splitting each batch (docs/replicas.md); 1 = one session on OpenMP's threads")
 args = ap.parse_args()
 set_threads(args.threads)
 
@@ -34,8 +36,8 @@ X, y = d["w1_X"], d["w1_y"].ravel()
 n = X.shape[0]
 
 probe_start = probe()
-MLPRegressor(**{**P, "max_iter": 1}).fit(X, y)  # warm-up
-m = MLPRegressor(**P)
+MLPRegressor(**{**P, "max_iter": 1}, replicas=args.replicas).fit(X, y)  # warm-up
+m = MLPRegressor(**P, replicas=args.replicas)
 t0, c0 = time.perf_counter(), time.process_time()
 m.fit(X, y)
 dt, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -44,7 +46,7 @@ probe_end = probe()
 epochs = m.n_iter_
 rec = Recorder(args, "onnxtrain-MLPRegressor")
 # fit_cpu_s: the process's CPU time during the fit; on a loaded machine it moves less than the wall time.
-extra = dict(fit_s=dt, fit_cpu_s=cpu, epochs=epochs, coef_dtype=str(m.coefs_[0].dtype),
+extra = dict(fit_s=dt, fit_cpu_s=cpu, epochs=epochs, replicas=args.replicas, coef_dtype=str(m.coefs_[0].dtype),
              loss_curve_half_mse=[float(v) for v in m.loss_curve_],
              versions={"onnxtrain": getattr(onnxtrain, "__version__", "?"), "numpy": np.__version__},
              probe_start=probe_start, probe_end=probe_end)

@@ -171,6 +171,12 @@ def make_config(*, trainable: Iterable[str] | None = None, loss: Any = "mse", op
     return cfg
 
 
+def _replicas(replicas: Any) -> int:
+    if isinstance(replicas, bool) or not isinstance(replicas, (int, np.integer)) or not 1 <= replicas <= 64:
+        raise ValueError(f"replicas: expected an integer from 1 to 64, got {replicas!r}")
+    return int(replicas)
+
+
 def _communicator(parallel: Union[None, bool, Communicator]) -> Communicator | None:
     if parallel is None or parallel is False:
         return None
@@ -224,6 +230,10 @@ class TrainingSession:
             MPI ranks under ``mpirun``, this process alone otherwise) or a Communicator. Rank 0's weights are
             broadcast; each ``train_step`` averages the ranks' gradients and returns the loss of all their
             batches; only rank 0 writes files. Each rank feeds its own shard (``DistributedSampler``).
+        replicas: data parallelism inside this process (docs/replicas.md): that many copies of the session, each on
+            its own thread with one OpenMP thread, split every batch's rows between them and average their
+            gradients before each update. The same steps as one session on the whole batch, up to float rounding,
+            for losses that are a mean (or sum) over rows. 1 (default): one session on OpenMP's threads.
 
     Feeds are dicts of numpy arrays keyed by input name; C-contiguous arrays of the expected dtype are read in
     place. The loss target is fed under ``target_name``. Errors name the input or option at fault: a wrong
@@ -235,22 +245,25 @@ class TrainingSession:
                  penalty: Any = None, prediction: str | None = None, device: Union[str, Device] = "cpu",
                  inputs_requiring_grad: Iterable[str] | None = None, config: TrainingConfig | None = None,
                  parallel: Union[None, bool, Communicator] = None, mixed_precision: Any = None,
-                 on_non_finite: str = "raise", check_every_value: bool = False, profile: bool = False):
+                 on_non_finite: str = "raise", check_every_value: bool = False, profile: bool = False,
+                 replicas: int = 1):
         if config is None:
             config = make_config(trainable=trainable, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
                                  schedule=schedule, penalty=penalty, prediction=prediction, device=device,
                                  inputs_requiring_grad=inputs_requiring_grad, mixed_precision=mixed_precision,
                                  on_non_finite=on_non_finite, check_every_value=check_every_value, profile=profile)
-        self._s = _onnxtrain.TrainingSession(model, config, _communicator(parallel))
+        self._s = _onnxtrain.TrainingSession(model, config, _communicator(parallel), _replicas(replicas))
         self.config = config
         self._skips_seen = 0
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: ModelLike, parallel: Union[None, bool, Communicator] = None) -> "TrainingSession":
+    def from_checkpoint(cls, checkpoint: ModelLike, parallel: Union[None, bool, Communicator] = None,
+                        replicas: int = 1) -> "TrainingSession":
         """Rebuilds the session a checkpoint was saved from (path, bytes or ModelProto); training continues
-        bit-for-bit on CPU. ``parallel`` as in the constructor: any number of ranks can resume any checkpoint."""
+        bit-for-bit on CPU. ``parallel`` and ``replicas`` as in the constructor: any number of ranks or replicas
+        can resume any checkpoint."""
         self = cls.__new__(cls)
-        self._s = _onnxtrain.TrainingSession.from_checkpoint(checkpoint, _communicator(parallel))
+        self._s = _onnxtrain.TrainingSession.from_checkpoint(checkpoint, _communicator(parallel), _replicas(replicas))
         self.config = None
         self._skips_seen = self._s.skipped_steps  # those were reported by the run that saved the checkpoint
         return self
@@ -259,6 +272,11 @@ class TrainingSession:
     def communicator(self) -> Communicator | None:
         """The Communicator of a data-parallel session, else None."""
         return self._s.communicator
+
+    @property
+    def replicas(self) -> int:
+        """One-thread replicas that split each batch (1: one session on OpenMP's threads)."""
+        return self._s.replicas
 
     @property
     def rank(self) -> int:

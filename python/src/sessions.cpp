@@ -14,6 +14,7 @@
 #include "graph/model_io.h"
 #include "training/epoch.h"
 #include "training/forward_backward.h"
+#include "training/replicas.h"
 #include "training/session.h"
 
 namespace onnxtrain::py_binding {
@@ -53,7 +54,7 @@ struct Interface {
 
 template <class Session>
 struct Locked {
-  std::unique_ptr<Session> s;
+  std::shared_ptr<Session> s;
   std::mutex mu;
   Interface io;
 
@@ -80,7 +81,30 @@ struct Locked {
   }
 };
 
-using PyTraining = Locked<TrainingSession>;
+// With replicas (training/replicas.h), `s` is replica 0, sharing ownership with `replicas`: reads and
+// computations that change no state run there, and every call that changes weights or state goes through
+// `replicas`, which reaches them all.
+struct PyTraining : Locked<TrainingSession> {
+  std::shared_ptr<ReplicatedSession> replicas;
+
+  // Runs single(session) or, with replicas, replicated(replicas), without the GIL and with the lock.
+  template <class F, class G>
+  auto change(F&& single, G&& replicated) {
+    return run([&](TrainingSession& t) { return replicas ? replicated(*replicas) : single(t); });
+  }
+  void set_weight(const std::string& name, const py::handle& value) {
+    std::vector<py::object> keep;
+    Tensor t = to_tensor(value, io.weight_type(name), "weight '" + name + "'", keep);
+    change([&](TrainingSession& x) { x.set_weight(name, t); }, [&](ReplicatedSession& x) { x.set_weight(name, t); });
+  }
+  void set_weights(const py::dict& values) {
+    for (auto [k, v] : values) set_weight(std::string(py::str(k)), v);
+  }
+  void adopt(std::unique_ptr<ReplicatedSession> r) {
+    replicas = std::move(r);
+    s = std::shared_ptr<TrainingSession>(replicas, &replicas->replica0());
+  }
+};
 
 // The forward-backward session runs on a store the binding owns, so a weight can be bound to memory outside it
 // (a torch Parameter): the executors then read the caller's buffer in place, and an optimizer's in-place update
@@ -112,12 +136,13 @@ struct PyForwardBackward : Locked<ForwardBackwardSession> {
   }
 };
 
-std::unique_ptr<PyTraining> make_training(const py::handle& model, TrainingConfig config) {
+std::unique_ptr<PyTraining> make_training(const py::handle& model, TrainingConfig config, int replicas) {
   auto p = std::make_unique<PyTraining>();
   Model m = load_model_from(model, p->io.source);
   p->io.describe(m.graph);
   py::gil_scoped_release nogil;
-  p->s = std::make_unique<TrainingSession>(std::move(m), std::move(config));
+  if (replicas != 1) p->adopt(std::make_unique<ReplicatedSession>(m, config, replicas));
+  else p->s = std::make_unique<TrainingSession>(std::move(m), std::move(config));
   // Training feeds: the model's inputs plus the loss target (and sample weights), with their dtypes.
   for (const ValueInfo& v : p->s->training_graph().inputs)
     if (v.type.dtype != DType::Undefined && !p->s->training_graph().is_initializer(v.name))
@@ -125,19 +150,24 @@ std::unique_ptr<PyTraining> make_training(const py::handle& model, TrainingConfi
   return p;
 }
 
-std::unique_ptr<PyTraining> from_checkpoint(const py::handle& checkpoint, std::shared_ptr<Communicator> parallel) {
+std::unique_ptr<PyTraining> from_checkpoint(const py::handle& checkpoint, std::shared_ptr<Communicator> parallel,
+                                            int replicas) {
   auto p = std::make_unique<PyTraining>();
   DataParallelSpec dp;
   dp.communicator = std::move(parallel);
-  if (py::isinstance<py::str>(checkpoint) || py::hasattr(checkpoint, "__fspath__")) {
-    p->io.source = fspath(checkpoint, "checkpoint");
-    py::gil_scoped_release nogil;
-    p->s = std::make_unique<TrainingSession>(TrainingSession::from_checkpoint(p->io.source, dp));
-  } else {
-    Model m = load_model_from(checkpoint, p->io.source);
-    py::gil_scoped_release nogil;
-    p->s = std::make_unique<TrainingSession>(TrainingSession::from_checkpoint(m, p->io.source, dp));
-  }
+  if (replicas != 1 && dp.communicator)
+    fail("replicas", "replicas bring their own communicator; give either parallel or replicas, not both");
+  Model m;
+  const bool is_path = py::isinstance<py::str>(checkpoint) || py::hasattr(checkpoint, "__fspath__");
+  if (is_path) p->io.source = fspath(checkpoint, "checkpoint");
+  else m = load_model_from(checkpoint, p->io.source);
+  py::gil_scoped_release nogil;
+  auto resume = [&](const DataParallelSpec& spec) {
+    return is_path ? TrainingSession::from_checkpoint(p->io.source, spec)
+                   : TrainingSession::from_checkpoint(m, p->io.source, spec);
+  };
+  if (replicas != 1) p->adopt(std::make_unique<ReplicatedSession>(replicas, resume));
+  else p->s = std::make_unique<TrainingSession>(resume(dp));
   Model inference = p->s->export_inference();
   p->io.describe(inference.graph);
   for (const ValueInfo& v : p->s->training_graph().inputs)
@@ -189,7 +219,9 @@ py::dict py_train_epoch(PyTraining& self, const py::handle& data, int64_t batch_
   };
   EpochResult r;
   try {
-    r = self.run([&](TrainingSession& s) { return onnxtrain::train_epoch(s, f.tensors, weights ? &*weights : nullptr, spec); });
+    const Tensor* w = weights ? &*weights : nullptr;
+    r = self.change([&](TrainingSession& s) { return onnxtrain::train_epoch(s, f.tensors, w, spec); },
+                    [&](ReplicatedSession& s) { return onnxtrain::train_epoch(s, f.tensors, w, spec); });
   } catch (const PythonSignal&) {
     throw py::error_already_set();
   }
@@ -247,20 +279,26 @@ void bind_sessions(py::module_& m) {
 
 TrainingSession(model, config): model is a path, bytes or onnx.ModelProto; config a TrainingConfig.
 The feeds of train_step/gradients are the model's inputs plus the loss target (target_name).)");
-  ts.def(py::init([](const py::handle& model, TrainingConfig config, std::shared_ptr<Communicator> parallel) {
-           // Data-parallel when the communicator has more than one rank (docs/distributed.md).
+  ts.def(py::init([](const py::handle& model, TrainingConfig config, std::shared_ptr<Communicator> parallel,
+                     int replicas) {
+           // Data-parallel when the communicator has more than one rank (docs/distributed.md); replicas: in
+           // this process, over threads (training/replicas.h).
            config.parallel.communicator = std::move(parallel);
-           return make_training(model, std::move(config));
+           return make_training(model, std::move(config), replicas);
          }),
-         py::arg("model"), py::arg("config") = TrainingConfig{}, py::arg("parallel") = nullptr)
+         py::arg("model"), py::arg("config") = TrainingConfig{}, py::arg("parallel") = nullptr, py::arg("replicas") = 1)
       .def_static("from_checkpoint", &from_checkpoint, py::arg("checkpoint"), py::arg("parallel") = nullptr,
+                  py::arg("replicas") = 1,
                   "Rebuilds the session a checkpoint (path, bytes or ModelProto) was saved from; parallel: a "
-                  "Communicator to resume data-parallel.")
+                  "Communicator to resume data-parallel; replicas: to resume on that many one-thread replicas.")
+      .def_property_readonly("replicas", [](PyTraining& self) { return self.replicas ? self.replicas->replicas() : 1; },
+                             "One-thread replicas that split each batch (1: one session on OpenMP's threads).")
       .def_property_readonly("communicator", [](PyTraining& self) { return self.s->communicator(); },
                              "The Communicator of a data-parallel session, else None.")
       .def("train_step", [](PyTraining& self, const py::handle& feeds) {
              Feeds f = to_feeds(feeds, self.io.feed_types, "train_step");
-             return self.run([&](TrainingSession& s) { return s.train_step(f.tensors); });
+             return self.change([&](TrainingSession& s) { return s.train_step(f.tensors); },
+                                [&](ReplicatedSession& s) { return s.train_step(f.tensors); });
            }, py::arg("feeds"), "One optimizer step on a batch; returns the loss before the update.")
       .def("train_epoch", &py_train_epoch, py::arg("data"), py::arg("batch_size"), py::arg("order") = py::none(),
            py::arg("sample_weight") = py::none(), py::arg("sample_weight_feed") = "",
@@ -298,11 +336,16 @@ The feeds of train_step/gradients are the model's inputs plus the loss target (t
              return names;
            }, "Every feed train_step needs: the model's inputs, the target, and 'sample_weight' if requested.")
       .def_property("learning_rate", [](PyTraining& self) { return self.run([](TrainingSession& s) { return s.learning_rate(); }); },
-                    [](PyTraining& self, double lr) { self.run([&](TrainingSession& s) { s.set_learning_rate(lr); }); },
+                    [](PyTraining& self, double lr) {
+                      self.change([&](TrainingSession& s) { s.set_learning_rate(lr); },
+                                  [&](ReplicatedSession& s) { s.set_learning_rate(lr); });
+                    },
                     "The default group's current learning rate.")
       .def_property_readonly("step", [](PyTraining& self) { return self.run([](TrainingSession& s) { return s.step(); }); },
                              "Optimizer updates applied so far.")
-      .def("end_epoch", [](PyTraining& self, double loss) { self.run([&](TrainingSession& s) { s.end_epoch(loss); }); },
+      .def("end_epoch", [](PyTraining& self, double loss) {
+             self.change([&](TrainingSession& s) { s.end_epoch(loss); }, [&](ReplicatedSession& s) { s.end_epoch(loss); });
+           },
            py::arg("mean_loss"), "Reports an epoch's mean training loss (the adaptive schedule reads it).")
       .def_property_readonly("loss_scale", [](PyTraining& self) { return self.run([](TrainingSession& s) { return s.loss_scale(); }); },
                              "Mixed precision: the current loss scale (0 without mixed precision).")

@@ -29,3 +29,11 @@ def test_train_session_example(python_env, tmp_path):
     (pred,) = ort.InferenceSession(str(pathlib.Path(tmp_path) / "trained.onnx"),
                                    providers=["CPUExecutionProvider"]).run(None, {"x": x})
     assert np.mean((pred - y) ** 2) < 0.25  # the exported model generalises to fresh samples
+
+
+def test_train_replicas_example(python_env, tmp_path):
+    out = subprocess.run([sys.executable, EXAMPLES / "train_replicas.py", tmp_path], check=True, capture_output=True,
+                         text=True, env=python_env).stdout
+    fields = dict(part.split("=") for part in out.split() if "=" in part and not part.startswith("replicas"))
+    assert float(fields["largest_relative_gap"]) < 1e-3, out  # float rounding, not a different step
+    assert fields["resumed_step"] == "192" and fields["resumed_weights_equal"] == "True", out

@@ -145,6 +145,7 @@ class _BaseMLP(SessionEstimator):
         "n_iter_no_change": [Interval(Integral, 1, None, closed="left"), Options(Real, {np.inf})],
         "device": [str],  # checked by the session (parse_device): "cpu", "cuda", "cuda:N"
         "on_non_finite": [StrOptions({"raise", "skip"})],
+        "replicas": [Interval(Integral, 1, 64, closed="both")],
     }
 
     _input_name = "X"
@@ -211,7 +212,8 @@ class _BaseMLP(SessionEstimator):
         opt.weight_decay = float(self.alpha) / batch
         opt.groups = [ParamGroup(match=["intercept_*"], weight_decay=0.0)]
         self._session = new_session(self, model, trainable=None, loss=self._loss_spec(), optimizer=opt,
-                                        device=self.device, on_non_finite=self.on_non_finite)
+                                        device=self.device, on_non_finite=self.on_non_finite,
+                                        replicas=self.replicas)
         self._sample_weight_dtype = coefs[0].dtype
         self._set_coefs(coefs, intercepts)
 
@@ -288,7 +290,9 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
     ('lbfgs' is not available) and ``loss``: 'squared_error' only. ``device``: 'cpu', 'cuda' or 'cuda:N'.
     ``on_non_finite``: 'raise' (default: a NaN/Inf loss or gradient raises OnnxtrainError naming the step and the
     tensor) or 'skip' (that batch's update is not applied, a NonFiniteStepWarning names it, ``n_skipped_steps_``
-    counts it and ``loss_`` averages the other batches).
+    counts it and ``loss_`` averages the other batches). ``replicas``: split each batch over that many one-thread
+    replicas of the network (docs/replicas.md; the same fit up to float rounding), 1 = one session on OpenMP's
+    threads.
     The fitted network is ``model_`` (ONNX: input "X", output "predictions").
     """
 
@@ -298,7 +302,7 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
                  alpha=0.0001, batch_size="auto", learning_rate="constant", learning_rate_init=0.001, power_t=0.5,
                  max_iter=200, shuffle=True, random_state=None, tol=1e-4, verbose=False, warm_start=False,
                  momentum=0.9, nesterovs_momentum=True, early_stopping=False, validation_fraction=0.1, beta_1=0.9,
-                 beta_2=0.999, epsilon=1e-8, n_iter_no_change=10, device="cpu", on_non_finite="raise"):
+                 beta_2=0.999, epsilon=1e-8, n_iter_no_change=10, device="cpu", on_non_finite="raise", replicas=1):
         store_params(self, locals())
 
     def _validate_input(self, X, y, incremental, reset):
@@ -336,7 +340,8 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
     """Multi-layer perceptron classifier, trained by onnxtrain (scikit-learn's MLPClassifier API).
 
     Same parameters and defaults as ``sklearn.neural_network.MLPClassifier`` except ``solver``: 'adam' or 'sgd'
-    ('lbfgs' is not available). ``device``: 'cpu', 'cuda' or 'cuda:N'. ``on_non_finite``: as MLPRegressor's.
+    ('lbfgs' is not available). ``device``: 'cpu', 'cuda' or 'cuda:N'. ``on_non_finite`` and ``replicas``: as
+    MLPRegressor's.
     Multiclass trains softmax cross-entropy on the logits,
     binary and multilabel the logistic log-loss on the logits (the gradients scikit-learn uses). The fitted
     network is ``model_`` (ONNX: input "X", outputs "label" and "probabilities").
@@ -346,7 +351,7 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
                  batch_size="auto", learning_rate="constant", learning_rate_init=0.001, power_t=0.5, max_iter=200,
                  shuffle=True, random_state=None, tol=1e-4, verbose=False, warm_start=False, momentum=0.9,
                  nesterovs_momentum=True, early_stopping=False, validation_fraction=0.1, beta_1=0.9, beta_2=0.999,
-                 epsilon=1e-8, n_iter_no_change=10, device="cpu", on_non_finite="raise"):
+                 epsilon=1e-8, n_iter_no_change=10, device="cpu", on_non_finite="raise", replicas=1):
         store_params(self, locals())
 
     def _validate_input(self, X, y, incremental, reset):
