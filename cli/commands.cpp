@@ -36,7 +36,7 @@ const std::map<std::string, const char*>& usages() {
       {"resume", "usage: onnxtrain resume CHECKPOINT [--set key=value ...]\n\n"
                  "Continues the run a checkpoint was saved from: same data order, step count and learning-rate schedule.\n"
                  "The checkpoint carries the run's config; --set may change train.epochs, train.max_steps, checkpoint.*,\n"
-                 "early_stopping.*, log.progress, threads and output.\n"},
+                 "early_stopping.*, log.progress, threads, replicas and output.\n"},
       {"eval", "usage: onnxtrain eval CONFIG.yaml [--model MODEL_OR_CHECKPOINT] [--data FILE] [--set key=value ...]\n\n"
                "Prints train.metrics of the model (default: the config's model) on FILE (default: the config's\n"
                "validation data), one 'name value' line each.\n"},
@@ -91,13 +91,23 @@ const std::string* metadata_value(const Model& m, const std::string& key) {
   return nullptr;
 }
 
-TrainingSession session_for(const RunConfig& cfg, Model model, int64_t train_rows) {
+// `comm`: a replica's (replicas) or the job's (MPI ranks, or this process alone).
+TrainingSession session_for(const RunConfig& cfg, Model model, int64_t train_rows,
+                            std::shared_ptr<Communicator> comm = world()) {
   TrainingConfig tc = cfg.training;
   tc.trainable = select_trainable(model, cfg);
-  tc.parallel.communicator = world();
+  tc.parallel.communicator = std::move(comm);
   if ((tc.schedule.kind == "cosine" || tc.schedule.kind == "linear") && tc.schedule.total_steps == 0)
     tc.schedule.total_steps = std::max<int64_t>(1, planned_steps(cfg, train_rows, world()->size()));
   return TrainingSession(std::move(model), std::move(tc));
+}
+
+// Replicas split one process's batches; MPI ranks each run their own process. Both at once is not supported.
+void check_replicas(const RunConfig& cfg) {
+  if (world()->size() > 1)
+    fail(cfg.source.string() + ": replicas", std::to_string(cfg.replicas) + " replicas cannot be combined with " +
+                                                 std::to_string(world()->size()) + " MPI ranks; use one or the other");
+  if (cfg.device != "cpu") fail(cfg.source.string() + ": replicas", "replicas run on the CPU; device is '" + cfg.device + "'");
 }
 
 }  // namespace
@@ -134,7 +144,15 @@ int cmd_train(const std::vector<std::string>& argv) {
   return run_guarded("train", &cfg, [&] {
     apply_threads(cfg);
     RunData data = load_run_data(cfg);
-    TrainingSession s = session_for(cfg, load_model(cfg.resolve(cfg.model)), data.train_rows);
+    Model model = load_model(cfg.resolve(cfg.model));
+    if (cfg.replicas > 1) {
+      check_replicas(cfg);
+      ReplicatedSession r(static_cast<int>(cfg.replicas), [&](const DataParallelSpec& spec) {
+        return session_for(cfg, model, data.train_rows, spec.communicator);
+      });
+      return run_training(cfg, r.replica0(), data, nullptr, "", &r);
+    }
+    TrainingSession s = session_for(cfg, std::move(model), data.train_rows);
     return run_training(cfg, s, data, nullptr, "");
   });
 }
@@ -145,7 +163,7 @@ int cmd_resume(const std::vector<std::string>& argv) {
   if (a.positional.size() != 1) throw UsageError("expected one checkpoint file");
   static const std::vector<std::string> changeable = {"train.epochs", "train.max_steps", "train.max_skipped_steps", "checkpoint.every", "checkpoint.keep_last",
                                                       "early_stopping.patience", "early_stopping.min_delta", "log.progress",
-                                                      "threads", "output"};
+                                                      "threads", "replicas", "output"};
   for (const std::string& kv : a.sets) {
     const std::string key = kv.substr(0, kv.find('='));
     if (std::find(changeable.begin(), changeable.end(), key) == changeable.end()) {
@@ -170,9 +188,16 @@ int cmd_resume(const std::vector<std::string>& argv) {
   return run_guarded("resume", &cfg, [&] {
     apply_threads(cfg);
     RunData data = load_run_data(cfg);
-    TrainingSession s = TrainingSession::from_checkpoint(ckpt, path, {world()});
     // The global batch stays the checkpoint's, whatever the number of ranks now (docs/distributed.md).
     cfg.batch_size = resumed_batch_size(ckpt, world()->size(), path);
+    if (cfg.replicas > 1) {
+      check_replicas(cfg);
+      ReplicatedSession r(static_cast<int>(cfg.replicas), [&](const DataParallelSpec& spec) {
+        return TrainingSession::from_checkpoint(ckpt, path, spec);
+      });
+      return run_training(cfg, r.replica0(), data, &ckpt, path, &r);
+    }
+    TrainingSession s = TrainingSession::from_checkpoint(ckpt, path, {world()});
     return run_training(cfg, s, data, &ckpt, path);
   });
 }

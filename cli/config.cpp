@@ -137,6 +137,8 @@ const std::vector<Key>& keys() {
        }},
       {"threads", "0", "CPU threads (OpenMP); 0 = OMP_NUM_THREADS or all cores",
        [](const Ctx& c, RunConfig& r) { r.threads = c.integer(0, 4096); }},
+      {"replicas", "1", "one-thread replicas that each train on a part of every batch (docs/replicas.md); 1 = one session on `threads`",
+       [](const Ctx& c, RunConfig& r) { r.replicas = c.integer(1, 64); }},
       {"trainable", "[]", "weights to train: names or glob patterns (* ?); [] = every float initializer",
        [](const Ctx& c, RunConfig& r) { r.trainable = c.strings(); }},
       {"frozen", "[]", "weights (names or globs) removed from trainable", [](const Ctx& c, RunConfig& r) { r.frozen = c.strings(); }},

@@ -32,6 +32,7 @@ struct RunConfig {
   std::string output;
   std::string device = "cpu";
   int64_t threads = 0;
+  int64_t replicas = 1;  // one-thread replicas that split each batch (training/replicas.h); 1 = one session
   std::vector<std::string> trainable, frozen;
   TrainingConfig training;  // loss, penalty, optimizer, schedule, device, prediction
   DataConfig data;

@@ -204,15 +204,16 @@ void apply_threads(const RunConfig& cfg) {
 }
 
 int run_training(const RunConfig& cfg, TrainingSession& session, const RunData& data, const Model* restore_from,
-                 const std::string& restore_source) {
+                 const std::string& restore_source, ReplicatedSession* replicas) {
   const std::filesystem::path out = cfg.output_dir();
   std::error_code ec;
   std::filesystem::create_directories(out, ec);
   if (ec) fail(where_of(cfg, "output"), "cannot create " + out.string() + ": " + ec.message());
 
   // Data-parallel (mpirun): every rank reads its share of each epoch's order, batch_size rows per step.
-  const int rank = session.communicator() ? session.communicator()->rank() : 0;
-  const int world = session.communicator() ? session.communicator()->size() : 1;
+  // Replicas are one process: they split each batch the loader gives, they do not shard the data.
+  const int rank = !replicas && session.communicator() ? session.communicator()->rank() : 0;
+  const int world = !replicas && session.communicator() ? session.communicator()->size() : 1;
   const bool main_rank = rank == 0;
   DataLoader train(make_feeds(cfg, session, data.train, "training"), cfg.batch_size,
                    std::make_shared<RandomSampler>(data.train_rows, cfg.data.shuffle, cfg.data.seed, rank, world),
@@ -231,7 +232,7 @@ int run_training(const RunConfig& cfg, TrainingSession& session, const RunData& 
   opts.loss_kind = cfg.training.loss.kind;
   opts.interrupt = &g_interrupted;
   opts.metadata = {{kConfigKey, cfg.text}, {kConfigPathKey, std::filesystem::absolute(cfg.source).string()}};
-  Trainer trainer(session, train, opts);
+  Trainer trainer = replicas ? Trainer(*replicas, train, opts) : Trainer(session, train, opts);
   if (val) trainer.set_validation(val.get());
   std::vector<std::string> columns;
   if (val)
@@ -250,6 +251,9 @@ int run_training(const RunConfig& cfg, TrainingSession& session, const RunData& 
     std::printf("data-parallel: %d ranks (%s), batch %lld per rank (%lld per step)\n", world,
                 session.communicator()->backend().c_str(), static_cast<long long>(cfg.batch_size),
                 static_cast<long long>(cfg.batch_size) * world);
+  if (replicas)
+    std::printf("replicas: %d one-thread replicas, each on a part of every batch of %lld\n", replicas->replicas(),
+                static_cast<long long>(cfg.batch_size));
   std::printf("training %s: %zu trainable tensors, %lld training rows%s, batch %lld, %s lr %g, %lld epochs\n",
               cfg.model.c_str(), session.trainable().size(), static_cast<long long>(data.train_rows),
               val ? (", " + std::to_string(val->size()) + " validation rows").c_str() : "",

@@ -42,7 +42,8 @@ void apply_threads(const RunConfig& cfg);
 
 // Runs the training loop of `onnxtrain train` / `resume`: callbacks from the config, SIGINT handling, the final
 // export and summary. `restore_from` continues a checkpoint. Returns the exit code (0, or 130 if interrupted).
+// `replicas`: when set, `session` is its replica 0 and the steps go through it.
 int run_training(const RunConfig& cfg, TrainingSession& session, const RunData& data,
-                 const Model* restore_from, const std::string& restore_source);
+                 const Model* restore_from, const std::string& restore_source, ReplicatedSession* replicas = nullptr);
 
 }  // namespace onnxtrain::cli

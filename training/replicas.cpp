@@ -211,18 +211,19 @@ void ReplicatedSession::split(const Feeds& feeds) {
   // The batch is the smallest first dimension; a feed with k times as many rows (per-token targets flattened
   // beside [batch, tokens] inputs) is split in blocks of k.
   int64_t rows = -1;
-  std::string all;
   for (const auto& [name, t] : feeds) {
     if (t.device != Device::CPU) fail("feed '" + name + "'", "replicas read host arrays, got one on " + device_name(t.device));
     if (t.rank() == 0)
       fail("feed '" + name + "'", "replicas split every feed along dimension 0 (the batch), got a scalar " + t.describe());
-    all += (all.empty() ? "" : ", ") + name + " " + t.describe();
     rows = rows < 0 ? t.shape[0] : std::min(rows, t.shape[0]);
   }
   for (const auto& [name, t] : feeds)
-    if (rows == 0 || t.shape[0] % rows != 0)
+    if (rows == 0 || t.shape[0] % rows != 0) {
+      std::string all;  // built only for the message: a step allocates nothing
+      for (const auto& [n2, t2] : feeds) all += (all.empty() ? "" : ", ") + n2 + " " + t2.describe();
       fail("replicated step", "every feed's dimension 0 must be the batch's row count or a multiple of it (per-token "
                               "values flattened) to be split over the replicas; got " + all);
+    }
   if (rows != batch_rows_) {
     batch_rows_ = rows;
     rows_.assign(static_cast<size_t>(n), {0, 0});

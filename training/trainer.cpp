@@ -186,6 +186,11 @@ std::map<std::string, double> Evaluator::evaluate(const TrainingSession& session
   return r;
 }
 
+Trainer::Trainer(ReplicatedSession& replicas, DataLoader& train, TrainerOptions options)
+    : Trainer(replicas.replica0(), train, std::move(options)) {
+  replicas_ = &replicas;
+}
+
 Trainer::Trainer(TrainingSession& session, DataLoader& train, TrainerOptions options)
     : session_(session), train_(train), options_(std::move(options)) {
   if (options_.epochs < 1) fail("epochs", "expected an integer >= 1, got " + std::to_string(options_.epochs));
@@ -259,7 +264,7 @@ TrainResult Trainer::fit() {
       const Feeds& f = train_.batch(batch_);
       const int64_t before = session_.step();
       const int64_t skipped_before = session_.skipped_steps();
-      const float loss = session_.train_step(f);
+      const float loss = replicas_ ? replicas_->train_step(f) : session_.train_step(f);
       const bool skipped = session_.skipped_steps() != skipped_before;
       ++batch_;
       if (skipped) ++epoch_skipped_;
@@ -288,7 +293,8 @@ TrainResult Trainer::fit() {
     e.metrics = validate();
     e.step = session_.step();
     e.seconds = since(epoch_start);
-    session_.end_epoch(e.train_loss);
+    if (replicas_) replicas_->end_epoch(e.train_loss);
+    else session_.end_epoch(e.train_loss);
     last_metrics_ = e.metrics;
     // The position moves before the callbacks run, so a checkpoint taken there resumes in the next epoch.
     ++epoch_;
@@ -329,8 +335,8 @@ void Trainer::save_checkpoint(const std::filesystem::path& path) const {
   if (rank() == 0) save_model_large(checkpoint(), path);  // the ranks hold the same state
 }
 
-int Trainer::rank() const { return session_.communicator() ? session_.communicator()->rank() : 0; }
-int Trainer::world_size() const { return session_.communicator() ? session_.communicator()->size() : 1; }
+int Trainer::rank() const { return !replicas_ && session_.communicator() ? session_.communicator()->rank() : 0; }
+int Trainer::world_size() const { return !replicas_ && session_.communicator() ? session_.communicator()->size() : 1; }
 
 namespace {
 

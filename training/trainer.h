@@ -18,6 +18,7 @@
 
 #include "training/checkpoint.h"
 #include "training/data.h"
+#include "training/replicas.h"
 #include "training/session.h"
 
 namespace onnxtrain {
@@ -117,6 +118,9 @@ struct TrainerOptions {
 class Trainer {
  public:
   Trainer(TrainingSession& session, DataLoader& train, TrainerOptions options = {});
+  // The loop over replicas (training/replicas.h): each batch is split across them; session() is replica 0, and
+  // the run counts as one process (rank 0 of 1) for the data, logs and checkpoints.
+  Trainer(ReplicatedSession& replicas, DataLoader& train, TrainerOptions options = {});
 
   void set_validation(DataLoader* validation) { validation_ = validation; }
   void add_callback(std::shared_ptr<Callback> cb) { callbacks_.push_back(std::move(cb)); }
@@ -145,13 +149,14 @@ class Trainer {
   int64_t epoch() const { return epoch_; }
   int64_t batch() const { return batch_; }
   const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
-  // The session's data-parallel rank and number of ranks (0 and 1 without a communicator). Files (checkpoints,
-  // metrics logs) are written by rank 0 only.
+  // The session's data-parallel rank and number of ranks (0 and 1 without a communicator, and with replicas).
+  // Files (checkpoints, metrics logs) are written by rank 0 only.
   int rank() const;
   int world_size() const;
 
  private:
   TrainingSession& session_;
+  ReplicatedSession* replicas_ = nullptr;  // steps and end_epoch go through it when set
   DataLoader& train_;
   DataLoader* validation_ = nullptr;
   TrainerOptions options_;

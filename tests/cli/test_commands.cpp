@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "common/test_env.h"
 
@@ -107,6 +108,46 @@ TEST(Cli, ResumeFromACheckpointEqualsOneRun) {
   CliRun bad = run("resume " + (dir / "part/checkpoints/step-23.onnx").string() + " --set optimizer.learning_rate=1");
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.out.find("--set optimizer.learning_rate: cannot change when resuming"), std::string::npos) << bad.out;
+}
+
+// The loss column of a metrics.csv's step rows.
+std::vector<double> step_losses(const std::string& csv) {
+  std::vector<double> out;
+  std::istringstream in(csv);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("step,", 0) != 0) continue;
+    size_t at = 0;
+    for (int field = 0; field < 3; ++field) at = line.find(',', at) + 1;
+    out.push_back(std::stod(line.substr(at)));
+  }
+  return out;
+}
+
+// replicas: 2 takes the steps of one session (up to float rounding), and its checkpoint resumes in one session.
+TEST(Cli, ReplicasTrainTheSameStepsAndResumeAlone) {
+  auto dir = digits("cli_replicas");
+  const std::string cfg = (dir / "config.yaml").string();
+  const std::string common = " --set early_stopping.patience=0 --set log.progress=none --set checkpoint.every=10"
+                             " --set train.epochs=2 --set train.max_steps=23";
+  CliRun one = run("train " + cfg + common + " --set output=one");
+  ASSERT_EQ(one.code, 0) << one.out;
+  CliRun two = run("train " + cfg + common + " --set output=two --set replicas=2");
+  ASSERT_EQ(two.code, 0) << two.out;
+  EXPECT_NE(two.out.find("replicas: 2 one-thread replicas"), std::string::npos) << two.out;
+  const std::vector<double> a = step_losses(read_file(dir / "one/metrics.csv"));
+  const std::vector<double> b = step_losses(read_file(dir / "two/metrics.csv"));
+  ASSERT_EQ(a.size(), 23u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-4 * (1 + a[i])) << "step " << i + 1;
+  CliRun rest = run("resume " + (dir / "two/checkpoints/step-23.onnx").string() +
+                    " --set train.max_steps=0 --set replicas=1");
+  ASSERT_EQ(rest.code, 0) << rest.out;
+  EXPECT_NE(rest.out.find("resuming at epoch 1, batch 23, step 23"), std::string::npos) << rest.out;
+  EXPECT_EQ(rest.out.find("replicas:"), std::string::npos) << rest.out;
+  CliRun bad = run("train " + cfg + " --set replicas=0");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("replicas: expected an integer >= 1 and <= 64"), std::string::npos) << bad.out;
 }
 
 TEST(Cli, CtrlCSavesACheckpointAndResumes) {

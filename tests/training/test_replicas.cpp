@@ -156,6 +156,12 @@ TEST(ReplicatedSession, BadBatchesAreClearErrors) {
   with_comm.parallel.communicator = single_process_communicator();
   e = test::error_of([&] { ReplicatedSession(load_model(model), with_comm, 2); });
   EXPECT_NE(e.find("leave config.parallel empty"), std::string::npos) << e;
+  // A replica that cannot be built: the error is the session's own, not a broken collective's.
+  TrainingConfig bad_optimizer = config("mse");
+  bad_optimizer.optimizer.kind = "nosuch";
+  e = test::error_of([&] { ReplicatedSession(load_model(model), bad_optimizer, 2); });
+  EXPECT_NE(e.find("nosuch"), std::string::npos) << e;
+  EXPECT_EQ(e.find("replica 1 stopped"), std::string::npos) << e;
   e = test::error_of([&] { ReplicatedSession(load_model(model), config("mse"), 0); });
   EXPECT_NE(e.find("expected 1 to 64 replicas, got 0"), std::string::npos) << e;
 }

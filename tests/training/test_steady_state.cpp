@@ -16,6 +16,7 @@
 #include "benchmarks/token_logits.h"
 #include "common/test_env.h"
 #include "graph/model_io.h"
+#include "training/replicas.h"
 #include "training/session.h"
 
 // AddressSanitizer owns malloc: defining malloc here would bypass its allocator, and an ASan build of this binary
@@ -143,6 +144,35 @@ TEST_P(SteadyState, TrainStepAllocatesNothing) {
   s.train_step(f);
   g_counting = false;
   EXPECT_EQ(g_allocations.load(), 0) << "switching back to a cached plan allocated";
+}
+
+// Replicas (training/replicas.h): splitting the batch, handing the step to the worker, the shared-memory
+// allreduce and the waits allocate nothing either, on any thread (the counter is process-wide).
+TEST(SteadyStateReplicas, ReplicatedStepAllocatesNothing) {
+  if (!kCounting) GTEST_SKIP() << kNoCountingUnderAsan;
+  auto dir = test::temp_dir("steady_replicas");
+  auto path = dir / "mlp.onnx";
+  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + (test::source_dir() / "examples/make_mlp.py").string() + " " +
+                    path.string() + " --sizes 16 32 1 > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  TrainingConfig cfg;
+  cfg.optimizer.kind = "adam";
+  ReplicatedSession s(load_model(path), cfg, 2);
+  for (const int64_t rows : {8, 7}) {  // equal parts, and unequal ones weighted by their rows
+    Tensor x = Tensor::empty(DType::Float32, {rows, 16});
+    Tensor y = Tensor::empty(DType::Float32, {rows, 1});
+    for (float& v : x.span<float>()) v = 0.5f;
+    Feeds f{{"x", x}, {s.primary().target_name(), y}};
+    s.train_step(f);  // compiles the plans, builds the per-replica views
+    s.train_step(f);
+    g_allocations = 0;
+    g_counting = true;
+    float loss = 0;
+    for (int i = 0; i < 20; ++i) loss += s.train_step(f);
+    g_counting = false;
+    EXPECT_EQ(g_allocations.load(), 0) << "heap allocations during 20 replicated steps of " << rows << " rows";
+    EXPECT_TRUE(std::isfinite(loss));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, SteadyState, ::testing::ValuesIn(kSetups),
