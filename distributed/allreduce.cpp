@@ -31,7 +31,13 @@ class AllReduceKernel final : public Kernel {
   AllReduceKernel(std::shared_ptr<Communicator> comm, ReduceOp op, DType dtype, std::vector<size_t> counts)
       : comm_(std::move(comm)), op_(op), dtype_(dtype), counts_(std::move(counts)) {
     for (size_t c : counts_) total_ += c;
-    // One packed buffer, allocated once here: a steady-state step allocates nothing.
+    // Backends that reduce many buffers in one collective read the tensors where they are.
+    if (comm_->reduces_many_at_once()) {
+      send_.resize(counts_.size());
+      recv_.resize(counts_.size());
+      return;
+    }
+    // Else one packed buffer, allocated once here: a steady-state step allocates nothing.
     if (counts_.size() > 1 && comm_->device() == Device::CPU) {
       const size_t bytes = (total_ * dtype_size(dtype_) + 63) / 64 * 64;
       bucket_.reset(static_cast<std::byte*>(std::aligned_alloc(64, bytes)));
@@ -41,6 +47,14 @@ class AllReduceKernel final : public Kernel {
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
     const size_t es = dtype_size(dtype_);
+    if (!send_.empty()) {
+      for (size_t i = 0; i < counts_.size(); ++i) {
+        send_[i] = in[i]->data;
+        recv_[i] = out[i]->data;
+      }
+      comm_->allreduce_many(send_, recv_, counts_, dtype_, op_);
+      return;
+    }
     if (!bucket_) {
       // One tensor, or device buffers: reduce straight from input to output.
       for (size_t i = 0; i < counts_.size(); ++i) comm_->allreduce(in[i]->data, out[i]->data, counts_[i], dtype_, op_);
@@ -63,6 +77,8 @@ class AllReduceKernel final : public Kernel {
   std::vector<size_t> counts_;
   size_t total_ = 0;
   std::unique_ptr<std::byte, Free> bucket_;
+  std::vector<const void*> send_;  // per run, the tensors' buffers (reduces_many_at_once backends)
+  std::vector<void*> recv_;
 };
 
 }  // namespace

@@ -59,6 +59,24 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DType d
   do_allreduce(send, recv, count, dtype, op);
 }
 
+void Communicator::allreduce_many(std::span<const void* const> send, std::span<void* const> recv,
+                                  std::span<const size_t> counts, DType dtype, ReduceOp op) {
+  check_usable("allreduce");
+  if (dtype != DType::Float32 && dtype != DType::Float64)
+    fail(describe(), "allreduce: expected float32 or float64 values, got " + dtype_name(dtype));
+  if (send.size() != recv.size() || send.size() != counts.size())
+    fail(describe(), "allreduce: expected as many send and receive buffers as counts");
+  for (size_t i = 0; i < send.size(); ++i)
+    if (counts[i] && (!send[i] || !recv[i])) fail(describe(), "allreduce: null buffer " + std::to_string(i));
+  if (!send.empty()) do_allreduce_many(send, recv, counts, dtype, op);
+}
+
+void Communicator::do_allreduce_many(std::span<const void* const> send, std::span<void* const> recv,
+                                     std::span<const size_t> counts, DType dtype, ReduceOp op) {
+  for (size_t i = 0; i < send.size(); ++i)
+    if (counts[i]) do_allreduce(send[i], recv[i], counts[i], dtype, op);
+}
+
 void Communicator::barrier() {
   check_usable("barrier");
   do_barrier();

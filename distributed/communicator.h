@@ -8,6 +8,7 @@
 // communicator is then broken (every later call throws at once).
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "executor/tensor.h"
@@ -33,6 +34,12 @@ class Communicator {
   // Reduces count float32/float64 values across ranks. send == recv reduces in place.
   void allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
   void allreduce(void* data, size_t count, DType dtype, ReduceOp op) { allreduce(data, data, count, dtype, op); }
+  // Several buffers of one dtype in one collective: buffer i of every rank reduces with buffer i of the others.
+  // Backends that read their peers' memory (threads) reduce them in place at once; the default reduces them one
+  // by one, so the AllReduce kernel packs them into one buffer for those (reduces_many_at_once() false).
+  void allreduce_many(std::span<const void* const> send, std::span<void* const> recv, std::span<const size_t> counts,
+                      DType dtype, ReduceOp op);
+  virtual bool reduces_many_at_once() const { return false; }
   void barrier();
   // Host-side conveniences for metrics and small values (always host memory, whatever the backend's device).
   double allreduce(double value, ReduceOp op);
@@ -50,6 +57,8 @@ class Communicator {
   virtual void do_broadcast(void* data, size_t bytes, int root) = 0;
   virtual void do_allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
   virtual void do_barrier() = 0;
+  virtual void do_allreduce_many(std::span<const void* const> send, std::span<void* const> recv,
+                                 std::span<const size_t> counts, DType dtype, ReduceOp op);
   // Host-memory allreduce of doubles for the conveniences above; the default uses do_allreduce, which suits
   // backends whose device is the host.
   virtual void host_allreduce(double* values, size_t count, ReduceOp op);

@@ -1,27 +1,21 @@
 #include "distributed/threads.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <span>
 
+#include "distributed/spin.h"
 #include "graph/error.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
 
 namespace onnxtrain {
 
 namespace {
-
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#endif
-}
 
 // Ranks of a replicated step reach each collective within microseconds of each other (they run the same
 // plan on equal shards), so a short spin saves a futex round trip; past it, a rank sleeps on the condition
@@ -40,10 +34,17 @@ struct ThreadGroup::Shared {
   std::condition_variable cv;
   std::atomic<int> failed_rank{-1};
   std::string failed_what;  // under m
-  // Per-rank slots of the current collective, written before its first barrier and read before its second.
-  std::vector<const void*> send;
-  std::vector<void*> recv;
-  std::vector<size_t> count;
+  // Per-rank slots of the current collective, written before its first barrier and read before its second: an
+  // allreduce's buffers (pointers into the caller's arrays), a broadcast's buffer.
+  struct Buffers {
+    const void* const* send = nullptr;
+    void* const* recv = nullptr;
+    const size_t* count = nullptr;
+    size_t n = 0;
+  };
+  std::vector<Buffers> reduce;
+  std::vector<void*> data;
+  std::vector<size_t> bytes;
   std::vector<double> mean_weights, sum_weights;  // empty: 1/n, and 1
 
   // Returns normally once all n ranks arrived; throws (via comm) when the wait times out or a rank failed.
@@ -104,12 +105,12 @@ class ThreadRank final : public Communicator {
  protected:
   void do_broadcast(void* data, size_t bytes, int root) override {
     ThreadGroup::Shared& s = *s_;
-    s.recv[static_cast<size_t>(rank_)] = data;
-    s.count[static_cast<size_t>(rank_)] = bytes;
+    s.data[static_cast<size_t>(rank_)] = data;
+    s.bytes[static_cast<size_t>(rank_)] = bytes;
     s.barrier(*this, "broadcast");
-    const auto root_bytes = s.count[static_cast<size_t>(root)];
+    const auto root_bytes = s.bytes[static_cast<size_t>(root)];
     const bool ok = root_bytes == bytes;
-    if (ok && rank_ != root) std::memcpy(data, s.recv[static_cast<size_t>(root)], bytes);
+    if (ok && rank_ != root) std::memcpy(data, s.data[static_cast<size_t>(root)], bytes);
     s.barrier(*this, "broadcast");
     if (!ok)
       fail_collective("broadcast: " + std::to_string(bytes) + " bytes here, " + std::to_string(root_bytes) +
@@ -117,58 +118,84 @@ class ThreadRank final : public Communicator {
   }
 
   void do_allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
-    if (dtype == DType::Float32) reduce<float>(send, recv, count, op);
-    else reduce<double>(send, recv, count, op);
+    do_allreduce_many({&send, 1}, {&recv, 1}, {&count, 1}, dtype, op);
+  }
+
+  bool reduces_many_at_once() const override { return true; }
+
+  void do_allreduce_many(std::span<const void* const> send, std::span<void* const> recv,
+                         std::span<const size_t> counts, DType dtype, ReduceOp op) override {
+    if (dtype == DType::Float32) reduce<float>(send, recv, counts, op);
+    else reduce<double>(send, recv, counts, op);
   }
 
   void do_barrier() override { s_->barrier(*this, "barrier"); }
 
  private:
-  // Rank r reduces the r-th slice of the elements over all ranks and writes the result into every rank's recv:
-  // each element is summed once, in rank order, so all ranks get the same bits, and a slice is read and written
-  // by one rank only, which makes send == recv safe.
-  template <class T> void reduce(const void* send, void* recv, size_t count, ReduceOp op) {
+  // The elements of all buffers, in order, are cut into one slice per rank. Rank r reduces its slice over all
+  // ranks and writes the result into every rank's recv: each element is summed once, in rank order, so all ranks
+  // get the same bits, and a slice is read and written by one rank only, which makes send == recv safe. The
+  // buffers are read where they are: no packing into one message.
+  template <class T> void reduce(std::span<const void* const> send, std::span<void* const> recv,
+                                 std::span<const size_t> counts, ReduceOp op) {
     ThreadGroup::Shared& s = *s_;
     const auto me = static_cast<size_t>(rank_);
-    s.send[me] = send;
-    s.recv[me] = recv;
-    s.count[me] = count;
+    s.reduce[me] = {send.data(), recv.data(), counts.data(), counts.size()};
     s.barrier(*this, "allreduce");
     const size_t n = static_cast<size_t>(s.n);
     bool same = true;
-    std::string counts;  // for the message, read before the slots may be reused
-    for (size_t k = 0; k < n; ++k) same = same && s.count[k] == count;
+    for (size_t k = 0; k < n && same; ++k) {
+      same = s.reduce[k].n == counts.size();
+      for (size_t i = 0; i < counts.size() && same; ++i) same = s.reduce[k].count[i] == counts[i];
+    }
+    std::string mismatch;  // for the message, read before the slots may be reused
     if (!same)
-      for (size_t k = 0; k < n; ++k) counts += (k ? ", " : "") + std::to_string(s.count[k]);
+      for (size_t k = 0; k < n; ++k) {
+        size_t total = 0;
+        for (size_t i = 0; i < s.reduce[k].n; ++i) total += s.reduce[k].count[i];
+        mismatch += (k ? ", " : "") + std::to_string(s.reduce[k].n) + " buffer(s) of " + std::to_string(total);
+      }
     if (same) {
       T w[64];
-      const size_t ranks = std::min<size_t>(n, 64);
-      for (size_t k = 0; k < ranks; ++k)
+      for (size_t k = 0; k < n; ++k)
         w[k] = op == ReduceOp::Sum ? (s.sum_weights.empty() ? T(1) : static_cast<T>(s.sum_weights[k]))
                                    : (s.mean_weights.empty() ? T(1) / T(n) : static_cast<T>(s.mean_weights[k]));
-      const size_t lo = count * me / n, hi = count * (me + 1) / n;
-      const T* src0 = static_cast<const T*>(s.send[0]);
-      if (n == 2) {
-        // The common case, as one vectorisable loop.
-        const T* src1 = static_cast<const T*>(s.send[1]);
-        T* d0 = static_cast<T*>(s.recv[0]);
-        T* d1 = static_cast<T*>(s.recv[1]);
-        const T w0 = w[0], w1 = w[1];
-        if (op == ReduceOp::Sum && s.sum_weights.empty()) {
-          for (size_t j = lo; j < hi; ++j) d0[j] = d1[j] = src0[j] + src1[j];
-        } else {
-          for (size_t j = lo; j < hi; ++j) d0[j] = d1[j] = w0 * src0[j] + w1 * src1[j];
-        }
-      } else {
-        for (size_t j = lo; j < hi; ++j) {
-          T acc = w[0] * src0[j];
-          for (size_t k = 1; k < ranks; ++k) acc += w[k] * static_cast<const T*>(s.send[k])[j];
-          for (size_t k = 0; k < ranks; ++k) static_cast<T*>(s.recv[k])[j] = acc;
-        }
+      const bool plain_sum = op == ReduceOp::Sum && s.sum_weights.empty();
+      size_t total = 0;
+      for (size_t c : counts) total += c;
+      const size_t lo = total * me / n, hi = total * (me + 1) / n;
+      size_t offset = 0;
+      for (size_t i = 0; i < counts.size(); offset += counts[i], ++i) {
+        const size_t a = std::max(lo, offset), b = std::min(hi, offset + counts[i]);
+        if (a < b) reduce_range<T>(i, a - offset, b - offset, w, plain_sum);
       }
     }
     s.barrier(*this, "allreduce");
-    if (!same) fail_collective("allreduce: the ranks passed different element counts (" + counts + ")");
+    if (!same) fail_collective("allreduce: the ranks passed different buffers (" + mismatch + " elements)");
+  }
+
+  // Elements [lo, hi) of buffer i, over every rank.
+  template <class T> void reduce_range(size_t i, size_t lo, size_t hi, const T* w, bool plain_sum) {
+    ThreadGroup::Shared& s = *s_;
+    const size_t n = static_cast<size_t>(s.n);
+    auto src = [&](size_t k) { return static_cast<const T*>(s.reduce[k].send[i]); };
+    auto dst = [&](size_t k) { return static_cast<T*>(s.reduce[k].recv[i]); };
+    if (n == 2) {
+      // The common case, as one vectorisable loop.
+      const T *src0 = src(0), *src1 = src(1);
+      T *d0 = dst(0), *d1 = dst(1);
+      const T w0 = w[0], w1 = w[1];
+      if (plain_sum)
+        for (size_t j = lo; j < hi; ++j) d0[j] = d1[j] = src0[j] + src1[j];
+      else
+        for (size_t j = lo; j < hi; ++j) d0[j] = d1[j] = w0 * src0[j] + w1 * src1[j];
+      return;
+    }
+    for (size_t j = lo; j < hi; ++j) {
+      T acc = w[0] * src(0)[j];
+      for (size_t k = 1; k < n; ++k) acc += w[k] * src(k)[j];
+      for (size_t k = 0; k < n; ++k) dst(k)[j] = acc;
+    }
   }
 
   std::shared_ptr<ThreadGroup::Shared> s_;
@@ -190,9 +217,9 @@ ThreadGroup::ThreadGroup(int size, double timeout) : shared_(std::make_shared<Sh
   Shared& s = *shared_;
   s.n = size;
   s.timeout = comm_timeout(timeout);
-  s.send.assign(static_cast<size_t>(size), nullptr);
-  s.recv.assign(static_cast<size_t>(size), nullptr);
-  s.count.assign(static_cast<size_t>(size), 0);
+  s.reduce.assign(static_cast<size_t>(size), {});
+  s.data.assign(static_cast<size_t>(size), nullptr);
+  s.bytes.assign(static_cast<size_t>(size), 0);
   for (int r = 0; r < size; ++r) ranks_.push_back(std::make_shared<ThreadRank>(shared_, r));
 }
 

@@ -83,7 +83,10 @@ ExecutionPlan& Executor::plan_for(std::span<const Tensor* const> feeds) {
     if (!opts_.variables.count(name)) spec.constants.insert(name);
   }
   spec.outputs = output_names_;
-  for (const auto& [fresh, state] : opts_.updates) spec.outputs.push_back(fresh);
+  for (const auto& [fresh, state] : opts_.updates) {
+    spec.handed_over.push_back(spec.outputs.size());
+    spec.outputs.push_back(fresh);
+  }
   for (const std::string& v : opts_.must_be_finite) spec.outputs.push_back(v);
   spec.check_every_value = opts_.check_every_value;
   spec.fuse_elementwise = opts_.fuse_elementwise;
@@ -133,7 +136,9 @@ std::span<const Tensor* const> Executor::run(std::span<const Tensor* const> feed
     if (fresh.dtype != target.dtype || fresh.shape != target.shape)
       fail("update of '" + opts_.updates[i].second + "'", "new value '" + opts_.updates[i].first + "' is " +
                                                              fresh.describe() + " but the state is " + target.describe());
-    if (fresh.data != target.data) copy_bytes(target.data, target.device, fresh.data, fresh.device, target.nbytes());
+    // The plan's buffer of the new value becomes the state's (no copy) where it can; else the bytes are copied.
+    if (fresh.data != target.data && !plan.hand_over(n_user + i, target))
+      copy_bytes(target.data, target.device, fresh.data, fresh.device, target.nbytes());
   }
   // Each run ends with its work finished, so callers may read results and the next run (of any executor
   // sharing the store) sees the updated state without cross-stream ordering.

@@ -64,7 +64,11 @@ class PlanCompiler {
       extend(t, std::numeric_limits<size_t>::max());
     }
     if (fuse_) fuse_elementwise_steps();
+    reserve_handed_over();
     place_in_arena();
+    // A handed-over buffer keeps the arena alive wherever it goes.
+    for (size_t i = 0; i < plan_->handed_over_.size(); ++i)
+      if (plan_->handed_over_[i]) const_cast<Tensor*>(plan_->outputs_[i])->owner = plan_->arena_;
     plan_->profile_ = spec_.profile;
     return std::move(plan_);
   }
@@ -309,6 +313,27 @@ class PlanCompiler {
   }
 
   // Greedy best-fit by decreasing size: each buffer takes the lowest offset free for its whole lifetime.
+  // Outputs the executor hands over to state (optimizer updates) get a buffer no other value shares at any
+  // step: after the swap that buffer holds the state, which the next run reads from its first step on. Only
+  // plain arena values qualify, not views, nor values that another value views or that are also returned as
+  // another output.
+  void reserve_handed_over() {
+    plan_->handed_over_.assign(plan_->outputs_.size(), false);
+    if (spec_.device != Device::CPU) return;
+    std::unordered_map<const Tensor*, int> returned;
+    for (const Tensor* t : plan_->outputs_) ++returned[t];
+    std::unordered_set<const Tensor*> viewed;
+    for (const auto& [view, target] : view_of_) viewed.insert(target);
+    for (size_t i : spec_.handed_over) {
+      if (i >= plan_->outputs_.size()) continue;
+      const Tensor* t = plan_->outputs_[i];
+      auto it = interval_.find(t);
+      if (it == interval_.end() || view_of_.count(t) || viewed.count(t) || returned[t] != 1) continue;
+      it->second.first = 0;
+      plan_->handed_over_[i] = true;
+    }
+  }
+
   void place_in_arena() {
     struct Buf {
       Tensor* t;
@@ -370,6 +395,16 @@ std::vector<std::string> PlanSpec::feed_names_and_state() const {
 std::unique_ptr<ExecutionPlan> ExecutionPlan::compile(const PlanSpec& spec) { return PlanCompiler(spec).compile(); }
 
 ExecutionPlan::~ExecutionPlan() = default;
+
+bool ExecutionPlan::hand_over(size_t output, Tensor& state) {
+  if (output >= handed_over_.size() || !handed_over_[output]) return false;
+  Tensor* slot = const_cast<Tensor*>(outputs_[output]);
+  // A state that views memory it does not own (a bound buffer) must keep receiving its values there.
+  if (!state.owner || state.device != slot->device || state.nbytes() != slot->nbytes()) return false;
+  std::swap(slot->data, state.data);
+  std::swap(slot->owner, state.owner);
+  return true;
+}
 
 std::span<const Tensor* const> ExecutionPlan::run(std::span<const Tensor* const> feeds) {
   for (size_t i = 0; i < feed_slots_.size(); ++i) feed_slots_[i]->data = feeds[i]->data;

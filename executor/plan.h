@@ -32,6 +32,9 @@ struct PlanSpec {
   bool fuse_elementwise = true;
   // Time every step of every run (two clock reads per step; off, run() is unchanged). ExecutionPlan::profile().
   bool profile = false;
+  // Indices into `outputs` of the new values of state (optimizer updates): on the CPU each gets a buffer of its
+  // own for the whole run, so that ExecutionPlan::hand_over can give it to the state instead of copying.
+  std::vector<size_t> handed_over;
 
   std::vector<std::string> feed_names_and_state() const;  // names defined before the first node
 };
@@ -63,6 +66,10 @@ class ExecutionPlan {
   std::vector<StepTime> profile() const;
   // Bytes that a naive plan (one buffer per value) would need, for the memory planner's tests and docs.
   size_t unplanned_bytes() const { return unplanned_bytes_; }
+  // After a run: swaps the buffer of output i (one of PlanSpec::handed_over that got a buffer of its own) with
+  // `state`'s, so the state holds the new value without a copy and the plan writes the next one into the old
+  // buffer. Other plans read state through its Tensor at run time, so they follow. False: copy instead.
+  bool hand_over(size_t output, Tensor& state);
 
  private:
   struct Step {
@@ -77,6 +84,7 @@ class ExecutionPlan {
   std::vector<std::unique_ptr<Tensor>> slots_;  // every value the plan owns or views
   std::vector<Tensor*> feed_slots_;
   std::vector<const Tensor*> outputs_;
+  std::vector<bool> handed_over_;  // per output: hand_over may swap its buffer
   std::shared_ptr<void> arena_;
   size_t arena_bytes_ = 0;
   size_t unplanned_bytes_ = 0;

@@ -8,21 +8,13 @@
 #include <thread>
 #include <typeinfo>
 
+#include "distributed/spin.h"
 #include "graph/error.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
 
 namespace onnxtrain {
 
 namespace {
-
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#endif
-}
 
 // Steps follow each other within microseconds in a training loop: a short spin before sleeping on the futex
 // keeps the wake-up off the step's critical path; a loop that pauses longer costs one futex wake per step.

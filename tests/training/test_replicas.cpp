@@ -9,6 +9,7 @@
 #include <random>
 
 #include "common/test_env.h"
+#include "training/yield_test_util.h"
 #include "executor/finite.h"
 #include "training/epoch.h"
 #include "graph/model_io.h"
@@ -17,12 +18,8 @@
 namespace onnxtrain {
 namespace {
 
-Tensor random_tensor(std::vector<int64_t> shape, unsigned seed, float lo = -1, float hi = 1) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  Tensor t = Tensor::empty(DType::Float32, std::move(shape));
-  for (float& v : t.span<float>()) v = u(rng);
-  return t;
+Tensor random_tensor(std::vector<int64_t> shape, unsigned seed) {
+  return test::random_tensor<float>(DType::Float32, std::move(shape), seed);
 }
 
 Tensor labels(int64_t n, int64_t classes, unsigned seed) {
@@ -120,7 +117,8 @@ TEST(ReplicatedSession, EpochOverReplicasIsTheEpochOfOneSession) {
     if (!one.training_graph().is_initializer(v.name) && v.name != "x" && v.name != one.target_name()) sw = v.name;
   ASSERT_FALSE(sw.empty());
   const int64_t n = 101;
-  Tensor x = random_tensor({n, 6}, 1), y = random_tensor({n, 1}, 2), raw = random_tensor({n}, 3, 0.5f, 2.0f);
+  Tensor x = random_tensor({n, 6}, 1), y = random_tensor({n, 1}, 2), raw = random_tensor({n}, 3);
+  for (float& v : raw.span<float>()) v = 0.5f + std::abs(v);  // positive sample weights
   EpochSpec spec;
   spec.batch_size = 32;  // the last batch has 5 rows: parts of 3 and 2
   spec.order.resize(n);

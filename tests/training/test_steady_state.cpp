@@ -110,6 +110,15 @@ const Setup kSetups[] = {
      [](TrainingConfig& c) { c.optimizer.momentum = 0.9; c.optimizer.convention = "onnx"; c.optimizer.beta = 0.5; }},
 };
 
+// operator new calls (on any thread) during `steps` calls of step(), whose losses add into `loss`.
+template <class Step> long new_during(int steps, Step step, float& loss) {
+  g_allocations = 0;
+  g_counting = true;
+  for (int i = 0; i < steps; ++i) loss += step();
+  g_counting = false;
+  return g_allocations.load();
+}
+
 class SteadyState : public ::testing::TestWithParam<Setup> {};
 
 TEST_P(SteadyState, TrainStepAllocatesNothing) {
@@ -128,12 +137,9 @@ TEST_P(SteadyState, TrainStepAllocatesNothing) {
   Feeds f{{"x", x}, {s.target_name(), y}};
   s.train_step(f);  // compiles the plan
   s.train_step(f);
-  g_allocations = 0;
-  g_counting = true;
   float loss = 0;
-  for (int i = 0; i < 20; ++i) loss += s.train_step(f);
-  g_counting = false;
-  EXPECT_EQ(g_allocations.load(), 0) << "heap allocations during 20 steady-state training steps";
+  EXPECT_EQ(new_during(20, [&] { return s.train_step(f); }, loss), 0)
+      << "heap allocations during 20 steady-state training steps";
   EXPECT_TRUE(std::isfinite(loss));
   // A new batch size compiles a second plan; going back reuses the first.
   Tensor x2 = Tensor::empty(DType::Float32, {4, 16});
@@ -165,12 +171,9 @@ TEST(SteadyStateReplicas, ReplicatedStepAllocatesNothing) {
     Feeds f{{"x", x}, {s.primary().target_name(), y}};
     s.train_step(f);  // compiles the plans, builds the per-replica views
     s.train_step(f);
-    g_allocations = 0;
-    g_counting = true;
     float loss = 0;
-    for (int i = 0; i < 20; ++i) loss += s.train_step(f);
-    g_counting = false;
-    EXPECT_EQ(g_allocations.load(), 0) << "heap allocations during 20 replicated steps of " << rows << " rows";
+    EXPECT_EQ(new_during(20, [&] { return s.train_step(f); }, loss), 0)
+        << "heap allocations during 20 replicated steps of " << rows << " rows";
     EXPECT_TRUE(std::isfinite(loss));
   }
 }
