@@ -137,3 +137,50 @@ TEST(Plan, ReshapeLikeOpsAreViews) {
 
 }  // namespace
 }  // namespace onnxtrain
+
+namespace onnxtrain {
+namespace {
+
+// Optimizer-style updates: w_new = w * 2 + x, written back into the state "w" after each run. The plan hands its
+// buffer of w_new to the state (ExecutionPlan::hand_over) instead of copying, so the two buffers alternate; a
+// state that views memory it does not own gets the bytes copied into that memory instead.
+Graph doubling_update() {
+  Graph g;
+  g.inputs = {{"x", {DType::Float32, dims({4})}}, {"w", {DType::Float32, dims({4})}}};
+  g.outputs = {{"s", {DType::Float32, dims({4})}}};
+  g.initializers["two"] = TensorData::from<float>({1}, std::vector<float>{2.0f});
+  g.initializers["w"] = TensorData::from<float>({4}, std::vector<float>{1, 2, 3, 4});
+  g.nodes = {node("Mul", {"w", "two"}, {"w2"}), node("Add", {"w2", "x"}, {"w_new"}), node("Neg", {"w_new"}, {"s"})};
+  return g;
+}
+
+TEST(Plan, UpdatesHandTheirBufferToTheState) {
+  auto store = std::make_shared<TensorStore>();
+  ExecutorOptions opts;
+  opts.updates = {{"w_new", "w"}};
+  Executor ex(doubling_update(), {{"", 17}}, store, opts);
+  const Tensor x = Tensor::from_vector<float>({4}, std::vector<float>{1, 1, 1, 1});
+  const void* first = store->at("w").data;
+  ex.run({{"x", x}});
+  const void* second = store->at("w").data;
+  EXPECT_NE(second, first) << "the new value should have been handed over, not copied";
+  EXPECT_EQ(store->at("w").span<float>()[3], 9.0f);  // 4 * 2 + 1
+  ex.run({{"x", x}});
+  EXPECT_EQ(store->at("w").data, first) << "the buffers alternate";
+  EXPECT_EQ(store->at("w").span<float>()[3], 19.0f);
+  ex.run({{"x", x}});
+  EXPECT_EQ(store->at("w").span<float>()[0], 2.0f * (2.0f * (2.0f * 1 + 1) + 1) + 1);
+
+  // A view state (memory owned by the caller, like a bound buffer) keeps its memory and receives copies.
+  auto viewed = std::make_shared<TensorStore>();
+  std::vector<float> mine = {1, 2, 3, 4};
+  (*viewed)["w"] = Tensor::view(DType::Float32, {4}, mine.data());
+  Executor ex2(doubling_update(), {{"", 17}}, viewed, opts);
+  ex2.run({{"x", x}});
+  ex2.run({{"x", x}});
+  EXPECT_EQ(viewed->at("w").data, mine.data());
+  EXPECT_EQ(mine[3], 19.0f);
+}
+
+}  // namespace
+}  // namespace onnxtrain
