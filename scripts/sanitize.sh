@@ -27,7 +27,8 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
 fi
 # The CI subset: suite binary and its gtest filter (the CLI suite without its whole example runs).
 subset_tests=("tests/test_graph:*" "tests/test_gradients:*" "tests/reliability/test_reliability:*"
-              "tests/cli/test_cli:Config*:MalformedCli.*")
+              "tests/cli/test_cli:Config*:MalformedCli.*"
+              "tests/test_training:*Replicat*:TrainEpoch.*:Checkpoint.*")
 subset=""
 if [ "${1:-}" = --subset ]; then
   subset=1
