@@ -312,7 +312,6 @@ class PlanCompiler {
       it = interval_.count(it->second) ? std::next(it) : view_of_.erase(it);
   }
 
-  // Greedy best-fit by decreasing size: each buffer takes the lowest offset free for its whole lifetime.
   // Outputs the executor hands over to state (optimizer updates) get a buffer no other value shares at any
   // step: after the swap that buffer holds the state, which the next run reads from its first step on. Only
   // plain arena values qualify, not views, nor values that another value views or that are also returned as
@@ -334,6 +333,7 @@ class PlanCompiler {
     }
   }
 
+  // Greedy best-fit by decreasing size: each buffer takes the lowest offset free for its whole lifetime.
   void place_in_arena() {
     struct Buf {
       Tensor* t;
