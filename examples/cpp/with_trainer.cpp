@@ -1,26 +1,36 @@
 // The same fine-tuning with Trainer: shuffled batches, validation metrics, early stopping, checkpoints every
 // 50 steps (newest 2 kept) and a CSV metrics log come from the library.
 //
-//   with_trainer MODEL.onnx TRAIN.npz VAL.npz OUT_DIR      (files from examples/digits/make_digits.py)
+//   with_trainer MODEL.onnx TRAIN.npz VAL.npz OUT_DIR [REPLICAS]   (files from examples/digits/make_digits.py)
+//
+// REPLICAS > 1 trains N one-thread copies of the session, each on its part of every batch (docs/replicas.md).
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 
 #include "graph/error.h"
+#include "graph/model_io.h"
 #include "training/trainer.h"
 
 using namespace onnxtrain;
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: with_trainer MODEL.onnx TRAIN.npz VAL.npz OUT_DIR\n");
+  if (argc != 5 && argc != 6) {
+    std::fprintf(stderr, "usage: with_trainer MODEL.onnx TRAIN.npz VAL.npz OUT_DIR [REPLICAS]\n");
     return 2;
   }
+  const int replicas = argc == 6 ? std::atoi(argv[5]) : 1;
   try {
     TrainingConfig cfg;
     cfg.trainable = {"head.weight", "head.bias"};
     cfg.loss.kind = "cross_entropy";
     cfg.optimizer.kind = "adam";
     cfg.optimizer.learning_rate = 0.01;
-    TrainingSession s = TrainingSession::from_file(argv[1], cfg);
+    std::unique_ptr<TrainingSession> one;
+    std::unique_ptr<ReplicatedSession> many;
+    if (replicas > 1) many = std::make_unique<ReplicatedSession>(load_model(argv[1]), cfg, replicas);
+    else one = std::make_unique<TrainingSession>(TrainingSession::from_file(argv[1], cfg));
+    const TrainingSession& s = many ? many->primary() : *one;  // reads: target name, export
 
     // Feeds by name: the model input and the loss target.
     Dataset train = read_npz(argv[2]), val = read_npz(argv[3]);
@@ -32,7 +42,7 @@ int main(int argc, char** argv) {
     TrainerOptions opts;
     opts.epochs = 10;
     opts.metrics = {"loss", "accuracy"};
-    Trainer t(s, train_data, opts);
+    Trainer t = many ? Trainer(*many, train_data, opts) : Trainer(*one, train_data, opts);
     t.set_validation(&val_data);
     const std::filesystem::path out = argv[4];
     t.add_callback(std::make_shared<CheckpointEvery>(out / "checkpoints", 50, 2));

@@ -38,6 +38,10 @@ TEST(Examples, OwnLoopAndTrainerFineTuneDigits) {
   EXPECT_GT(last_accuracy(tr), 0.9) << tr;
   EXPECT_TRUE(std::filesystem::exists(dir / "trainer/model.onnx"));
   EXPECT_TRUE(std::filesystem::exists(dir / "trainer/metrics.csv"));
+  // The same with two replicas (docs/replicas.md).
+  std::string rep = run_example("with_trainer", dir / "data", (dir / "replicas").string() + " 2");
+  EXPECT_GT(last_accuracy(rep), 0.9) << rep;
+  EXPECT_TRUE(std::filesystem::exists(dir / "replicas/model.onnx"));
 }
 
 }  // namespace
