@@ -47,8 +47,10 @@ struct ThreadGroup::Shared {
   std::vector<size_t> bytes;
   std::vector<double> mean_weights, sum_weights;  // empty: 1/n, and 1
 
-  // Returns normally once all n ranks arrived; throws (via comm) when the wait times out or a rank failed.
-  void barrier(Communicator& comm, const char* op) {
+  // Complete once all n ranks arrived; RankFailed (with the rank and its error in `failed`) when one stopped
+  // first; TimedOut after `timeout` seconds. The caller turns the last two into its communicator's error.
+  enum class Arrival { Complete, RankFailed, TimedOut };
+  Arrival barrier(std::pair<int, std::string>& failed) {
     const uint64_t gen = generation.load(std::memory_order_acquire);
     if (arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
       arrived.store(0, std::memory_order_relaxed);
@@ -58,10 +60,10 @@ struct ThreadGroup::Shared {
         generation.fetch_add(1, std::memory_order_acq_rel);
       }
       cv.notify_all();
-      return;
+      return Arrival::Complete;
     }
     for (int i = 0; i < kSpins; ++i) {
-      if (generation.load(std::memory_order_acquire) != gen) return;
+      if (generation.load(std::memory_order_acquire) != gen) return Arrival::Complete;
       if (failed_rank.load(std::memory_order_acquire) >= 0) break;
       cpu_relax();
     }
@@ -71,19 +73,11 @@ struct ThreadGroup::Shared {
       return generation.load(std::memory_order_acquire) != gen || failed_rank.load(std::memory_order_acquire) >= 0;
     });
     // A rank that failed after this barrier completed does not undo it.
-    if (generation.load(std::memory_order_acquire) != gen) return;
-    if (done) {
-      const std::string what = failed_what;
-      const int r = failed_rank.load();
-      lock.unlock();
-      throw_failed(comm, op, r, what);
-    }
-    lock.unlock();
-    fail_timeout(comm, op);
+    if (generation.load(std::memory_order_acquire) != gen) return Arrival::Complete;
+    if (!done) return Arrival::TimedOut;
+    failed = {failed_rank.load(), failed_what};
+    return Arrival::RankFailed;
   }
-
-  [[noreturn]] static void throw_failed(Communicator& comm, const char* op, int r, const std::string& what);
-  [[noreturn]] static void fail_timeout(Communicator& comm, const char* op);
 };
 
 namespace {
@@ -96,22 +90,16 @@ class ThreadRank final : public Communicator {
   Device device() const override { return Device::CPU; }
   std::string backend() const override { return "threads"; }
 
-  [[noreturn]] void failed(const char* op, int r, const std::string& what) {
-    fail_collective(std::string(op) + ": replica " + std::to_string(r) + " stopped with an error, so this " + op +
-                    " cannot complete (" + what + ")");
-  }
-  [[noreturn]] void timed_out(const char* op) { fail_timeout(op, s_->timeout); }
-
  protected:
   void do_broadcast(void* data, size_t bytes, int root) override {
     ThreadGroup::Shared& s = *s_;
     s.data[static_cast<size_t>(rank_)] = data;
     s.bytes[static_cast<size_t>(rank_)] = bytes;
-    s.barrier(*this, "broadcast");
+    wait("broadcast");
     const auto root_bytes = s.bytes[static_cast<size_t>(root)];
     const bool ok = root_bytes == bytes;
     if (ok && rank_ != root) std::memcpy(data, s.data[static_cast<size_t>(root)], bytes);
-    s.barrier(*this, "broadcast");
+    wait("broadcast");
     if (!ok)
       fail_collective("broadcast: " + std::to_string(bytes) + " bytes here, " + std::to_string(root_bytes) +
                       " at root " + std::to_string(root) + " (every rank must pass the same size)");
@@ -129,7 +117,7 @@ class ThreadRank final : public Communicator {
     else reduce<double>(send, recv, counts, op);
   }
 
-  void do_barrier() override { s_->barrier(*this, "barrier"); }
+  void do_barrier() override { wait("barrier"); }
 
  private:
   // The elements of all buffers, in order, are cut into one slice per rank. Rank r reduces its slice over all
@@ -141,7 +129,7 @@ class ThreadRank final : public Communicator {
     ThreadGroup::Shared& s = *s_;
     const auto me = static_cast<size_t>(rank_);
     s.reduce[me] = {send.data(), recv.data(), counts.data(), counts.size()};
-    s.barrier(*this, "allreduce");
+    wait("allreduce");
     const size_t n = static_cast<size_t>(s.n);
     bool same = true;
     for (size_t k = 0; k < n && same; ++k) {
@@ -170,7 +158,7 @@ class ThreadRank final : public Communicator {
         if (a < b) reduce_range<T>(i, a - offset, b - offset, w, plain_sum);
       }
     }
-    s.barrier(*this, "allreduce");
+    wait("allreduce");
     if (!same) fail_collective("allreduce: the ranks passed different buffers (" + mismatch + " elements)");
   }
 
@@ -198,19 +186,25 @@ class ThreadRank final : public Communicator {
     }
   }
 
+  // The group's barrier, failing this communicator when another rank stopped or the wait timed out.
+  void wait(const char* op) {
+    std::pair<int, std::string> failed;
+    switch (s_->barrier(failed)) {
+      case ThreadGroup::Shared::Arrival::Complete:
+        return;
+      case ThreadGroup::Shared::Arrival::RankFailed:
+        fail_collective(std::string(op) + ": replica " + std::to_string(failed.first) + " stopped with an error, so " +
+                        "this " + op + " cannot complete (" + failed.second + ")");
+      case ThreadGroup::Shared::Arrival::TimedOut:
+        fail_timeout(op, s_->timeout);
+    }
+  }
+
   std::shared_ptr<ThreadGroup::Shared> s_;
   int rank_;
 };
 
 }  // namespace
-
-void ThreadGroup::Shared::throw_failed(Communicator& comm, const char* op, int r, const std::string& what) {
-  static_cast<ThreadRank&>(comm).failed(op, r, what);
-}
-
-void ThreadGroup::Shared::fail_timeout(Communicator& comm, const char* op) {
-  static_cast<ThreadRank&>(comm).timed_out(op);
-}
 
 ThreadGroup::ThreadGroup(int size, double timeout) : shared_(std::make_shared<Shared>()) {
   if (size < 1 || size > 64) fail("thread group", "expected 1 to 64 ranks, got " + std::to_string(size));
