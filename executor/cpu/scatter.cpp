@@ -185,7 +185,7 @@ std::unique_ptr<Kernel> make_scatter_nd(PrepareContext& ctx) {
   const int64_t slice = numel_of(std::span<const int64_t>(data.shape).subspan(static_cast<size_t>(k)));
   // Clang 14 (the fuzz/sanitizer compiler) cannot capture a structured binding in a lambda.
   const std::vector<int64_t>& data_shape = data.shape;
-  const bool zeros = known_zeros(data);  // outside the lambda: clang 14 cannot capture a structured binding
+  const bool zeros = known_zeros(data);
   return with_numeric_type(ctx, data.dtype, [&](auto t) -> std::unique_ptr<Kernel> {
     using T = decltype(t);
     return std::make_unique<ScatterNDKernel<T>>(ctx.node.describe(), data_shape, tuples, k, slice, red, zeros);

@@ -76,9 +76,6 @@ struct Locked {
     Tensor t = to_tensor(value, io.weight_type(name), "weight '" + name + "'", keep);
     run([&](Session& s) { s.set_weight(name, t); });
   }
-  void set_weights(const py::dict& values) {
-    for (auto [k, v] : values) set_weight(std::string(py::str(k)), v);
-  }
 };
 
 // With replicas (training/replicas.h), `s` is replica 0, sharing ownership with `replicas`: reads and
@@ -96,9 +93,6 @@ struct PyTraining : Locked<TrainingSession> {
     std::vector<py::object> keep;
     Tensor t = to_tensor(value, io.weight_type(name), "weight '" + name + "'", keep);
     change([&](TrainingSession& x) { x.set_weight(name, t); }, [&](ReplicatedSession& x) { x.set_weight(name, t); });
-  }
-  void set_weights(const py::dict& values) {
-    for (auto [k, v] : values) set_weight(std::string(py::str(k)), v);
   }
   void adopt(std::unique_ptr<ReplicatedSession> r) {
     replicas = std::move(r);
@@ -269,7 +263,9 @@ void bind_common(Cls& cls) {
       .def("weights", &P::weights, "Copies of every trainable weight, by name.")
       .def("set_weight", &P::set_weight, py::arg("name"), py::arg("value"),
            "Overwrites a trainable weight (same dtype and shape).")
-      .def("set_weights", &P::set_weights, py::arg("values"), "set_weight for every entry of a dict.");
+      .def("set_weights", [](P& self, const py::dict& values) {
+             for (auto [k, v] : values) self.set_weight(std::string(py::str(k)), v);
+           }, py::arg("values"), "set_weight for every entry of a dict.");
 }
 
 }  // namespace
