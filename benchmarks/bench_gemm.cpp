@@ -1,16 +1,18 @@
-// The allocation-free GEMM we could have: Eigen's own product kernel, fed packing buffers allocated once, against
-// the oneDNN sgemm the executor calls (which mallocs a workspace per call; docs/performance.md, "Heap allocations
-// per steady-state step"). At W1's and W3's product shapes, one thread by default:
+// The executor's float32 GEMM (executor/cpu/gemm.h: onnxtrain's own AVX-512 kernel, which allocates nothing per
+// call) against oneDNN's dnnl_sgemm, which it replaced (a malloc'd workspace per call), and against the other
+// allocation-free option, Eigen's product kernel fed packing buffers allocated once (docs/performance.md, "An
+// allocation-free GEMM"). At W1's and W3's product shapes, on OMP_NUM_THREADS threads:
 //
 //   OMP_NUM_THREADS=1 build/release/benchmarks/bench_gemm [--repeats 7] [--iters 20]
 //
-// Prints GFLOP/s of both, their ratio (eigen / dnnl: below 1, Eigen is slower) and the largest difference of
-// their results. Ratios only mean something within one run: this machine is shared.
+// Prints GFLOP/s of each, the ratios to dnnl (below 1: slower than oneDNN) and the largest difference of their
+// results from oneDNN's. Ratios only mean something within one run: this machine is shared.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Core>
 #pragma GCC diagnostic pop
 #include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,6 +22,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "executor/cpu/gemm.h"
 
 namespace {
 
@@ -84,14 +88,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_gemm: --repeats and --iters must be positive\n");
     return 2;
   }
+  if (!onnxtrain::cpu::own_sgemm_available())
+    std::printf("this build has no AVX-512 kernel: the \"own\" column below is oneDNN's sgemm again\n");
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> a(size_t{1} << 20), b(size_t{1} << 20), c_dnnl(size_t{1} << 20), c_eigen(size_t{1} << 20);
+  constexpr size_t kElems = size_t{1} << 20;
+  std::vector<float> a(kElems), b(kElems), c_dnnl(kElems), c_own(kElems), c_eigen(kElems);
   for (float& v : a) v = u(rng);
   for (float& v : b) v = u(rng);
-  std::printf("%-22s %-3s %5s %5s %5s  %12s %12s  %s  %s\n", "product", "op", "M", "N", "K", "dnnl GF/s", "eigen GF/s",
-              "eigen/dnnl", "max |diff|");
-  std::vector<double> ratios;
+  std::printf("threads: %d\n", omp_get_max_threads());
+  std::printf("%-22s %-3s %5s %5s %5s  %9s %9s %9s  %8s %10s  %s\n", "product", "op", "M", "N", "K", "dnnl GF/s",
+              "own GF/s", "eigen GF/s", "own/dnnl", "eigen/dnnl", "max |diff| own, eigen");
+  std::vector<double> own_ratios, eigen_ratios;
   bool agree = true;
   for (const Shape& s : kShapes) {
     const Index lda = s.ta == 'N' ? s.k : s.m, ldb = s.tb == 'N' ? s.n : s.k, ldc = s.n;
@@ -100,6 +108,14 @@ int main(int argc, char** argv) {
       if (dnnl_sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c_dnnl.data(), ldc) !=
           dnnl_success)
         std::abort();
+    };
+    auto run_own = [&] {
+      if (!onnxtrain::cpu::own_sgemm_available()) {
+        dnnl_sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c_own.data(), ldc);
+        return;
+      }
+      onnxtrain::cpu::own_sgemm(s.ta == 'T', s.tb == 'T', s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
+                                c_own.data(), ldc);
     };
     auto run_eigen = [&] {
       using Eigen::ColMajor;
@@ -112,29 +128,39 @@ int main(int argc, char** argv) {
         eigen_gemm<ColMajor, RowMajor>(s.m, s.n, s.k, a.data(), lda, b.data(), ldb, c_eigen.data(), ldc, blocking);
     };
     run_dnnl();
+    run_own();
     run_eigen();
-    double diff = 0;
-    for (Index i = 0; i < s.m * s.n; ++i)
-      diff = std::max(diff, double(std::abs(c_dnnl[static_cast<size_t>(i)] - c_eigen[static_cast<size_t>(i)])));
-    agree = agree && diff < 1e-3;  // sums of up to 1024 products of values in [-1, 1]: float rounding is ~1e-5
-    double best_dnnl = 1e30, best_eigen = 1e30;
-    for (int r = 0; r < repeats; ++r) {  // alternating, best of each
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) run_dnnl();
-      const auto t1 = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) run_eigen();
-      const auto t2 = std::chrono::steady_clock::now();
-      best_dnnl = std::min(best_dnnl, std::chrono::duration<double>(t1 - t0).count() / iters);
-      best_eigen = std::min(best_eigen, std::chrono::duration<double>(t2 - t1).count() / iters);
+    double diff_own = 0, diff_eigen = 0;
+    for (Index i = 0; i < s.m * s.n; ++i) {
+      const double ref = c_dnnl[static_cast<size_t>(i)];
+      diff_own = std::max(diff_own, std::abs(c_own[static_cast<size_t>(i)] - ref));
+      diff_eigen = std::max(diff_eigen, std::abs(c_eigen[static_cast<size_t>(i)] - ref));
     }
-    const double flops = 2.0 * double(s.m) * double(s.n) * double(s.k);
-    ratios.push_back(best_dnnl / best_eigen);
-    std::printf("%-22s %c%c  %5ld %5ld %5ld  %12.1f %12.1f  %10.2f  %.1e\n", s.what, s.ta, s.tb, long(s.m), long(s.n),
-                long(s.k), flops / best_dnnl / 1e9, flops / best_eigen / 1e9, best_dnnl / best_eigen, diff);
+    // Sums of up to 1024 products of values in [-1, 1]: float rounding is ~1e-5.
+    agree = agree && diff_own < 1e-3 && diff_eigen < 1e-3;
+    double best_dnnl = 1e30, best_own = 1e30, best_eigen = 1e30;
+    auto time = [&](auto&& run, double& best) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) run();
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
+    };
+    for (int r = 0; r < repeats; ++r) {  // interleaved, best of each
+      time(run_dnnl, best_dnnl);
+      time(run_own, best_own);
+      time(run_eigen, best_eigen);
+    }
+    const double gflop = 2.0 * double(s.m) * double(s.n) * double(s.k) / 1e9;
+    own_ratios.push_back(best_dnnl / best_own);
+    eigen_ratios.push_back(best_dnnl / best_eigen);
+    std::printf("%-22s %c%c  %5ld %5ld %5ld  %9.1f %9.1f %9.1f  %8.2f %10.2f  %.1e, %.1e\n", s.what, s.ta, s.tb,
+                long(s.m), long(s.n), long(s.k), gflop / best_dnnl, gflop / best_own, gflop / best_eigen,
+                best_dnnl / best_own, best_dnnl / best_eigen, diff_own, diff_eigen);
   }
-  std::sort(ratios.begin(), ratios.end());
-  std::printf("eigen / dnnl over the shapes: %.2f to %.2f (median %.2f)\n", ratios.front(), ratios.back(),
-              ratios[ratios.size() / 2]);
-  if (!agree) std::fprintf(stderr, "bench_gemm: Eigen's and oneDNN's products differ by more than 1e-3\n");
+  for (auto* r : {&own_ratios, &eigen_ratios}) std::sort(r->begin(), r->end());
+  std::printf("own / dnnl over the shapes: %.2f to %.2f (median %.2f)\n", own_ratios.front(), own_ratios.back(),
+              own_ratios[own_ratios.size() / 2]);
+  std::printf("eigen / dnnl over the shapes: %.2f to %.2f (median %.2f)\n", eigen_ratios.front(), eigen_ratios.back(),
+              eigen_ratios[eigen_ratios.size() / 2]);
+  if (!agree) std::fprintf(stderr, "bench_gemm: the products differ from oneDNN's by more than 1e-3\n");
   return agree ? 0 : 1;
 }

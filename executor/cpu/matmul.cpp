@@ -16,6 +16,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "executor/cpu/gemm.h"
 #include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
 #include "executor/plan_fusion.h"
@@ -160,11 +161,14 @@ void fill_offsets(Geometry& g) {
   }
 }
 
-// A row-major Y = alpha * op(A) op(B) + beta * Y for dnnl_sgemm.
+// A row-major Y = alpha * op(A) op(B) + beta * Y: onnxtrain's own GEMM where the CPU has AVX-512 (it allocates
+// nothing per call; executor/cpu/gemm.h), else dnnl_sgemm.
 struct Sgemm {
   char ta, tb;
   int64_t M, N, K, lda, ldb, ldc;
   void run(float alpha, const float* a, const float* b, float beta, float* y) const {
+    if (cpu::own_sgemm_available())
+      return cpu::own_sgemm(ta == 'T', tb == 'T', M, N, K, alpha, a, lda, b, ldb, beta, y, ldc);
     if (dnnl_sgemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, y, ldc) != dnnl_success)
       throw Error("oneDNN sgemm failed for a [" + std::to_string(M) + "," + std::to_string(K) + "] x [" +
                   std::to_string(K) + "," + std::to_string(N) + "] product");
@@ -192,6 +196,7 @@ std::optional<Sgemm> folded_sgemm(const Geometry& g) {
 // a batch it would be one malloc per attention head (W3: ~1000 per step).
 constexpr int64_t kSgemmMinMacs = 32 * 32 * 32;
 constexpr int64_t kSgemmMinMacsPerMatrix = int64_t{1} << 18;
+constexpr int64_t kOwnSgemmMinN = 8;
 
 // Products below this many multiply-adds (about 80 µs on one core) run on the calling thread alone. Two threads
 // save little there, and on a loaded machine a parallel region waits for a descheduled worker for a whole
@@ -224,8 +229,11 @@ template <class T> class MatMulKernel final : public Kernel {
     const int64_t macs = g_.M * g_.N * g_.K;
     serial_ = g_.batch() * macs < kSerialMacs;
     if constexpr (std::is_same_v<T, float>) {
-      if (g_.batch() * macs >= kSgemmMinMacs) folded_ = folded_sgemm(g_);
-      if (!folded_ && macs >= kSgemmMinMacsPerMatrix) per_matrix_ = matrix_sgemm(g_, g_.M);
+      // The own GEMM's tile is 32 (or 16) columns wide: a product with fewer columns (W1's last layer, N = 1)
+      // wastes most of each vector there, and runs faster as Eigen's matrix-vector product.
+      const bool narrow = cpu::own_sgemm_available() && g_.N < kOwnSgemmMinN;
+      if (!narrow && g_.batch() * macs >= kSgemmMinMacs) folded_ = folded_sgemm(g_);
+      if (!narrow && !folded_ && macs >= kSgemmMinMacsPerMatrix) per_matrix_ = matrix_sgemm(g_, g_.M);
     }
   }
 

@@ -1,0 +1,256 @@
+// The allocation-free float32 GEMM (gemm.h). The Goto/BLIS loop nest, cut down to what training products need:
+//   for each block of kNc columns of C, for each block of kKc steps of k:
+//     for each strip of kMr rows: for each panel of kNr columns: a kMr x kNr tile of C += A strip · B panel.
+// The tile broadcasts A's values straight from A, and loads the panel's rows of op(B) as vectors: from a copy packed
+// into panels (one buffer per thread, made once), or straight from an untransposed B when few strips of rows would
+// reuse the copy. Packing A cost more than it saved at W1's and W3's shapes (bench_gemm, docs/performance.md).
+#include "executor/cpu/gemm.h"
+
+// GCC 12 flags the intrinsics' own undefined pass-through operands (avx512fintrin.h) as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <utility>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace onnxtrain::cpu {
+
+#if defined(__AVX512F__)
+namespace {
+
+// A 14 x 32 tile of C lives in 28 zmm accumulators; each step of k loads two vectors of packed B and broadcasts 14
+// values of A onto them: 28 FMAs per 16 loads, which keeps both FMA pipes busy. kKc x kNr of B (32 KiB) and
+// kMr x kKc of A (14 KiB) are what each tile streams through.
+constexpr int kMr = 14;
+constexpr int kNr = 32;
+constexpr int64_t kKc = 256;
+constexpr int64_t kNc = 512;
+constexpr int64_t kPackRows = 512;
+
+// How a tile's sums meet C: the first block of k applies beta (0: C is not read), later ones add to it.
+struct Update {
+  float alpha, beta;
+  bool first;
+};
+
+__mmask16 lanes(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1); }
+
+__m512 combine(__m512 sum, const float* c, __mmask16 m, const Update& u) {
+  if (u.alpha != 1.0f) sum = _mm512_mul_ps(sum, _mm512_set1_ps(u.alpha));
+  if (!u.first) return _mm512_add_ps(sum, _mm512_maskz_loadu_ps(m, c));
+  if (u.beta == 0.0f) return sum;
+  return _mm512_fmadd_ps(_mm512_set1_ps(u.beta), _mm512_maskz_loadu_ps(m, c), sum);
+}
+
+// R rows (R <= kMr) and V vectors of 16 columns (V = 1 for a last panel of at most 16) of C, columns masked by
+// m0/m1, over kc steps of k. A(i, k) is a[i * lda + k], or with AT a[k * lda + i]: both are read in place.
+template <int R, int V, bool AT, bool PACKED>
+void tile(int64_t kc, const float* __restrict a, int64_t lda, const float* __restrict bp, int64_t bs,
+          float* __restrict c, int64_t ldc, __mmask16 m0, __mmask16 m1, const Update& u) {
+  __m512 acc[R][V];
+#pragma GCC unroll 14
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < V; ++v) acc[i][v] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 b[V];
+    if constexpr (PACKED) {
+      b[0] = _mm512_load_ps(bp + k * kNr);
+      if constexpr (V == 2) b[1] = _mm512_load_ps(bp + k * kNr + 16);
+    } else {
+      b[0] = _mm512_maskz_loadu_ps(m0, bp + k * bs);
+      if constexpr (V == 2) b[1] = _mm512_maskz_loadu_ps(m1, bp + k * bs + 16);
+    }
+#pragma GCC unroll 14
+    for (int i = 0; i < R; ++i) {
+      const __m512 av = _mm512_set1_ps(AT ? a[k * lda + i] : a[i * lda + k]);
+      for (int v = 0; v < V; ++v) acc[i][v] = _mm512_fmadd_ps(av, b[v], acc[i][v]);
+    }
+  }
+#pragma GCC unroll 14
+  for (int i = 0; i < R; ++i) {
+    float* row = c + i * ldc;
+    _mm512_mask_storeu_ps(row, m0, combine(acc[i][0], row, m0, u));
+    if constexpr (V == 2) _mm512_mask_storeu_ps(row + 16, m1, combine(acc[i][1], row + 16, m1, u));
+  }
+}
+
+using TileFn = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, __mmask16, __mmask16,
+                        const Update&);
+// tile_table<V, AT>()[R - 1] is the tile of R rows: the row count is a template argument so the accumulators stay
+// in registers.
+template <int V, bool AT, bool PACKED, int... R>
+constexpr std::array<TileFn, sizeof...(R)> tile_table(std::integer_sequence<int, R...>) {
+  return {&tile<R + 1, V, AT, PACKED>...};
+}
+template <int V, bool AT, bool PACKED>
+constexpr auto kTiles = tile_table<V, AT, PACKED>(std::make_integer_sequence<int, kMr>{});
+// The tiles for one product: [vectors - 1][rows - 1].
+using TileSet = std::array<std::array<TileFn, kMr>, 2>;
+template <bool AT, bool PACKED> constexpr TileSet kTileSet{kTiles<1, AT, PACKED>, kTiles<2, AT, PACKED>};
+
+// Transposes the 16 x 16 block r[row][column] in place (three rounds of shuffles: 2 x 2, 4 x 4, then 16 x 16 by
+// 128-bit lanes).
+void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    const __m512d t0 = _mm512_castps_pd(t[i]), t1 = _mm512_castps_pd(t[i + 1]);
+    const __m512d t2 = _mm512_castps_pd(t[i + 2]), t3 = _mm512_castps_pd(t[i + 3]);
+    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+  for (int h = 0; h < 16; h += 8)
+    for (int i = 0; i < 4; ++i) {
+      t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
+      t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xdd);
+    }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+
+// Packs op(B)[pc : pc + kc, jc : jc + nc] into panels of kNr columns, bp[panel][k][kNr], zero-padding the last.
+// A B stored [N, K] is transposed on the way, 16 x 16 blocks at a time in registers.
+void pack_b(bool trans_b, const float* b, int64_t ldb, int64_t pc, int64_t kc, int64_t jc, int64_t nc, float* bp) {
+  for (int64_t jr = 0; jr < nc; jr += kNr) {
+    const int64_t nr = std::min<int64_t>(kNr, nc - jr);
+    float* dst = bp + (jr / kNr) * kc * kNr;
+    if (!trans_b) {
+      const __mmask16 m0 = lanes(nr), m1 = lanes(nr - 16);
+      for (int64_t k = 0; k < kc; ++k) {
+        const float* src = b + (pc + k) * ldb + jc + jr;
+        _mm512_store_ps(dst + k * kNr, _mm512_maskz_loadu_ps(m0, src));
+        _mm512_store_ps(dst + k * kNr + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+      }
+      continue;
+    }
+    for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+      const __mmask16 mk = lanes(kc - k0);
+      for (int half = 0; half < 2; ++half) {
+        __m512 r[16];
+        for (int j = 0; j < 16; ++j) {
+          const int64_t col = 16 * half + j;
+          r[j] = col < nr ? _mm512_maskz_loadu_ps(mk, b + (jc + jr + col) * ldb + pc + k0) : _mm512_setzero_ps();
+        }
+        transpose16(r);
+        for (int64_t k = 0; k < std::min<int64_t>(16, kc - k0); ++k) _mm512_store_ps(dst + (k0 + k) * kNr + 16 * half, r[k]);
+      }
+    }
+  }
+}
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+
+// This thread's packing buffer for one kKc x kNc block of B, allocated by the first product on the thread.
+float* pack_buffer() {
+  thread_local std::unique_ptr<float, FreeDeleter> buffer;
+  if (!buffer) {
+    void* p = std::aligned_alloc(64, sizeof(float) * kKc * kNc);
+    if (!p) throw std::bad_alloc();
+    buffer.reset(static_cast<float*>(p));
+  }
+  return buffer.get();
+}
+
+void serial_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* a,
+                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  // An untransposed B's rows are already the tile's vectors. Copying them into panels pays off only when many
+  // strips of rows reuse each panel (bench_gemm: W3's 1024-row products gain 2-4%, W1's 128-row ones lose 3-4%).
+  const bool pack = trans_b || M >= kPackRows;
+  float* packed = pack ? pack_buffer() : nullptr;
+  const TileSet& tiles = trans_a ? (pack ? kTileSet<true, true> : kTileSet<true, false>)
+                                 : (pack ? kTileSet<false, true> : kTileSet<false, false>);
+  for (int64_t jc = 0; jc < N; jc += kNc) {
+    const int64_t nc = std::min(kNc, N - jc);
+    for (int64_t pc = 0; pc < K; pc += kKc) {
+      const int64_t kc = std::min(kKc, K - pc);
+      const Update u{alpha, beta, pc == 0};
+      if (pack) pack_b(trans_b, b, ldb, pc, kc, jc, nc, packed);
+      for (int64_t ir = 0; ir < M; ir += kMr) {
+        const size_t rows = static_cast<size_t>(std::min<int64_t>(kMr, M - ir) - 1);
+        const float* ap = trans_a ? a + pc * lda + ir : a + ir * lda + pc;
+        for (int64_t jr = 0; jr < nc; jr += kNr) {
+          const int64_t nr = std::min<int64_t>(kNr, nc - jr);
+          // The panel's rows of op(B): packed, or B's own rows.
+          const float* bp = pack ? packed + (jr / kNr) * kc * kNr : b + pc * ldb + jc + jr;
+          const TileFn tile_fn = tiles[nr > 16 ? 1 : 0][rows];
+          tile_fn(kc, ap, lda, bp, pack ? kNr : ldb, c + ir * ldc + jc + jr, ldc, lanes(nr), lanes(nr - 16), u);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool own_sgemm_available() { return true; }
+
+void own_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    // An empty sum: C = beta * C (beta 0 writes zeros without reading C).
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
+  // Threads take whole strips of rows when C is tall (each packs all of B, and reads only its rows of A), else
+  // whole panels of columns (each packs only its columns of B): no thread waits on another.
+  const bool by_rows = M >= N;
+  const int64_t units = by_rows ? (M + kMr - 1) / kMr : (N + kNr - 1) / kNr;
+  const int threads = omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), units));
+  if (threads < 2) return serial_sgemm(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+  std::exception_ptr failed;  // an exception must not leave a parallel region (pack_buffer's first allocation)
+#pragma omp parallel num_threads(threads)
+  try {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t u0 = units * t / nt, u1 = units * (t + 1) / nt;
+    if (by_rows) {
+      const int64_t m0 = u0 * kMr, m1 = std::min(M, u1 * kMr);
+      if (m1 > m0)
+        serial_sgemm(trans_a, trans_b, m1 - m0, N, K, alpha, trans_a ? a + m0 : a + m0 * lda, lda, b, ldb, beta,
+                     c + m0 * ldc, ldc);
+    } else {
+      const int64_t n0 = u0 * kNr, n1 = std::min(N, u1 * kNr);
+      if (n1 > n0)
+        serial_sgemm(trans_a, trans_b, M, n1 - n0, K, alpha, a, lda, trans_b ? b + n0 * ldb : b + n0, ldb, beta,
+                     c + n0, ldc);
+    }
+  } catch (...) {
+#pragma omp critical(onnxtrain_own_sgemm)
+    failed = std::current_exception();
+  }
+  if (failed) std::rethrow_exception(failed);
+}
+
+#else  // no AVX-512: MatMul keeps dnnl_sgemm
+
+bool own_sgemm_available() { return true; }
+
+void own_sgemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float, float*,
+               int64_t) {
+  throw std::logic_error("own_sgemm called in a build without AVX-512 (check own_sgemm_available())");
+}
+
+#endif
+
+}  // namespace onnxtrain::cpu
