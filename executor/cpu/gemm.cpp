@@ -150,7 +150,8 @@ void pack_b(bool trans_b, const float* b, int64_t ldb, int64_t pc, int64_t kc, i
           r[j] = col < nr ? _mm512_maskz_loadu_ps(mk, b + (jc + jr + col) * ldb + pc + k0) : _mm512_setzero_ps();
         }
         transpose16(r);
-        for (int64_t k = 0; k < std::min<int64_t>(16, kc - k0); ++k) _mm512_store_ps(dst + (k0 + k) * kNr + 16 * half, r[k]);
+        for (int64_t k = 0; k < std::min<int64_t>(16, kc - k0); ++k)
+          _mm512_store_ps(dst + (k0 + k) * kNr + 16 * half, r[k]);
       }
     }
   }
@@ -167,6 +168,21 @@ float* pack_buffer() {
     void* p = std::aligned_alloc(64, sizeof(float) * kKc * kNc);
     if (!p) throw std::bad_alloc();
     buffer.reset(static_cast<float*>(p));
+  }
+  return buffer.get();
+}
+
+// This thread's buffer for a partial product of at least `elems` floats (split-K products below); grows, so a
+// steady state of the same shapes allocates nothing.
+float* partial_buffer(size_t elems) {
+  thread_local std::unique_ptr<float, FreeDeleter> buffer;
+  thread_local size_t capacity = 0;
+  if (capacity < elems) {
+    const size_t bytes = (elems * sizeof(float) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, bytes);
+    if (!p) throw std::bad_alloc();
+    buffer.reset(static_cast<float*>(p));
+    capacity = bytes / sizeof(float);
   }
   return buffer.get();
 }
@@ -200,6 +216,42 @@ void serial_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   }
 }
 
+// Thread t multiplies steps [k0, k1) of the sum: thread 0 into C itself (with beta), the others into their
+// partial buffers; after a barrier each thread adds the partials into its share of C's rows.
+void split_k_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* a,
+                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, int max_threads) {
+  constexpr int kMaxThreads = 64;
+  const int threads = std::min({max_threads, kMaxThreads, static_cast<int>(K / kKc)});
+  std::array<float*, kMaxThreads> partial{};
+  std::exception_ptr failed;
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    try {
+      // Whole blocks of 16 steps per thread, every thread at least one (K >= 256 * threads).
+      const int64_t units = K / 16;
+      const int64_t k0 = units * t / nt * 16, k1 = t + 1 == nt ? K : units * (t + 1) / nt * 16;
+      float* dst = t == 0 ? c : (partial[static_cast<size_t>(t)] = partial_buffer(static_cast<size_t>(M * N)));
+      serial_sgemm(trans_a, trans_b, M, N, k1 - k0, alpha, trans_a ? a + k0 * lda : a + k0, lda,
+                   trans_b ? b + k0 : b + k0 * ldb, ldb, t == 0 ? beta : 0.0f, dst, t == 0 ? ldc : N);
+    } catch (...) {
+#pragma omp critical(onnxtrain_own_sgemm)
+      failed = std::current_exception();
+    }
+#pragma omp barrier
+    if (!failed) {
+      const int64_t r0 = M * t / nt, r1 = M * (t + 1) / nt;
+      for (int s = 1; s < nt; ++s)
+        for (int64_t i = r0; i < r1; ++i) {
+          const float* p = partial[static_cast<size_t>(s)] + i * N;
+          float* row = c + i * ldc;
+          for (int64_t j = 0; j < N; ++j) row[j] += p[j];
+        }
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+}
+
 }  // namespace
 
 bool own_sgemm_available() { return true; }
@@ -213,11 +265,19 @@ void own_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
       for (int64_t j = 0; j < N; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
-  // Threads take whole strips of rows when C is tall (each packs all of B, and reads only its rows of A), else
-  // whole panels of columns (each packs only its columns of B): no thread waits on another.
+  const int max_threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (max_threads < 2) return serial_sgemm(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+  // Long sums into a small C (weight gradients: K = the tokens of the batch) split K: each thread multiplies its
+  // own rows of the activations and gradients, which it produced and has in cache, into a private partial C, and
+  // the partials are added at the end. Reading half of both operands from the other core costs more than that
+  // sum as soon as K (M + N) > 2 M N.
+  if (K * (M + N) > 2 * M * N && K >= 2 * kKc) return split_k_sgemm(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb,
+                                                                      beta, c, ldc, max_threads);
+  // Otherwise threads take whole strips of rows when C is tall (each packs all of B, and reads only its rows of
+  // A), else whole panels of columns (each packs only its columns of B): no thread waits on another.
   const bool by_rows = M >= N;
   const int64_t units = by_rows ? (M + kMr - 1) / kMr : (N + kNr - 1) / kNr;
-  const int threads = omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), units));
+  const int threads = static_cast<int>(std::min<int64_t>(max_threads, units));
   if (threads < 2) return serial_sgemm(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
   std::exception_ptr failed;  // an exception must not leave a parallel region (pack_buffer's first allocation)
 #pragma omp parallel num_threads(threads)
@@ -244,10 +304,10 @@ void own_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 
 #else  // no AVX-512: MatMul keeps dnnl_sgemm
 
-bool own_sgemm_available() { return true; }
+bool own_sgemm_available() { return false; }
 
-void own_sgemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float, float*,
-               int64_t) {
+void own_sgemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
+               float*, int64_t) {
   throw std::logic_error("own_sgemm called in a build without AVX-512 (check own_sgemm_available())");
 }
 

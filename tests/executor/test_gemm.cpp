@@ -51,7 +51,8 @@ void check(const Shape& s, bool ta, bool tb, int64_t pad, float alpha, float bet
   Operands o = make(s, ta, tb, pad, static_cast<uint32_t>(s.M * 131 + s.N * 7 + s.K));
   if (nan_c)
     for (int64_t i = 0; i < s.M; ++i)
-      for (int64_t j = 0; j < s.N; ++j) o.c[static_cast<size_t>(i * o.ldc + j)] = std::numeric_limits<float>::quiet_NaN();
+      for (int64_t j = 0; j < s.N; ++j)
+        o.c[static_cast<size_t>(i * o.ldc + j)] = std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> c0 = o.c;
   cpu::own_sgemm(ta, tb, s.M, s.N, s.K, alpha, o.a.data(), o.lda, o.b.data(), o.ldb, beta, o.c.data(), o.ldc);
   const double u = std::ldexp(1.0, -24);

@@ -196,8 +196,9 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, SteadyState, ::testing::ValuesIn(kSetups),
 // `sgemm_bound` below). What remains everywhere is W2: its convolutions are oneDNN primitives, 5 operator new
 // per execute() (oneDNN's execution context), 17 executes per step on the layouts oneDNN chooses, convolutions
 // and the reorders around them (81 at one thread, 95 at two; it was ~420 with the gemm:jit implementations on
-// plain layouts). Its fully connected layers' sgemm calls added 6 C-level at one thread and 12 at two. The bounds are today's counts (the larger of OMP_NUM_THREADS=1 and 2), so that any new
-// allocation on the hot path fails here; lower them as those sources go.
+// plain layouts); its fully connected layers' sgemm calls had added 6 C-level at one thread and 12 at two. The
+// bounds are today's counts (the larger of OMP_NUM_THREADS=1 and 2), so that any new allocation on the hot path
+// fails here; lower them as those sources go.
 struct Bound {
   double new_per_step, c_per_step;
 };
