@@ -70,6 +70,10 @@ const Shape kShapes[] = {
     {"w1 fc1 forward", 'N', 'N', 128, 256, 64},      {"w1 fc2 forward", 'N', 'N', 128, 256, 256},
     {"w1 fc1 weight grad", 'T', 'N', 64, 256, 128},  {"w1 fc2 weight grad", 'T', 'N', 256, 256, 128},
     {"w1 fc2 input grad", 'N', 'T', 128, 256, 256},
+    // One attention head of W3 (64 tokens, 32 dims), as each of the 64 matrices of a batched product:
+    // scores Q K^T and their gradient dP V^T, P V and dS K, and the weight-like P^T dO and dS^T Q.
+    {"w3 attn scores", 'N', 'T', 64, 64, 32},        {"w3 attn P V", 'N', 'N', 64, 32, 64},
+    {"w3 attn P^T dO", 'T', 'N', 64, 32, 64},
 };
 
 }  // namespace

@@ -196,6 +196,10 @@ std::optional<Sgemm> folded_sgemm(const Geometry& g) {
 // a batch it would be one malloc per attention head (W3: ~1000 per step).
 constexpr int64_t kSgemmMinMacs = 32 * 32 * 32;
 constexpr int64_t kSgemmMinMacsPerMatrix = int64_t{1} << 18;
+// Our own GEMM allocates nothing and is 1.4-1.8x Eigen's speed already at W3's attention heads ([64, 32] x
+// [32, 64] and the like; bench_gemm), so it takes every product from 16^3 multiply-adds. Fewer than 8 columns
+// (W1's last layer, N = 1) would waste most of each vector: Eigen's matrix-vector product is faster there.
+constexpr int64_t kOwnSgemmMinMacs = 16 * 16 * 16;
 constexpr int64_t kOwnSgemmMinN = 8;
 
 // Products below this many multiply-adds (about 80 µs on one core) run on the calling thread alone. Two threads
@@ -229,11 +233,13 @@ template <class T> class MatMulKernel final : public Kernel {
     const int64_t macs = g_.M * g_.N * g_.K;
     serial_ = g_.batch() * macs < kSerialMacs;
     if constexpr (std::is_same_v<T, float>) {
-      // The own GEMM's tile is 32 (or 16) columns wide: a product with fewer columns (W1's last layer, N = 1)
-      // wastes most of each vector there, and runs faster as Eigen's matrix-vector product.
-      const bool narrow = cpu::own_sgemm_available() && g_.N < kOwnSgemmMinN;
-      if (!narrow && g_.batch() * macs >= kSgemmMinMacs) folded_ = folded_sgemm(g_);
-      if (!narrow && !folded_ && macs >= kSgemmMinMacsPerMatrix) per_matrix_ = matrix_sgemm(g_, g_.M);
+      if (cpu::own_sgemm_available()) {
+        if (g_.N >= kOwnSgemmMinN && g_.batch() * macs >= kOwnSgemmMinMacs) folded_ = folded_sgemm(g_);
+        if (g_.N >= kOwnSgemmMinN && !folded_ && macs >= kOwnSgemmMinMacs) per_matrix_ = matrix_sgemm(g_, g_.M);
+      } else {
+        if (g_.batch() * macs >= kSgemmMinMacs) folded_ = folded_sgemm(g_);
+        if (!folded_ && macs >= kSgemmMinMacsPerMatrix) per_matrix_ = matrix_sgemm(g_, g_.M);
+      }
     }
   }
 

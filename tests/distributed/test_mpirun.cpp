@@ -60,14 +60,17 @@ std::vector<float> read_floats(const std::filesystem::path& p) {
 
 constexpr double kTolerance = 1e-5;  // issue 9: relative, float32, after 20 steps
 
-// Adam with a summed loss sits at float32's noise floor: both runs sum the same 16 per-sample gradients in a
-// different order (8 + 8 across ranks, 16 in one GEMM), and Adam divides each element by sqrt(v), so an
-// element whose gradient is near zero turns a last-bit difference into a visible one. It measured 9.6e-6 on
-// one CPU and 1.8e-5 on another (a different GEMM kernel), with the same binary logic; 3e-5 bounds that noise
-// while a missing or wrong reduction still fails by orders of magnitude (~1, checked by removing AllReduce).
-// The sanitizer build (clang 14 at -O1 instead of gcc at -O3; the same GEMM library) rounds differently again:
-// sgd_momentum and adam measured 1.16e-5 and 1.23e-5 there, so it gets the same 3e-5 bound.
-double tolerance(const std::string& config) { return config == "adam_sum" || test::kUnderAsan ? 3e-5 : kTolerance; }
+// Adam sits at float32's noise floor: both runs sum the same 16 per-sample gradients in a different order
+// (8 + 8 across ranks, 16 in one GEMM), and Adam divides each element by sqrt(v), so an element whose gradient is
+// near zero turns a last-bit difference into a visible one. adam_sum measured 9.6e-6 on one CPU and 1.8e-5 on
+// another (a different GEMM kernel), with the same binary logic; plain adam measured 9.6e-6 with dnnl_sgemm and
+// 1.25e-5 with our own GEMM (executor/cpu/gemm.h, which sums in another order). 3e-5 bounds that noise while a
+// missing or wrong reduction still fails by orders of magnitude (~1, checked by removing AllReduce). The
+// sanitizer build (clang 14 at -O1 instead of gcc at -O3) rounds differently again: sgd_momentum measured 1.16e-5
+// there, so it gets the same 3e-5 bound. The other optimizers hold 1e-5 (issue 9's bound).
+double tolerance(const std::string& config) {
+  return config == "adam_sum" || config == "adam" || test::kUnderAsan ? 3e-5 : kTolerance;
+}
 
 class Equivalence : public Mpirun, public ::testing::WithParamInterface<const char*> {};
 
@@ -152,7 +155,9 @@ void expect_job_ends(Mpirun& t, const std::string& how, const std::string& optio
                      const std::string& message) {
   const auto path = t.model("dp_fail_" + how);
   Launch l = mpirun(2, "fail " + path.string() + " " + how + " 5", options);
-  if (!has(options, "--enable-recovery")) EXPECT_NE(l.status, 0) << l.output;  // that mode reports 0 (OpenMPI 4.1)
+  if (!has(options, "--enable-recovery")) {  // that mode reports 0 (OpenMPI 4.1)
+    EXPECT_NE(l.status, 0) << l.output;
+  }
   EXPECT_LT(l.seconds, limit) << l.output;
   EXPECT_TRUE(has(l.output, message)) << l.output;
   EXPECT_FALSE(has(l.output, "finished all steps")) << l.output;
