@@ -87,8 +87,9 @@ void tile(int64_t kc, const float* __restrict a, int64_t lda, const float* __res
 
 using TileFn = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, __mmask16, __mmask16,
                         const Update&);
-// tile_table<V, AT>()[R - 1] is the tile of R rows: the row count is a template argument so the accumulators stay
-// in registers.
+// tile_table<V, AT, PACKED>()[R - 1] is the tile of R rows: the row count is a template argument so the
+// accumulators stay in registers. PACKED tiles read B's panel with aligned, unmasked loads (2-3% faster at W3's
+// shapes than the masked loads an in-place B needs for its last panel).
 template <int V, bool AT, bool PACKED, int... R>
 constexpr std::array<TileFn, sizeof...(R)> tile_table(std::integer_sequence<int, R...>) {
   return {&tile<R + 1, V, AT, PACKED>...};

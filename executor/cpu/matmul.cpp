@@ -1,8 +1,9 @@
-// MatMul (numpy semantics) and Gemm on the CPU. Float32 products call oneDNN's row-major dnnl_sgemm, which takes
-// alpha, beta and the transposes directly and, unlike a primitive's execute(), builds no execution context on
-// the heap (5 operator new per call were most of a training step's allocations): the whole product in one call
-// when the batch folds into the rows of A, else one call per matrix with the batch split across threads.
-// Gemm's beta*C adds onto C broadcast into the output first. float64 and tiny products use Eigen.
+// MatMul (numpy semantics) and Gemm on the CPU. Float32 products call a row-major sgemm taking alpha, beta and
+// the transposes directly: our own (cpu/gemm.h), which allocates nothing per call, where the build has AVX-512,
+// else oneDNN's dnnl_sgemm (a oneDNN primitive's execute() would build an execution context on the heap, 5
+// operator new per call). The whole product in one call when the batch folds into the rows of A, else one call
+// per matrix with the batch split across threads. Gemm's beta*C adds onto C broadcast into the output first.
+// float64, narrow and tiny products use Eigen.
 // GCC 12 flags Eigen's AVX-512 packet code with false -Wmaybe-uninitialized warnings at instantiation.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
