@@ -10,8 +10,10 @@
 #
 # The subset builds only what parses untrusted input and its suites: the graph (loader, validator), gradient
 # builder, reliability (malformed input, numerical guards, LeakSanitizer over 1000 W1 steps) and CLI config
-# suites, plus the four fuzz targets, which pull in the rest of the libraries (executor, training, cli) but not
-# the other suites, examples or benchmarks. It runs those suites' binaries directly.
+# suites, the replica and checkpoint tests, the hand-written AVX-512 GEMM's and the matrix products' tests
+# (masked loads and stores at every tail, against exact-size buffers), plus the four fuzz targets, which pull in
+# the rest of the libraries (executor, training, cli) but not the other suites, examples or benchmarks. It runs
+# those suites' binaries directly.
 #
 # Any ASan/UBSan/LSan report fails the run (halt_on_error, exitcode != 0).
 set -euo pipefail
@@ -28,7 +30,8 @@ fi
 # The CI subset: suite binary and its gtest filter (the CLI suite without its whole example runs).
 subset_tests=("tests/test_graph:*" "tests/test_gradients:*" "tests/reliability/test_reliability:*"
               "tests/cli/test_cli:Config*:MalformedCli.*"
-              "tests/test_training:*Replicat*:TrainEpoch.*:Checkpoint.*")
+              "tests/test_training:*Replicat*:TrainEpoch.*:Checkpoint.*"
+              "tests/test_executor:*OwnSgemm*:*MatMul*:*Gemm*")
 subset=""
 if [ "${1:-}" = --subset ]; then
   subset=1
