@@ -158,34 +158,39 @@ void pack_b(bool trans_b, const float* b, int64_t ldb, int64_t pc, int64_t kc, i
   }
 }
 
-struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
+// A 64-byte-aligned float buffer of a thread that grows to the largest size asked for, so a steady state of the
+// same shapes allocates nothing.
+class ThreadBuffer {
+ public:
+  float* at_least(size_t elems) {
+    if (capacity_ < elems) {
+      const size_t bytes = (elems * sizeof(float) + 63) / 64 * 64;
+      void* p = std::aligned_alloc(64, bytes);
+      if (!p) throw std::bad_alloc();
+      data_.reset(static_cast<float*>(p));
+      capacity_ = bytes / sizeof(float);
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> data_;
+  size_t capacity_ = 0;
 };
 
 // This thread's packing buffer for one kKc x kNc block of B, allocated by the first product on the thread.
 float* pack_buffer() {
-  thread_local std::unique_ptr<float, FreeDeleter> buffer;
-  if (!buffer) {
-    void* p = std::aligned_alloc(64, sizeof(float) * kKc * kNc);
-    if (!p) throw std::bad_alloc();
-    buffer.reset(static_cast<float*>(p));
-  }
-  return buffer.get();
+  thread_local ThreadBuffer buffer;
+  return buffer.at_least(kKc * kNc);
 }
 
-// This thread's buffer for a partial product of at least `elems` floats (split-K products below); grows, so a
-// steady state of the same shapes allocates nothing.
+// This thread's buffer for a partial product (split-K products below).
 float* partial_buffer(size_t elems) {
-  thread_local std::unique_ptr<float, FreeDeleter> buffer;
-  thread_local size_t capacity = 0;
-  if (capacity < elems) {
-    const size_t bytes = (elems * sizeof(float) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, bytes);
-    if (!p) throw std::bad_alloc();
-    buffer.reset(static_cast<float*>(p));
-    capacity = bytes / sizeof(float);
-  }
-  return buffer.get();
+  thread_local ThreadBuffer buffer;
+  return buffer.at_least(elems);
 }
 
 void serial_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* a,

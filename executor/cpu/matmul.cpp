@@ -167,8 +167,9 @@ void fill_offsets(Geometry& g) {
 struct Sgemm {
   char ta, tb;
   int64_t M, N, K, lda, ldb, ldc;
+  bool own = cpu::own_sgemm_available();  // decided once, with the plan
   void run(float alpha, const float* a, const float* b, float beta, float* y) const {
-    if (cpu::own_sgemm_available())
+    if (own)
       return cpu::own_sgemm(ta == 'T', tb == 'T', M, N, K, alpha, a, lda, b, ldb, beta, y, ldc);
     if (dnnl_sgemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, y, ldc) != dnnl_success)
       throw Error("oneDNN sgemm failed for a [" + std::to_string(M) + "," + std::to_string(K) + "] x [" +
@@ -234,12 +235,11 @@ template <class T> class MatMulKernel final : public Kernel {
     const int64_t macs = g_.M * g_.N * g_.K;
     serial_ = g_.batch() * macs < kSerialMacs;
     if constexpr (std::is_same_v<T, float>) {
-      if (cpu::own_sgemm_available()) {
-        if (g_.N >= kOwnSgemmMinN && g_.batch() * macs >= kOwnSgemmMinMacs) folded_ = folded_sgemm(g_);
-        if (g_.N >= kOwnSgemmMinN && !folded_ && macs >= kOwnSgemmMinMacs) per_matrix_ = matrix_sgemm(g_, g_.M);
-      } else {
-        if (g_.batch() * macs >= kSgemmMinMacs) folded_ = folded_sgemm(g_);
-        if (!folded_ && macs >= kSgemmMinMacsPerMatrix) per_matrix_ = matrix_sgemm(g_, g_.M);
+      const bool own = cpu::own_sgemm_available();
+      if (!own || g_.N >= kOwnSgemmMinN) {
+        if (g_.batch() * macs >= (own ? kOwnSgemmMinMacs : kSgemmMinMacs)) folded_ = folded_sgemm(g_);
+        if (!folded_ && macs >= (own ? kOwnSgemmMinMacs : kSgemmMinMacsPerMatrix))
+          per_matrix_ = matrix_sgemm(g_, g_.M);
       }
     }
   }
