@@ -1,9 +1,11 @@
 // Conv, ConvTranspose, pooling and the fused ConvGrad / MaxPoolGrad / AveragePoolGrad on the CPU. The geometry
 // (executor/cpu/conv_geometry.h) is canonicalised to three spatial dims, so one set of loops serves 1-D to 3-D.
-// float32 Conv, ConvTranspose and ConvGrad run oneDNN primitives built at plan time on the layouts oneDNN
-// chooses, with reorders from and to the plain (ncdhw/oidhw) tensors at the kernel boundary (see Staged); run()
-// only swaps data handles. Everything else (float64, pooling, and geometries oneDNN refuses) is a direct loop,
-// parallel over planes (or weight rows) so no two threads write the same output.
+// float32 Conv and ConvGrad run onnxtrain's own AVX-512 convolutions (direct_conv.h) where they take the geometry:
+// they allocate nothing per call, which oneDNN's primitives cannot promise. Otherwise (no AVX-512, few channels per
+// group, backward data with a stride), and for ConvTranspose, float32 runs oneDNN primitives built at plan time on
+// the layouts oneDNN chooses, with reorders from and to the plain (ncdhw/oidhw) tensors at the kernel boundary (see
+// Staged); run() only swaps data handles. Everything else (float64, pooling, and geometries oneDNN refuses) is a
+// direct loop, parallel over planes (or weight rows) so no two threads write the same output.
 #include <omp.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "executor/cpu/conv_geometry.h"
+#include "executor/cpu/direct_conv.h"
 #include "executor/cpu/dnnl_context.h"
 #include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
@@ -366,7 +369,10 @@ template <class T> class ConvKernel final : public Kernel {
  public:
   ConvKernel(Geo g, bool has_bias) : g_(g), has_bias_(has_bias) {
     if constexpr (std::is_same_v<T, float>) {
-      if (g_.N > 0 && g_.C > 0 && g_.M > 0) dnnl_ = build_dnnl_conv(g_, has_bias);
+      if (cpu::DirectConv::supports_forward(g_))
+        own_.emplace(g_);
+      else if (g_.N > 0 && g_.C > 0 && g_.M > 0)
+        dnnl_ = build_dnnl_conv(g_, has_bias);
     }
   }
 
@@ -375,6 +381,9 @@ template <class T> class ConvKernel final : public Kernel {
     const T* w = in[1]->ptr<T>();
     const T* b = has_bias_ ? in[2]->ptr<T>() : nullptr;
     T* y = out[0]->ptr<T>();
+    if constexpr (std::is_same_v<T, float>) {
+      if (own_) return own_->forward(x, w, b, y);
+    }
     if (dnnl_) return run_dnnl(*dnnl_, x, w, b, y, *in[0]);
     conv_direct(g_, x, w, b, y);
   }
@@ -382,6 +391,7 @@ template <class T> class ConvKernel final : public Kernel {
  private:
   Geo g_;
   bool has_bias_;
+  std::optional<cpu::DirectConv> own_;
   std::optional<DnnlConv> dnnl_;
 };
 
@@ -560,7 +570,10 @@ template <class T> class ConvGradKernel final : public Kernel {
  public:
   ConvGradKernel(Geo g, std::array<bool, 3> want) : g_(g), want_(want) {
     if constexpr (std::is_same_v<T, float>) {
-      if (g_.N > 0 && g_.C > 0 && g_.M > 0) dnnl_ = build_dnnl_conv_grad(g_, want[0], want[1], want[2]);
+      if ((!want[0] || cpu::DirectConv::supports_backward_data(g_)) && cpu::DirectConv::supports_backward_weights(g_))
+        own_.emplace(g_);
+      else if (g_.N > 0 && g_.C > 0 && g_.M > 0)
+        dnnl_ = build_dnnl_conv_grad(g_, want[0], want[1], want[2]);
     }
   }
 
@@ -571,6 +584,13 @@ template <class T> class ConvGradKernel final : public Kernel {
     T* dx = want_[0] ? out[0]->ptr<T>() : nullptr;
     T* dw = want_[1] ? out[1]->ptr<T>() : nullptr;
     T* db = want_[2] ? out[2]->ptr<T>() : nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      if (own_) {
+        if (dx) own_->backward_data(dy, w, dx);
+        if (dw || db) own_->backward_weights(dy, x, dw, db);
+        return;
+      }
+    }
     if (dnnl_) {
       DnnlConvGrad& d = *dnnl_;
       const Tensor& what = *in[0];
@@ -607,6 +627,7 @@ template <class T> class ConvGradKernel final : public Kernel {
  private:
   Geo g_;
   std::array<bool, 3> want_;
+  std::optional<cpu::DirectConv> own_;
   std::optional<DnnlConvGrad> dnnl_;
 };
 

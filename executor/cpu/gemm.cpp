@@ -21,13 +21,17 @@
 #include <utility>
 
 #if defined(__AVX512F__)
-#include <immintrin.h>
+#include "executor/cpu/avx512.h"
 #endif
 
 namespace onnxtrain::cpu {
 
 #if defined(__AVX512F__)
 namespace {
+
+using avx512::lanes;
+using avx512::ThreadBuffer;
+using avx512::transpose16;
 
 // A 14 x 32 tile of C lives in 28 zmm accumulators; each step of k loads two vectors of packed B and broadcasts 14
 // values of A onto them: 28 FMAs per 16 loads, which keeps both FMA pipes busy. kKc x kNr of B (32 KiB) and
@@ -44,7 +48,6 @@ struct Update {
   bool first;
 };
 
-__mmask16 lanes(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1); }
 
 __m512 combine(__m512 sum, const float* c, __mmask16 m, const Update& u) {
   if (u.alpha != 1.0f) sum = _mm512_mul_ps(sum, _mm512_set1_ps(u.alpha));
@@ -100,33 +103,6 @@ constexpr auto kTiles = tile_table<V, AT, PACKED>(std::make_integer_sequence<int
 using TileSet = std::array<std::array<TileFn, kMr>, 2>;
 template <bool AT, bool PACKED> constexpr TileSet kTileSet{kTiles<1, AT, PACKED>, kTiles<2, AT, PACKED>};
 
-// Transposes the 16 x 16 block r[row][column] in place (three rounds of shuffles: 2 x 2, 4 x 4, then 16 x 16 by
-// 128-bit lanes).
-void transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    const __m512d t0 = _mm512_castps_pd(t[i]), t1 = _mm512_castps_pd(t[i + 1]);
-    const __m512d t2 = _mm512_castps_pd(t[i + 2]), t3 = _mm512_castps_pd(t[i + 3]);
-    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
-    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
-    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
-    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
-  }
-  for (int h = 0; h < 16; h += 8)
-    for (int i = 0; i < 4; ++i) {
-      t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
-      t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xdd);
-    }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-  }
-}
-
 // Packs op(B)[pc : pc + kc, jc : jc + nc] into panels of kNr columns, bp[panel][k][kNr], zero-padding the last.
 // A B stored [N, K] is transposed on the way, 16 x 16 blocks at a time in registers.
 void pack_b(bool trans_b, const float* b, int64_t ldb, int64_t pc, int64_t kc, int64_t jc, int64_t nc, float* bp) {
@@ -157,29 +133,6 @@ void pack_b(bool trans_b, const float* b, int64_t ldb, int64_t pc, int64_t kc, i
     }
   }
 }
-
-// A 64-byte-aligned float buffer of a thread that grows to the largest size asked for, so a steady state of the
-// same shapes allocates nothing.
-class ThreadBuffer {
- public:
-  float* at_least(size_t elems) {
-    if (capacity_ < elems) {
-      const size_t bytes = (elems * sizeof(float) + 63) / 64 * 64;
-      void* p = std::aligned_alloc(64, bytes);
-      if (!p) throw std::bad_alloc();
-      data_.reset(static_cast<float*>(p));
-      capacity_ = bytes / sizeof(float);
-    }
-    return data_.get();
-  }
-
- private:
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float, Free> data_;
-  size_t capacity_ = 0;
-};
 
 // This thread's packing buffer for one kKc x kNc block of B, allocated by the first product on the thread.
 float* pack_buffer() {

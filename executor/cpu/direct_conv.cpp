@@ -1,0 +1,476 @@
+// The allocation-free float32 convolutions (direct_conv.h).
+//
+// Layout: an image's input is copied into a zero-padded channels-last buffer xp[p0][p1][p2][channel], padded so
+// every window lies inside it. Output pixel o then reads tap t of its window at xp + base(o) + off[t], and output
+// pixels along the last spatial dim sit s2 pixels apart, so a strip of 14 of them over one tap and the group's
+// input channels is a 14 x Cg matrix with row stride s2 * channels: exactly the A operand of a GEMM tile. The tile
+// keeps 14 pixels x 32 output channels of sums in 28 zmm registers across all taps and channels, and writes them
+// once into a channels-last result, which is transposed back into the [channel][pixel] tensor.
+#include "executor/cpu/direct_conv.h"
+
+// GCC 12 flags the intrinsics' own undefined pass-through operands (avx512fintrin.h) as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <utility>
+
+#include "executor/cpu/gemm.h"
+
+#if defined(__AVX512F__)
+#include "executor/cpu/avx512.h"
+#endif
+
+namespace onnxtrain::cpu {
+
+#if defined(__AVX512F__)
+namespace {
+
+bool geometry_ok(const Geo& g) {
+  if (g.N <= 0 || g.C <= 0 || g.M <= 0 || g.G <= 0 || g.C % g.G || g.M % g.G) return false;
+  for (int i = 0; i < kMaxSpatial; ++i)
+    if (g.pb[i] < 0 || g.out[i] <= 0 || g.in[i] <= 0 || g.s[i] <= 0 || g.d[i] <= 0) return false;
+  return true;
+}
+
+// The extent of input each spatial dim's windows read: the padded buffer's dims for the forward pass.
+Dims3 window_extent(const Geo& g) {
+  Dims3 p;
+  for (int i = 0; i < kMaxSpatial; ++i) p[i] = (g.out[i] - 1) * g.s[i] + (g.k[i] - 1) * g.d[i] + 1;
+  return p;
+}
+
+// The padded dY of backward data: dX's extent plus the dilated kernel, dY placed (k - 1) * d - pb in.
+Dims3 flipped_extent(const Geo& g) {
+  Dims3 p;
+  for (int i = 0; i < kMaxSpatial; ++i) p[i] = g.in[i] + (g.k[i] - 1) * g.d[i];
+  return p;
+}
+
+// Each tap's offset in floats within a padded channels-last buffer of dims p with `channels` per pixel.
+std::vector<int64_t> tap_offsets(const Geo& g, const Dims3& p, int64_t channels) {
+  std::vector<int64_t> off;
+  for (int64_t j0 = 0; j0 < g.k[0]; ++j0)
+    for (int64_t j1 = 0; j1 < g.k[1]; ++j1)
+      for (int64_t j2 = 0; j2 < g.k[2]; ++j2)
+        off.push_back(((j0 * g.d[0] * p[1] + j1 * g.d[1]) * p[2] + j2 * g.d[2]) * channels);
+  return off;
+}
+
+
+using avx512::lanes;
+using avx512::ThreadBuffer;
+
+constexpr int kMr = 14;  // output pixels per tile
+constexpr int kNr = 32;  // output channels per tile (one panel of packed weights)
+
+// R pixels (R <= kMr) x V vectors of 16 output channels (V = 1 for a panel of at most 16), channels masked by
+// m0/m1. Pixel r's tap t, input channel c is a[r * rs + off[t] + c]; the weights are w[t][c][kNr].
+template <int R, int V>
+void conv_tile(const float* __restrict a, int64_t rs, const int64_t* __restrict off, int64_t taps, int64_t gi,
+               const float* __restrict w, float* __restrict y, int64_t ldy, __mmask16 m0, __mmask16 m1) {
+  __m512 acc[R][V];
+#pragma GCC unroll 14
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < taps; ++t) {
+    const float* at = a + off[t];
+    const float* wt = w + t * gi * kNr;
+    for (int64_t c = 0; c < gi; ++c) {
+      __m512 b[V];
+      b[0] = _mm512_loadu_ps(wt + c * kNr);
+      if constexpr (V == 2) b[1] = _mm512_loadu_ps(wt + c * kNr + 16);
+#pragma GCC unroll 14
+      for (int r = 0; r < R; ++r) {
+        const __m512 av = _mm512_set1_ps(at[r * rs + c]);
+        for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(av, b[v], acc[r][v]);
+      }
+    }
+  }
+#pragma GCC unroll 14
+  for (int r = 0; r < R; ++r) {
+    _mm512_mask_storeu_ps(y + r * ldy, m0, acc[r][0]);
+    if constexpr (V == 2) _mm512_mask_storeu_ps(y + r * ldy + 16, m1, acc[r][1]);
+  }
+}
+
+using TileFn = void (*)(const float*, int64_t, const int64_t*, int64_t, int64_t, const float*, float*, int64_t,
+                        __mmask16, __mmask16);
+template <int V, int... R> constexpr std::array<TileFn, sizeof...(R)> tile_table(std::integer_sequence<int, R...>) {
+  return {&conv_tile<R + 1, V>...};
+}
+// kTiles[vectors - 1][pixels - 1]
+const std::array<std::array<TileFn, kMr>, 2> kTiles{tile_table<1>(std::make_integer_sequence<int, kMr>{}),
+                                                    tile_table<2>(std::make_integer_sequence<int, kMr>{})};
+
+// One convolution over a padded channels-last input, as the tiles see it.
+struct Core {
+  const float* x;               // [p0][p1][p2][ct]
+  int64_t p1, p2, ct;           // padded dims 1 and 2, channels per pixel
+  int64_t gi, go, ot, groups;   // input and output channels per group, output channels in all
+  Dims3 out, s;                 // output dims and strides
+  const int64_t* off;           // tap offsets (tap_offsets)
+  int64_t taps;
+  const float* w;               // packed: [group][panel][tap][gi][kNr]
+  float* y;                     // [out pixels][ot]
+  int64_t rows() const { return out[0] * out[1]; }
+};
+
+// Output rows [r0, r1) (a row: fixed o0, o1, all o2). The panel's weights (taps * gi * 32 floats) stay in cache
+// across the row's strips; the strips read a few input rows.
+void run_rows(const Core& k, int64_t r0, int64_t r1) {
+  const int64_t panels = (k.go + kNr - 1) / kNr;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t o0 = r / k.out[1], o1 = r % k.out[1];
+    const float* in = k.x + (o0 * k.s[0] * k.p1 + o1 * k.s[1]) * k.p2 * k.ct;
+    float* yrow = k.y + r * k.out[2] * k.ot;
+    for (int64_t g = 0; g < k.groups; ++g)
+      for (int64_t panel = 0; panel < panels; ++panel) {
+        const int64_t nr = std::min<int64_t>(kNr, k.go - panel * kNr);
+        const float* wp = k.w + (g * panels + panel) * k.taps * k.gi * kNr;
+        const TileFn* tiles = kTiles[nr > 16 ? 1 : 0].data();
+        for (int64_t o2 = 0; o2 < k.out[2]; o2 += kMr) {
+          const int64_t pixels = std::min<int64_t>(kMr, k.out[2] - o2);
+          tiles[pixels - 1](in + o2 * k.s[2] * k.ct + g * k.gi, k.s[2] * k.ct, k.off, k.taps, k.gi, wp,
+                            yrow + o2 * k.ot + g * k.go + panel * kNr, k.ot, lanes(nr), lanes(nr - 16));
+        }
+      }
+  }
+}
+
+// dst[p0][p1][p2][channels] = 0, then x[c][i0][i1][i2] at (i + begin) where that lies inside p (begin >= 0).
+void to_padded_channels_last(const float* x, int64_t channels, const Dims3& in, const Dims3& begin, const Dims3& p,
+                             float* dst) {
+  std::memset(dst, 0, static_cast<size_t>(p[0] * p[1] * p[2] * channels) * sizeof(float));
+  const int64_t plane = in[0] * in[1] * in[2];
+  const int64_t n2 = std::min(in[2], p[2] - begin[2]);
+  if (n2 <= 0) return;
+  for (int64_t i0 = 0; i0 < in[0] && i0 + begin[0] < p[0]; ++i0)
+    for (int64_t i1 = 0; i1 < in[1] && i1 + begin[1] < p[1]; ++i1) {
+      const float* src = x + (i0 * in[1] + i1) * in[2];
+      float* out = dst + (((i0 + begin[0]) * p[1] + i1 + begin[1]) * p[2] + begin[2]) * channels;
+      if (channels == 1)
+        std::memcpy(out, src, static_cast<size_t>(n2) * sizeof(float));
+      else
+        avx512::transpose(channels, n2, src, plane, out, channels);
+    }
+}
+
+// y[c][pixel] = yt[pixel][c] (+ b[c]).
+void from_channels_last(const float* yt, int64_t pixels, int64_t channels, const float* b, float* y) {
+  if (channels == 1)
+    std::memcpy(y, yt, static_cast<size_t>(pixels) * sizeof(float));
+  else
+    avx512::transpose(pixels, channels, yt, channels, y, pixels);
+  if (!b) return;
+  for (int64_t c = 0; c < channels; ++c) {
+    float* row = y + c * pixels;
+    const float bc = b[c];
+    for (int64_t i = 0; i < pixels; ++i) row[i] += bc;
+  }
+}
+
+// Repacks weights into the tiles' panels: packed[group][panel][tap][i][kNr] = src(group, o, i, tap) for the
+// group's output channel o = panel * kNr + lane, zero past the group's `go`.
+template <class Src>
+void pack_weights(int64_t groups, int64_t go, int64_t gi, int64_t taps, Src&& src, std::vector<float>& packed) {
+  const int64_t panels = (go + kNr - 1) / kNr;
+  packed.resize(static_cast<size_t>(groups * panels * taps * gi * kNr));
+  float* p = packed.data();
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t panel = 0; panel < panels; ++panel)
+      for (int64_t t = 0; t < taps; ++t)
+        for (int64_t i = 0; i < gi; ++i, p += kNr)
+          for (int64_t lane = 0; lane < kNr; ++lane) {
+            const int64_t o = panel * kNr + lane;
+            p[lane] = o < go ? src(g, o, i, t) : 0.0f;
+          }
+}
+
+// Runs f(image, slot) for every image: in parallel over images when there are at least as many as threads, each
+// thread with its own slot of buffers; otherwise image by image, and `rows_parallel` tells f to split its rows.
+template <class F> void for_each_image(int64_t images, F&& f) {
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (threads < 2 || images < threads) {
+    for (int64_t n = 0; n < images; ++n) f(n, threads >= 2);
+    return;
+  }
+  std::exception_ptr failed;  // an exception must not leave a parallel region (a buffer's first allocation)
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t n = 0; n < images; ++n) {
+    try {
+      f(n, false);
+    } catch (...) {
+#pragma omp critical(onnxtrain_direct_conv)
+      failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+}
+
+// A core's rows, split across threads when asked.
+void run_core(const Core& k, bool rows_parallel) {
+  const int64_t rows = k.rows();
+  if (!rows_parallel || rows < 2) return run_rows(k, 0, rows);
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    run_rows(k, rows * t / nt, rows * (t + 1) / nt);
+  }
+}
+
+// This thread's buffers: the padded input, the channels-last result, and backward weights' im2row rows.
+float* thread_buffer(int slot, size_t elems) {
+  thread_local std::array<ThreadBuffer, 4> buffers;
+  return buffers[static_cast<size_t>(slot)].at_least(elems);
+}
+
+// A tile of dW (rows: taps and input channels; columns: output channels) summed over every output pixel of one
+// image: pixel p's row r value is xp[pixel(p) + off[r]] (xp the padded channels-last input), its column values are
+// dyt[p][m]. Added into out (row stride ldo). Consecutive rows read xp at base + r, so need no offsets.
+struct WeightPass {
+  const float* xp;        // [p0][p1][p2][C]
+  int64_t p1, p2, C;
+  Dims3 out, s;
+  const float* dyt;       // [out pixels][M]
+  int64_t M;
+};
+
+template <int R, int V, bool CONSECUTIVE>
+void weight_tile(const WeightPass& w, const int64_t* __restrict off, int64_t col, float* __restrict out, int64_t ldo,
+                 __mmask16 m0, __mmask16 m1) {
+  __m512 acc[R][V];
+  int64_t o[R];
+#pragma GCC unroll 14
+  for (int r = 0; r < R; ++r) {
+    o[r] = CONSECUTIVE ? off[0] + r : off[r];
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+  const int64_t step = w.s[2] * w.C;
+  const float* b = w.dyt + col;
+  for (int64_t o0 = 0; o0 < w.out[0]; ++o0)
+    for (int64_t o1 = 0; o1 < w.out[1]; ++o1) {
+      const float* a = w.xp + (o0 * w.s[0] * w.p1 + o1 * w.s[1]) * w.p2 * w.C;
+      for (int64_t o2 = 0; o2 < w.out[2]; ++o2, a += step, b += w.M) {
+        __m512 bv[V];
+        bv[0] = _mm512_maskz_loadu_ps(m0, b);
+        if constexpr (V == 2) bv[1] = _mm512_maskz_loadu_ps(m1, b + 16);
+#pragma GCC unroll 14
+        for (int r = 0; r < R; ++r) {
+          const __m512 av = _mm512_set1_ps(a[o[r]]);
+          for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+        }
+      }
+    }
+#pragma GCC unroll 14
+  for (int r = 0; r < R; ++r) {
+    float* row = out + r * ldo;
+    _mm512_mask_storeu_ps(row, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, row), acc[r][0]));
+    if constexpr (V == 2)
+      _mm512_mask_storeu_ps(row + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, row + 16), acc[r][1]));
+  }
+}
+
+using WeightTileFn = void (*)(const WeightPass&, const int64_t*, int64_t, float*, int64_t, __mmask16, __mmask16);
+template <int V, bool CONSECUTIVE, int... R>
+constexpr std::array<WeightTileFn, sizeof...(R)> weight_table(std::integer_sequence<int, R...>) {
+  return {&weight_tile<R + 1, V, CONSECUTIVE>...};
+}
+// kWeightTiles[consecutive][vectors - 1][rows - 1]
+const std::array<std::array<std::array<WeightTileFn, kMr>, 2>, 2> kWeightTiles{
+    {{weight_table<1, false>(std::make_integer_sequence<int, kMr>{}),
+      weight_table<2, false>(std::make_integer_sequence<int, kMr>{})},
+     {weight_table<1, true>(std::make_integer_sequence<int, kMr>{}),
+      weight_table<2, true>(std::make_integer_sequence<int, kMr>{})}}};
+
+}  // namespace
+
+// The tiles' columns are output channels (for backward data, X's channels; for backward weights, the product's
+// columns are dY's): with fewer than half a vector of them per group most lanes would idle (a depthwise
+// convolution would use 1 of 16), and oneDNN's dedicated kernels do better.
+constexpr int64_t kMinChannels = 8;
+
+bool DirectConv::supports_forward(const Geo& g) { return geometry_ok(g) && g.M / g.G >= kMinChannels; }
+
+bool DirectConv::supports_backward_data(const Geo& g) {
+  if (!geometry_ok(g) || g.C / g.G < kMinChannels) return false;
+  for (int i = 0; i < kMaxSpatial; ++i)
+    if (g.s[i] != 1 || g.pb[i] > (g.k[i] - 1) * g.d[i]) return false;
+  return true;
+}
+
+bool DirectConv::supports_backward_weights(const Geo& g) { return geometry_ok(g) && g.M / g.G >= kMinChannels; }
+
+DirectConv::DirectConv(const Geo& g)
+    : g_(g),
+      forward_off_(tap_offsets(g, window_extent(g), g.C)),
+      flipped_off_(tap_offsets(g, flipped_extent(g), g.M)) {
+  // Room for either direction's repacked weights, so that no call allocates them.
+  const int64_t cg = g.C / g.G, mg = g.M / g.G;
+  const auto size = [&](int64_t go, int64_t gi) { return g.G * ((go + kNr - 1) / kNr) * g.k_size() * gi * kNr; };
+  packed_.reserve(static_cast<size_t>(std::max(size(mg, cg), size(cg, mg))));
+  // Backward weights' rows (tap, channel) of each group, 14 at a time.
+  const int64_t rows = g.k_size() * cg;
+  for (int64_t grp = 0; grp < g.G; ++grp)
+    for (int64_t first = 0; first < rows; first += kMr) {
+      RowTile rt;
+      rt.group = grp;
+      rt.first = first;
+      rt.rows = static_cast<int>(std::min<int64_t>(kMr, rows - first));
+      rt.consecutive = true;
+      for (int r = 0; r < rt.rows; ++r) {
+        const int64_t row = first + r;
+        rt.off[static_cast<size_t>(r)] = forward_off_[static_cast<size_t>(row / cg)] + grp * cg + row % cg;
+        rt.consecutive = rt.consecutive && rt.off[static_cast<size_t>(r)] == rt.off[0] + r;
+      }
+      row_tiles_.push_back(rt);
+    }
+}
+
+void DirectConv::forward(const float* x, const float* w, const float* b, float* y) {
+  const Geo& g = g_;
+  const int64_t cg = g.C / g.G, mg = g.M / g.G, taps = g.k_size();
+  pack_weights(g.G, mg, cg, taps, [&](int64_t grp, int64_t o, int64_t i, int64_t t) {
+    return w[((grp * mg + o) * cg + i) * taps + t];
+  }, packed_);
+  const Dims3 p = window_extent(g);
+  const int64_t isz = g.in_size(), osz = g.out_size();
+  const size_t padded = static_cast<size_t>(p[0] * p[1] * p[2] * g.C), result = static_cast<size_t>(osz * g.M);
+  for_each_image(g.N, [&](int64_t n, bool rows_parallel) {
+    float* xp = thread_buffer(0, padded);
+    float* yt = thread_buffer(1, result);
+    to_padded_channels_last(x + n * g.C * isz, g.C, g.in, g.pb, p, xp);
+    const Core k{xp, p[1], p[2], g.C, cg, mg, g.M, g.G, g.out, g.s, forward_off_.data(), taps, packed_.data(), yt};
+    run_core(k, rows_parallel);
+    from_channels_last(yt, osz, g.M, b, y + n * g.M * osz);
+  });
+}
+
+void DirectConv::backward_data(const float* dy, const float* w, float* dx) {
+  const Geo& g = g_;
+  const int64_t cg = g.C / g.G, mg = g.M / g.G, taps = g.k_size();
+  // The flipped kernel with the roles of the channels swapped: dX's channel c is an output, dY's m an input.
+  pack_weights(g.G, cg, mg, taps, [&](int64_t grp, int64_t o, int64_t i, int64_t t) {
+    return w[((grp * mg + i) * cg + o) * taps + (taps - 1 - t)];
+  }, packed_);
+  const Dims3 q = flipped_extent(g);
+  Dims3 begin;
+  for (int i = 0; i < kMaxSpatial; ++i) begin[i] = (g.k[i] - 1) * g.d[i] - g.pb[i];
+  const int64_t isz = g.in_size(), osz = g.out_size();
+  const size_t padded = static_cast<size_t>(q[0] * q[1] * q[2] * g.M), result = static_cast<size_t>(isz * g.C);
+  for_each_image(g.N, [&](int64_t n, bool rows_parallel) {
+    float* dyp = thread_buffer(0, padded);
+    float* dxt = thread_buffer(1, result);
+    to_padded_channels_last(dy + n * g.M * osz, g.M, g.out, begin, q, dyp);
+    const Core k{dyp, q[1], q[2], g.M, mg, cg, g.C, g.G, g.in, {1, 1, 1}, flipped_off_.data(), taps, packed_.data(),
+                 dxt};
+    run_core(k, rows_parallel);
+    from_channels_last(dxt, isz, g.C, nullptr, dx + n * g.C * isz);
+  });
+}
+
+void DirectConv::backward_weights(const float* dy, const float* x, float* dw, float* db) {
+  const Geo& g = g_;
+  const int64_t cg = g.C / g.G, mg = g.M / g.G, taps = g.k_size();
+  const Dims3 p = window_extent(g);
+  const int64_t isz = g.in_size(), osz = g.out_size(), panels = (mg + kNr - 1) / kNr;
+  const size_t padded = static_cast<size_t>(p[0] * p[1] * p[2] * g.C);
+  const size_t partial = static_cast<size_t>(taps * cg * g.M + g.M);  // dW as [group][tap][c][m of group], dB
+  constexpr int kMaxThreads = 64;
+  const int threads = static_cast<int>(std::min<int64_t>({omp_in_parallel() ? 1 : omp_get_max_threads(), kMaxThreads, g.N}));
+  std::array<float*, kMaxThreads> partials{};
+  // Thread t of nt: dW and dB of its images into its partial buffer.
+  const auto work = [&](int t, int nt) {
+    float* xp = thread_buffer(0, padded);
+    float* dyt = thread_buffer(1, static_cast<size_t>(osz * g.M));
+    float* part = partials[static_cast<size_t>(t)] = thread_buffer(3, partial);
+    std::fill(part, part + partial, 0.0f);
+    float* dbp = part + taps * cg * g.M;
+    for (int64_t n = g.N * t / nt; n < g.N * (t + 1) / nt; ++n) {
+      if (g.M == 1)
+        std::memcpy(dyt, dy + n * osz, static_cast<size_t>(osz) * sizeof(float));
+      else
+        avx512::transpose(g.M, osz, dy + n * g.M * osz, osz, dyt, g.M);
+      if (dw) {
+        to_padded_channels_last(x + n * g.C * isz, g.C, g.in, g.pb, p, xp);
+        const WeightPass pass{xp, p[1], p[2], g.C, g.out, g.s, dyt, g.M};
+        for (const RowTile& rt : row_tiles_)
+          for (int64_t panel = 0; panel < panels; ++panel) {
+            const int64_t col = rt.group * mg + panel * kNr, nr = std::min<int64_t>(kNr, mg - panel * kNr);
+            kWeightTiles[rt.consecutive][nr > 16][rt.rows - 1](
+                pass, rt.off.data(), col, part + rt.group * taps * cg * mg + rt.first * mg + panel * kNr, mg,
+                lanes(nr), lanes(nr - 16));
+          }
+      }
+      // Sums in a register: through memory, each masked store stalls the next masked load of the same lanes.
+      if (db)
+        for (int64_t m = 0; m < g.M; m += 16) {
+          const __mmask16 lm = lanes(g.M - m);
+          __m512 sum = _mm512_setzero_ps();
+          for (int64_t j = 0; j < osz; ++j) sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(lm, dyt + j * g.M + m));
+          _mm512_mask_storeu_ps(dbp + m, lm, _mm512_add_ps(_mm512_maskz_loadu_ps(lm, dbp + m), sum));
+        }
+    }
+  };
+  int team = 1;  // the threads that ran (the runtime may give fewer than asked)
+  if (threads < 2) {
+    work(0, 1);  // not `omp parallel num_threads(1)`: libgomp mallocs a team for every such region
+  } else {
+    std::exception_ptr failed;
+#pragma omp parallel num_threads(threads)
+    {
+      if (omp_get_thread_num() == 0) team = omp_get_num_threads();
+      try {
+        work(omp_get_thread_num(), omp_get_num_threads());
+      } catch (...) {
+#pragma omp critical(onnxtrain_direct_conv)
+        failed = std::current_exception();
+      }
+    }
+    if (failed) std::rethrow_exception(failed);
+  }
+  // Sum the threads' partials into dW's [m][c][tap] order, and dB.
+  if (dw)
+    for (int64_t grp = 0; grp < g.G; ++grp)
+      for (int64_t o = 0; o < mg; ++o)
+        for (int64_t c = 0; c < cg; ++c)
+          for (int64_t tap = 0; tap < taps; ++tap) {
+            const int64_t at = grp * taps * cg * mg + (tap * cg + c) * mg + o;
+            float s = partials[0][at];
+            for (int th = 1; th < team; ++th) s += partials[static_cast<size_t>(th)][at];
+            dw[((grp * mg + o) * cg + c) * taps + tap] = s;
+          }
+  if (db)
+    for (int64_t m = 0; m < g.M; ++m) {
+      float s = 0.0f;
+      for (int th = 0; th < team; ++th) s += partials[static_cast<size_t>(th)][taps * cg * g.M + m];
+      db[m] = s;
+    }
+}
+
+#else  // no AVX-512: Conv keeps oneDNN
+
+bool DirectConv::supports_forward(const Geo&) { return false; }
+bool DirectConv::supports_backward_data(const Geo&) { return false; }
+bool DirectConv::supports_backward_weights(const Geo&) { return false; }
+
+DirectConv::DirectConv(const Geo& g) : g_(g) {}
+
+void DirectConv::forward(const float*, const float*, const float*, float*) {
+  throw std::logic_error("DirectConv used in a build without AVX-512 (check DirectConv::supports_forward)");
+}
+void DirectConv::backward_data(const float*, const float*, float*) {
+  throw std::logic_error("DirectConv used in a build without AVX-512 (check DirectConv::supports_backward_data)");
+}
+void DirectConv::backward_weights(const float*, const float*, float*, float*) {
+  throw std::logic_error("DirectConv used in a build without AVX-512 (check DirectConv::supports_backward_weights)");
+}
+
+#endif
+
+}  // namespace onnxtrain::cpu

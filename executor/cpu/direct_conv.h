@@ -1,0 +1,57 @@
+#pragma once
+// onnxtrain's own float32 convolutions for AVX-512 CPUs: forward, backward data and backward weights, with no heap
+// allocation per call.
+//
+// Why not oneDNN, which they replace for the geometries they take: every oneDNN primitive execute builds its
+// argument map on the heap (5 operator new per execute, 17 executes in a W2 step), so a CNN's training step was
+// never free of allocations. These kernels run at the speed of oneDNN's jit convolutions on W2's layers
+// (docs/performance.md, "Convolutions of our own").
+//
+// How: the activations are copied into a zero-padded channels-last buffer per image, where every tap of the
+// window is a fixed offset, and a register tile of 14 output pixels x 32 output channels sums over the taps and
+// channels (the GEMM's 14 x 32 tile, with the im2col matrix never built). Backward data is the same forward
+// convolution of the padded dY with the kernel flipped (stride 1). Backward weights builds the im2row rows of a few
+// Backward weights is a tile of 14 (tap, input channel) rows x 32 output channels summing over every output pixel,
+// reading the same padded input and a channels-last copy of dY.
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "executor/cpu/conv_geometry.h"
+
+namespace onnxtrain::cpu {
+
+class DirectConv {
+ public:
+  // True when this build has the kernels (AVX-512F) and they take g: no negative pads and a non-empty problem.
+  static bool supports_forward(const Geo& g);
+  // Backward data also needs stride 1 and begin pads within the dilated kernel ((k - 1) * d >= pb).
+  static bool supports_backward_data(const Geo& g);
+  static bool supports_backward_weights(const Geo& g);
+
+  explicit DirectConv(const Geo& g);
+
+  // y = conv(x, w) + b (b may be null); x [N, C, in...], w [M, C/G, k...], y [N, M, out...].
+  void forward(const float* x, const float* w, const float* b, float* y);
+  // dx = the gradient of conv(x, w) with respect to x, given dy.
+  void backward_data(const float* dy, const float* w, float* dx);
+  // dw and db (either may be null) from dy and x.
+  void backward_weights(const float* dy, const float* x, float* dw, float* db);
+
+ private:
+  // Backward weights' tiles of dW rows (tap, input channel), within one group: each row's offset in the padded
+  // input, and whether they are consecutive (then the tile reads them as one run).
+  struct RowTile {
+    int64_t group = 0, first = 0;  // the first row: tap * (C / G) + channel
+    int rows = 0;
+    bool consecutive = false;
+    std::array<int64_t, 14> off{};
+  };
+
+  Geo g_;
+  std::vector<RowTile> row_tiles_;
+  std::vector<int64_t> forward_off_, flipped_off_;  // each tap's offset in the padded buffers (x's, dY's)
+  std::vector<float> packed_;  // the weights in the tile's panel layout, repacked by every call (they change)
+};
+
+}  // namespace onnxtrain::cpu
