@@ -31,7 +31,7 @@ fi
 subset_tests=("tests/test_graph:*" "tests/test_gradients:*" "tests/reliability/test_reliability:*"
               "tests/cli/test_cli:Config*:MalformedCli.*"
               "tests/test_training:*Replicat*:TrainEpoch.*:Checkpoint.*"
-              "tests/test_executor:*OwnSgemm*:*MatMul*:*Gemm*")
+              "tests/test_executor:*OwnSgemm*:*MatMul*:*Gemm*:*Conv*")
 subset=""
 if [ "${1:-}" = --subset ]; then
   subset=1

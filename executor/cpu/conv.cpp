@@ -586,8 +586,7 @@ template <class T> class ConvGradKernel final : public Kernel {
     T* db = want_[2] ? out[2]->ptr<T>() : nullptr;
     if constexpr (std::is_same_v<T, float>) {
       if (own_) {
-        if (dx) own_->backward_data(dy, w, dx);
-        if (dw || db) own_->backward_weights(dy, x, dw, db);
+        own_->backward(dy, x, w, dx, dw, db);
         return;
       }
     }

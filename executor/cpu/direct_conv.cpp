@@ -146,7 +146,8 @@ void run_rows(const Core& k, int64_t r0, int64_t r1) {
 // dst[p0][p1][p2][channels] = 0, then x[c][i0][i1][i2] at (i + begin) where that lies inside p (begin >= 0).
 void to_padded_channels_last(const float* x, int64_t channels, const Dims3& in, const Dims3& begin, const Dims3& p,
                              float* dst) {
-  std::memset(dst, 0, static_cast<size_t>(p[0] * p[1] * p[2] * channels) * sizeof(float));
+  if (begin != Dims3{0, 0, 0} || p != in)  // otherwise every element is written below
+    std::memset(dst, 0, static_cast<size_t>(p[0] * p[1] * p[2] * channels) * sizeof(float));
   const int64_t plane = in[0] * in[1] * in[2];
   const int64_t n2 = std::min(in[2], p[2] - begin[2]);
   if (n2 <= 0) return;
@@ -237,8 +238,8 @@ struct WeightPass {
   const float* xp;        // [p0][p1][p2][C]
   int64_t p1, p2, C;
   Dims3 out, s;
-  const float* dyt;       // [out pixels][M]
-  int64_t M;
+  const float* dy;        // dY channels-last: output pixel (o0, o1, o2) at dy + o0 * dy_s0 + o1 * dy_s1 + o2 * M
+  int64_t dy_s0, dy_s1, M;
 };
 
 template <int R, int V, bool CONSECUTIVE>
@@ -252,10 +253,10 @@ void weight_tile(const WeightPass& w, const int64_t* __restrict off, int64_t col
     for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
   }
   const int64_t step = w.s[2] * w.C;
-  const float* b = w.dyt + col;
   for (int64_t o0 = 0; o0 < w.out[0]; ++o0)
     for (int64_t o1 = 0; o1 < w.out[1]; ++o1) {
       const float* a = w.xp + (o0 * w.s[0] * w.p1 + o1 * w.s[1]) * w.p2 * w.C;
+      const float* b = w.dy + o0 * w.dy_s0 + o1 * w.dy_s1 + col;
       for (int64_t o2 = 0; o2 < w.out[2]; ++o2, a += step, b += w.M) {
         __m512 bv[V];
         bv[0] = _mm512_maskz_loadu_ps(m0, b);
@@ -352,69 +353,80 @@ void DirectConv::forward(const float* x, const float* w, const float* b, float* 
 }
 
 void DirectConv::backward_data(const float* dy, const float* w, float* dx) {
-  const Geo& g = g_;
-  const int64_t cg = g.C / g.G, mg = g.M / g.G, taps = g.k_size();
-  // The flipped kernel with the roles of the channels swapped: dX's channel c is an output, dY's m an input.
-  pack_weights(g.G, cg, mg, taps, [&](int64_t grp, int64_t o, int64_t i, int64_t t) {
-    return w[((grp * mg + i) * cg + o) * taps + (taps - 1 - t)];
-  }, packed_);
-  const Dims3 q = flipped_extent(g);
-  Dims3 begin;
-  for (int i = 0; i < kMaxSpatial; ++i) begin[i] = (g.k[i] - 1) * g.d[i] - g.pb[i];
-  const int64_t isz = g.in_size(), osz = g.out_size();
-  const size_t padded = static_cast<size_t>(q[0] * q[1] * q[2] * g.M), result = static_cast<size_t>(isz * g.C);
-  for_each_image(g.N, [&](int64_t n, bool rows_parallel) {
-    float* dyp = thread_buffer(0, padded);
-    float* dxt = thread_buffer(1, result);
-    to_padded_channels_last(dy + n * g.M * osz, g.M, g.out, begin, q, dyp);
-    const Core k{dyp, q[1], q[2], g.M, mg, cg, g.C, g.G, g.in, {1, 1, 1}, flipped_off_.data(), taps, packed_.data(),
-                 dxt};
-    run_core(k, rows_parallel);
-    from_channels_last(dxt, isz, g.C, nullptr, dx + n * g.C * isz);
-  });
+  backward(dy, nullptr, w, dx, nullptr, nullptr);
 }
 
 void DirectConv::backward_weights(const float* dy, const float* x, float* dw, float* db) {
+  backward(dy, x, nullptr, nullptr, dw, db);
+}
+
+// Image by image, so that each image's dY is made channels-last once for both directions and is still in cache for
+// the second. Threads take whole images, summing dW and dB into partial buffers of their own.
+void DirectConv::backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db) {
   const Geo& g = g_;
   const int64_t cg = g.C / g.G, mg = g.M / g.G, taps = g.k_size();
-  const Dims3 p = window_extent(g);
   const int64_t isz = g.in_size(), osz = g.out_size(), panels = (mg + kNr - 1) / kNr;
-  const size_t padded = static_cast<size_t>(p[0] * p[1] * p[2] * g.C);
+  // Backward data reads dY padded for the flipped kernel; backward weights alone reads it as it is.
+  Dims3 q = g.out, begin{0, 0, 0};
+  if (dx) {
+    q = flipped_extent(g);
+    for (int i = 0; i < kMaxSpatial; ++i) begin[i] = (g.k[i] - 1) * g.d[i] - g.pb[i];
+    // The flipped kernel with the roles of the channels swapped: dX's channel c is an output, dY's m an input.
+    pack_weights(g.G, cg, mg, taps, [&](int64_t grp, int64_t o, int64_t i, int64_t t) {
+      return w[((grp * mg + i) * cg + o) * taps + (taps - 1 - t)];
+    }, packed_);
+  }
+  const int64_t dy_s1 = q[2] * g.M, dy_s0 = q[1] * dy_s1, dy_at = begin[0] * dy_s0 + begin[1] * dy_s1 + begin[2] * g.M;
+  const Dims3 p = window_extent(g);
+  const size_t padded_x = static_cast<size_t>(p[0] * p[1] * p[2] * g.C);
+  const size_t padded_dy = static_cast<size_t>(q[0] * q[1] * q[2] * g.M);
   const size_t partial = static_cast<size_t>(taps * cg * g.M + g.M);  // dW as [group][tap][c][m of group], dB
   constexpr int kMaxThreads = 64;
-  const int threads = static_cast<int>(std::min<int64_t>({omp_in_parallel() ? 1 : omp_get_max_threads(), kMaxThreads, g.N}));
+  const int available = omp_in_parallel() ? 1 : std::min(omp_get_max_threads(), kMaxThreads);
+  const int threads = static_cast<int>(std::min<int64_t>(available, g.N));
+  // A batch smaller than the threads (one image): its images one by one, backward data's rows split instead.
+  const bool rows_parallel = threads < available;
   std::array<float*, kMaxThreads> partials{};
-  // Thread t of nt: dW and dB of its images into its partial buffer.
   const auto work = [&](int t, int nt) {
-    float* xp = thread_buffer(0, padded);
-    float* dyt = thread_buffer(1, static_cast<size_t>(osz * g.M));
-    float* part = partials[static_cast<size_t>(t)] = thread_buffer(3, partial);
-    std::fill(part, part + partial, 0.0f);
-    float* dbp = part + taps * cg * g.M;
+    float* part = nullptr;
+    if (dw || db) {
+      part = partials[static_cast<size_t>(t)] = thread_buffer(3, partial);
+      std::fill(part, part + partial, 0.0f);
+    }
     for (int64_t n = g.N * t / nt; n < g.N * (t + 1) / nt; ++n) {
-      if (g.M == 1)
-        std::memcpy(dyt, dy + n * osz, static_cast<size_t>(osz) * sizeof(float));
-      else
-        avx512::transpose(g.M, osz, dy + n * g.M * osz, osz, dyt, g.M);
-      if (dw) {
-        to_padded_channels_last(x + n * g.C * isz, g.C, g.in, g.pb, p, xp);
-        const WeightPass pass{xp, p[1], p[2], g.C, g.out, g.s, dyt, g.M};
-        for (const RowTile& rt : row_tiles_)
-          for (int64_t panel = 0; panel < panels; ++panel) {
-            const int64_t col = rt.group * mg + panel * kNr, nr = std::min<int64_t>(kNr, mg - panel * kNr);
-            kWeightTiles[rt.consecutive][nr > 16][rt.rows - 1](
-                pass, rt.off.data(), col, part + rt.group * taps * cg * mg + rt.first * mg + panel * kNr, mg,
-                lanes(nr), lanes(nr - 16));
-          }
-      }
-      // Sums in a register: through memory, each masked store stalls the next masked load of the same lanes.
-      if (db)
-        for (int64_t m = 0; m < g.M; m += 16) {
-          const __mmask16 lm = lanes(g.M - m);
-          __m512 sum = _mm512_setzero_ps();
-          for (int64_t j = 0; j < osz; ++j) sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(lm, dyt + j * g.M + m));
-          _mm512_mask_storeu_ps(dbp + m, lm, _mm512_add_ps(_mm512_maskz_loadu_ps(lm, dbp + m), sum));
+      const float* dyn = dy + n * g.M * osz;
+      if (dx || dw) {
+        float* dyp = thread_buffer(2, padded_dy);
+        to_padded_channels_last(dyn, g.M, g.out, begin, q, dyp);
+        if (dx) {
+          float* dxt = thread_buffer(1, static_cast<size_t>(isz * g.C));
+          const Core k{dyp, q[1], q[2], g.M, mg, cg, g.C, g.G, g.in, {1, 1, 1}, flipped_off_.data(), taps,
+                       packed_.data(), dxt};
+          run_core(k, rows_parallel);
+          from_channels_last(dxt, isz, g.C, nullptr, dx + n * g.C * isz);
         }
+        if (dw) {
+          float* xp = thread_buffer(0, padded_x);
+          to_padded_channels_last(x + n * g.C * isz, g.C, g.in, g.pb, p, xp);
+          const WeightPass pass{xp, p[1], p[2], g.C, g.out, g.s, dyp + dy_at, dy_s0, dy_s1, g.M};
+          for (const RowTile& rt : row_tiles_)
+            for (int64_t panel = 0; panel < panels; ++panel) {
+              const int64_t col = rt.group * mg + panel * kNr, nr = std::min<int64_t>(kNr, mg - panel * kNr);
+              kWeightTiles[rt.consecutive][nr > 16][rt.rows - 1](
+                  pass, rt.off.data(), col, part + rt.group * taps * cg * mg + rt.first * mg + panel * kNr, mg,
+                  lanes(nr), lanes(nr - 16));
+            }
+        }
+      }
+      if (db) {
+        float* dbp = part + taps * cg * g.M;
+        for (int64_t m = 0; m < g.M; ++m) {
+          const float* row = dyn + m * osz;
+          __m512 sum = _mm512_setzero_ps();
+          for (int64_t j = 0; j < osz; j += 16) sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(lanes(osz - j), row + j));
+          dbp[m] += _mm512_reduce_add_ps(sum);
+        }
+      }
     }
   };
   int team = 1;  // the threads that ran (the runtime may give fewer than asked)
@@ -469,6 +481,9 @@ void DirectConv::backward_data(const float*, const float*, float*) {
 }
 void DirectConv::backward_weights(const float*, const float*, float*, float*) {
   throw std::logic_error("DirectConv used in a build without AVX-512 (check DirectConv::supports_backward_weights)");
+}
+void DirectConv::backward(const float*, const float*, const float*, float*, float*, float*) {
+  throw std::logic_error("DirectConv used in a build without AVX-512 (check DirectConv::supports_backward_*)");
 }
 
 #endif

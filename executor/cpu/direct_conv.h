@@ -37,6 +37,8 @@ class DirectConv {
   void backward_data(const float* dy, const float* w, float* dx);
   // dw and db (either may be null) from dy and x.
   void backward_weights(const float* dy, const float* x, float* dw, float* db);
+  // Any of dx, dw, db (null: not wanted) in one pass over the images; dx needs supports_backward_data.
+  void backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db);
 
  private:
   // Backward weights' tiles of dW rows (tap, input channel), within one group: each row's offset in the padded

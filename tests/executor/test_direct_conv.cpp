@@ -209,6 +209,28 @@ TEST_P(DirectConvTest, BackwardWeightsAndBiasMatchFloat64Reference) {
   }
 }
 
+// ConvGrad asks for dX, dW and dB in one pass over the images: the same numbers as each direction alone.
+TEST_P(DirectConvTest, AllGradientsInOnePassMatchEachDirectionAlone) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    if (!c.data || !c.weights) continue;
+    const Geo g = geometry(c);
+    const int64_t cg = g.C / g.G;
+    const auto dy = random(static_cast<size_t>(g.N * g.M * g.out_size()), 8);
+    const auto x = random(static_cast<size_t>(g.N * g.C * g.in_size()), 9);
+    const auto w = random(static_cast<size_t>(g.M * cg * g.k_size()), 10);
+    std::vector<float> dx(x.size()), dw(w.size()), db(static_cast<size_t>(g.M));
+    std::vector<float> dx1(x.size()), dw1(w.size()), db1(static_cast<size_t>(g.M));
+    cpu::DirectConv conv(g);
+    conv.backward(dy.data(), x.data(), w.data(), dx.data(), dw.data(), db.data());
+    conv.backward_data(dy.data(), w.data(), dx1.data());
+    conv.backward_weights(dy.data(), x.data(), dw1.data(), db1.data());
+    EXPECT_EQ(dx, dx1);
+    EXPECT_EQ(dw, dw1);
+    EXPECT_EQ(db, db1);
+  }
+}
+
 TEST(DirectConv, RefusesNegativePads) {
   Geo g = geometry(kCases[0]);
   g.pb[2] = -1;
