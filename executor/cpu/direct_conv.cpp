@@ -70,10 +70,13 @@ constexpr int kMr = 14;  // output pixels per tile
 constexpr int kNr = 32;  // output channels per tile (one panel of packed weights)
 
 // R pixels (R <= kMr) x V vectors of 16 output channels (V = 1 for a panel of at most 16), channels masked by
-// m0/m1. Pixel r's tap t, input channel c is a[r * rs + off[t] + c]; the weights are w[t][c][kNr].
-template <int R, int V>
+// m0/m1. Pixel r's tap t, input channel c is a[r * rs + off[t] + c]; the weights are w[t][c][kNr]. RS > 0 is rs
+// known at compile time: the 14 pixels are then one pointer plus constant displacements, where a run-time stride
+// needs 14 pointers, more than the free registers (GCC parked them in vector registers and on the stack).
+template <int R, int V, int RS>
 void conv_tile(const float* __restrict a, int64_t rs, const int64_t* __restrict off, int64_t taps, int64_t gi,
                const float* __restrict w, float* __restrict y, int64_t ldy, __mmask16 m0, __mmask16 m1) {
+  const int64_t stride = RS > 0 ? RS : rs;
   __m512 acc[R][V];
 #pragma GCC unroll 14
   for (int r = 0; r < R; ++r)
@@ -81,13 +84,13 @@ void conv_tile(const float* __restrict a, int64_t rs, const int64_t* __restrict 
   for (int64_t t = 0; t < taps; ++t) {
     const float* at = a + off[t];
     const float* wt = w + t * gi * kNr;
-    for (int64_t c = 0; c < gi; ++c) {
+    for (int64_t c = 0; c < gi; ++c, ++at, wt += kNr) {
       __m512 b[V];
-      b[0] = _mm512_loadu_ps(wt + c * kNr);
-      if constexpr (V == 2) b[1] = _mm512_loadu_ps(wt + c * kNr + 16);
+      b[0] = _mm512_loadu_ps(wt);
+      if constexpr (V == 2) b[1] = _mm512_loadu_ps(wt + 16);
 #pragma GCC unroll 14
       for (int r = 0; r < R; ++r) {
-        const __m512 av = _mm512_set1_ps(at[r * rs + c]);
+        const __m512 av = _mm512_set1_ps(at[r * stride]);
         for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(av, b[v], acc[r][v]);
       }
     }
@@ -101,12 +104,26 @@ void conv_tile(const float* __restrict a, int64_t rs, const int64_t* __restrict 
 
 using TileFn = void (*)(const float*, int64_t, const int64_t*, int64_t, int64_t, const float*, float*, int64_t,
                         __mmask16, __mmask16);
-template <int V, int... R> constexpr std::array<TileFn, sizeof...(R)> tile_table(std::integer_sequence<int, R...>) {
-  return {&conv_tile<R + 1, V>...};
+template <int V, int RS, int... R>
+constexpr std::array<TileFn, sizeof...(R)> tile_table(std::integer_sequence<int, R...>) {
+  return {&conv_tile<R + 1, V, RS>...};
 }
-// kTiles[vectors - 1][pixels - 1]
-const std::array<std::array<TileFn, kMr>, 2> kTiles{tile_table<1>(std::make_integer_sequence<int, kMr>{}),
-                                                    tile_table<2>(std::make_integer_sequence<int, kMr>{})};
+using TileSet = std::array<std::array<TileFn, kMr>, 2>;  // [vectors - 1][pixels - 1]
+template <int RS>
+constexpr TileSet kTileSet{tile_table<1, RS>(std::make_integer_sequence<int, kMr>{}),
+                           tile_table<2, RS>(std::make_integer_sequence<int, kMr>{})};
+
+// The tiles for a pixel stride: compiled for the channel counts of common layers (1, 16, 32, 64 at stride 1), else
+// with the stride as an argument.
+const TileSet& tiles_for(int64_t rs) {
+  switch (rs) {
+    case 1: return kTileSet<1>;
+    case 16: return kTileSet<16>;
+    case 32: return kTileSet<32>;
+    case 64: return kTileSet<64>;
+    default: return kTileSet<0>;
+  }
+}
 
 // One convolution over a padded channels-last input, as the tiles see it.
 struct Core {
@@ -133,7 +150,7 @@ void run_rows(const Core& k, int64_t r0, int64_t r1) {
       for (int64_t panel = 0; panel < panels; ++panel) {
         const int64_t nr = std::min<int64_t>(kNr, k.go - panel * kNr);
         const float* wp = k.w + (g * panels + panel) * k.taps * k.gi * kNr;
-        const TileFn* tiles = kTiles[nr > 16 ? 1 : 0].data();
+        const TileFn* tiles = tiles_for(k.s[2] * k.ct)[nr > 16 ? 1 : 0].data();
         for (int64_t o2 = 0; o2 < k.out[2]; o2 += kMr) {
           const int64_t pixels = std::min<int64_t>(kMr, k.out[2] - o2);
           tiles[pixels - 1](in + o2 * k.s[2] * k.ct + g * k.gi, k.s[2] * k.ct, k.off, k.taps, k.gi, wp,
