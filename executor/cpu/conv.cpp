@@ -570,7 +570,7 @@ template <class T> class ConvGradKernel final : public Kernel {
  public:
   ConvGradKernel(Geo g, std::array<bool, 3> want) : g_(g), want_(want) {
     if constexpr (std::is_same_v<T, float>) {
-      if ((!want[0] || cpu::DirectConv::supports_backward_data(g_)) && cpu::DirectConv::supports_backward_weights(g_))
+      if (cpu::DirectConv::supports_backward(g_, want[0], want[1]))
         own_.emplace(g_);
       else if (g_.N > 0 && g_.C > 0 && g_.M > 0)
         dnnl_ = build_dnnl_conv_grad(g_, want[0], want[1], want[2]);

@@ -242,10 +242,56 @@ void run_core(const Core& k, bool rows_parallel) {
   }
 }
 
-// This thread's buffers: the padded input, the channels-last result, and backward weights' im2row rows.
+// This thread's buffers: 0 the padded input, 1 the channels-last result (or padded dX), 2 the padded dY, 3 the
+// partial dW and dB, 4 the scattered rows of backward data's strided path.
 float* thread_buffer(int slot, size_t elems) {
-  thread_local std::array<ThreadBuffer, 4> buffers;
+  thread_local std::array<ThreadBuffer, 5> buffers;
   return buffers[static_cast<size_t>(slot)].at_least(elems);
+}
+
+// Backward data's scatter path: dxp (the padded channels-last dX, zeroed) += each output pixel's row of dr, which
+// holds, group by group and tap by tap, the input channels' gradient under that tap of the pixel's window.
+void col2im_add(const Geo& g, const Dims3& p, const float* dr, const int64_t* off, float* dxp) {
+  const int64_t cg = g.C / g.G, taps = g.k_size(), row = taps * g.C;
+  for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+    for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+      for (int64_t o2 = 0; o2 < g.out[2]; ++o2, dr += row) {
+        float* base = dxp + ((o0 * g.s[0] * p[1] + o1 * g.s[1]) * p[2] + o2 * g.s[2]) * g.C;
+        for (int64_t grp = 0; grp < g.G; ++grp)
+          for (int64_t t = 0; t < taps; ++t) {
+            float* dst = base + off[t] + grp * cg;
+            const float* src = dr + (grp * taps + t) * cg;
+            // Whole vectors, then scalars: neighbouring windows overlap, and a masked store does not forward to
+            // the masked load of the next tap that reads it (W2's one-channel layer ran 6x slower that way).
+            int64_t c = 0;
+            for (; c + 16 <= cg; c += 16)
+              _mm512_storeu_ps(dst + c, _mm512_add_ps(_mm512_loadu_ps(dst + c), _mm512_loadu_ps(src + c)));
+            for (; c < cg; ++c) dst[c] += src[c];
+          }
+      }
+}
+
+// x[c][i] = src[i + begin][c] (src padded channels-last of dims p); 0 where i + begin lies outside p (input the
+// windows never read).
+void from_padded_channels_last(const float* src, int64_t channels, const Dims3& in, const Dims3& begin,
+                               const Dims3& p, float* x) {
+  const int64_t plane = in[0] * in[1] * in[2];
+  const int64_t n2 = std::clamp<int64_t>(p[2] - begin[2], 0, in[2]);
+  for (int64_t i0 = 0; i0 < in[0]; ++i0)
+    for (int64_t i1 = 0; i1 < in[1]; ++i1) {
+      float* dst = x + (i0 * in[1] + i1) * in[2];
+      const bool inside = i0 + begin[0] < p[0] && i1 + begin[1] < p[1];
+      const int64_t n = inside ? n2 : 0;
+      if (n > 0) {
+        const float* row = src + (((i0 + begin[0]) * p[1] + i1 + begin[1]) * p[2] + begin[2]) * channels;
+        if (channels == 1)
+          std::memcpy(dst, row, static_cast<size_t>(n) * sizeof(float));
+        else
+          avx512::transpose(n, channels, row, channels, dst, plane);
+      }
+      if (n < in[2])
+        for (int64_t c = 0; c < channels; ++c) std::fill(dst + c * plane + n, dst + c * plane + in[2], 0.0f);
+    }
 }
 
 // A tile of dW (rows: taps and input channels; columns: output channels) summed over every output pixel of one
@@ -315,14 +361,25 @@ constexpr int64_t kMinChannels = 8;
 
 bool DirectConv::supports_forward(const Geo& g) { return geometry_ok(g) && g.M / g.G >= kMinChannels; }
 
-bool DirectConv::supports_backward_data(const Geo& g) {
-  if (!geometry_ok(g) || g.C / g.G < kMinChannels) return false;
+// Backward data as the flipped forward convolution: stride 1, begin pads within the dilated kernel, and X's channels
+// per group (the tile's columns) at least half a vector.
+static bool flips(const Geo& g) {
+  if (g.C / g.G < kMinChannels) return false;
   for (int i = 0; i < kMaxSpatial; ++i)
     if (g.s[i] != 1 || g.pb[i] > (g.k[i] - 1) * g.d[i]) return false;
   return true;
 }
 
+// Otherwise the scatter path, which adds each tap's X channels into the padded dX as vectors: with fewer than 8
+// channels those become scalar adds chained through memory where neighbouring windows overlap (a one-channel layer
+// ran at 0.29x oneDNN's gemm:jit in bench_conv), so both paths need 8 X channels per group.
+bool DirectConv::supports_backward_data(const Geo& g) { return geometry_ok(g) && g.C / g.G >= kMinChannels; }
+
 bool DirectConv::supports_backward_weights(const Geo& g) { return geometry_ok(g) && g.M / g.G >= kMinChannels; }
+
+bool DirectConv::supports_backward(const Geo& g, bool dx, bool dw) {
+  return geometry_ok(g) && (!dx || supports_backward_data(g)) && (!dw || supports_backward_weights(g));
+}
 
 DirectConv::DirectConv(const Geo& g)
     : g_(g),
@@ -331,7 +388,8 @@ DirectConv::DirectConv(const Geo& g)
   // Room for either direction's repacked weights, so that no call allocates them.
   const int64_t cg = g.C / g.G, mg = g.M / g.G;
   const auto size = [&](int64_t go, int64_t gi) { return g.G * ((go + kNr - 1) / kNr) * g.k_size() * gi * kNr; };
-  packed_.reserve(static_cast<size_t>(std::max(size(mg, cg), size(cg, mg))));
+  packed_.reserve(static_cast<size_t>(
+      std::max({size(mg, cg), size(cg, mg), g.G * ((g.k_size() * cg + kNr - 1) / kNr) * mg * kNr})));
   // Backward weights' rows (tap, channel) of each group, 14 at a time.
   const int64_t rows = g.k_size() * cg;
   for (int64_t grp = 0; grp < g.G; ++grp)
@@ -383,9 +441,17 @@ void DirectConv::backward(const float* dy, const float* x, const float* w, float
   const Geo& g = g_;
   const int64_t cg = g.C / g.G, mg = g.M / g.G, taps = g.k_size();
   const int64_t isz = g.in_size(), osz = g.out_size(), panels = (mg + kNr - 1) / kNr;
-  // Backward data reads dY padded for the flipped kernel; backward weights alone reads it as it is.
+  // Backward data by the flipped kernel reads dY padded for it; the scatter path and backward weights alone read it
+  // as it is.
+  const bool flip = dx && flips(g), scatter = dx && !flip;
   Dims3 q = g.out, begin{0, 0, 0};
-  if (dx) {
+  if (scatter) {
+    // A pointwise product per pixel: dY's channels against every (tap, X channel) column of the group.
+    pack_weights(g.G, taps * cg, mg, 1, [&](int64_t grp, int64_t o, int64_t i, int64_t) {
+      return w[((grp * mg + i) * cg + o % cg) * taps + o / cg];
+    }, packed_);
+  }
+  if (flip) {
     q = flipped_extent(g);
     for (int i = 0; i < kMaxSpatial; ++i) begin[i] = (g.k[i] - 1) * g.d[i] - g.pb[i];
     // The flipped kernel with the roles of the channels swapped: dX's channel c is an output, dY's m an input.
@@ -415,7 +481,18 @@ void DirectConv::backward(const float* dy, const float* x, const float* w, float
       if (dx || dw) {
         float* dyp = thread_buffer(2, padded_dy);
         to_padded_channels_last(dyn, g.M, g.out, begin, q, dyp);
-        if (dx) {
+        if (scatter) {
+          float* dr = thread_buffer(4, static_cast<size_t>(osz * taps * g.C));
+          const int64_t zero = 0;
+          const Core k{dyp, q[1], q[2], g.M, mg, taps * cg, taps * g.C, g.G, g.out, {1, 1, 1}, &zero, 1,
+                       packed_.data(), dr};
+          run_core(k, rows_parallel);
+          float* dxp = thread_buffer(1, padded_x);
+          std::memset(dxp, 0, padded_x * sizeof(float));
+          col2im_add(g, p, dr, forward_off_.data(), dxp);
+          from_padded_channels_last(dxp, g.C, g.in, g.pb, p, dx + n * g.C * isz);
+        }
+        if (flip) {
           float* dxt = thread_buffer(1, static_cast<size_t>(isz * g.C));
           const Core k{dyp, q[1], q[2], g.M, mg, cg, g.C, g.G, g.in, {1, 1, 1}, flipped_off_.data(), taps,
                        packed_.data(), dxt};
@@ -440,7 +517,8 @@ void DirectConv::backward(const float* dy, const float* x, const float* w, float
         for (int64_t m = 0; m < g.M; ++m) {
           const float* row = dyn + m * osz;
           __m512 sum = _mm512_setzero_ps();
-          for (int64_t j = 0; j < osz; j += 16) sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(lanes(osz - j), row + j));
+          for (int64_t j = 0; j < osz; j += 16)
+            sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(lanes(osz - j), row + j));
           dbp[m] += _mm512_reduce_add_ps(sum);
         }
       }
@@ -487,6 +565,7 @@ void DirectConv::backward(const float* dy, const float* x, const float* w, float
 bool DirectConv::supports_forward(const Geo&) { return false; }
 bool DirectConv::supports_backward_data(const Geo&) { return false; }
 bool DirectConv::supports_backward_weights(const Geo&) { return false; }
+bool DirectConv::supports_backward(const Geo&, bool, bool) { return false; }
 
 DirectConv::DirectConv(const Geo& g) : g_(g) {}
 

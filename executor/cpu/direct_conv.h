@@ -10,7 +10,8 @@
 // How: the activations are copied into a zero-padded channels-last buffer per image, where every tap of the
 // window is a fixed offset, and a register tile of 14 output pixels x 32 output channels sums over the taps and
 // channels (the GEMM's 14 x 32 tile, with the im2col matrix never built). Backward data is the same forward
-// convolution of the padded dY with the kernel flipped (stride 1). Backward weights builds the im2row rows of a few
+// convolution of the padded dY with the kernel flipped (stride 1), or else a product per output pixel whose columns
+// are (tap, input channel) pairs, scattered into the padded dX. Backward weights builds the im2row rows of a few
 // Backward weights is a tile of 14 (tap, input channel) rows x 32 output channels summing over every output pixel,
 // reading the same padded input and a channels-last copy of dY.
 #include <array>
@@ -23,11 +24,15 @@ namespace onnxtrain::cpu {
 
 class DirectConv {
  public:
-  // True when this build has the kernels (AVX-512F) and they take g: no negative pads and a non-empty problem.
+  // True when this build has the kernels (AVX-512F) and they take g: no negative pads, a non-empty problem, and
+  // 8 output channels per group (fewer would leave most of each vector idle: depthwise convolutions stay with oneDNN).
   static bool supports_forward(const Geo& g);
-  // Backward data also needs stride 1 and begin pads within the dilated kernel ((k - 1) * d >= pb).
+  // Backward data takes any such geometry with 8 input channels per group; backward weights needs 8 output channels
+  // per group, like the forward pass. supports_backward: the directions a ConvGrad wants (dB
+  // always comes along).
   static bool supports_backward_data(const Geo& g);
   static bool supports_backward_weights(const Geo& g);
+  static bool supports_backward(const Geo& g, bool dx, bool dw);
 
   explicit DirectConv(const Geo& g);
 

@@ -27,9 +27,10 @@ struct Case {
   bool forward, data, weights;  // which directions the kernels take
 };
 
-// Spatial dims are right-aligned into three, as conv_geometry does (unused leading dims are 1). Backward data
-// needs stride 1 and begin pads within the dilated kernel; every direction needs 8 output channels per group
-// (X's channels, for backward data).
+// Spatial dims are right-aligned into three, as conv_geometry does (unused leading dims are 1). Forward and
+// backward weights need 8 output channels per group, backward data 8 input channels. Backward data runs the
+// flipped kernel for stride 1 and begin pads within the dilated kernel, else the scatter path: both are checked here
+// (strided, wide_pads, three_d and strided_pointwise_groups take the scatter path).
 const Case kCases[] = {
     {"w2_conv2", 3, 16, 32, 1, 2, {1, 14, 14}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}, {0, 1, 1}, 1, 1, 1},
     {"w2_conv1", 2, 1, 16, 1, 2, {1, 28, 28}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}, {0, 1, 1}, 1, 0, 1},
@@ -37,18 +38,22 @@ const Case kCases[] = {
     {"two_panels_pixel_tail", 2, 17, 33, 1, 2, {1, 7, 20}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}, {0, 1, 1},
      1, 1, 1},
     {"strided_dilated_asymmetric", 2, 8, 12, 1, 2, {1, 11, 13}, {1, 3, 2}, {1, 2, 3}, {1, 1, 2}, {0, 1, 0},
-     {0, 2, 1}, 1, 0, 1},
+     {0, 2, 1}, 1, 1, 1},
     {"dilated", 2, 10, 14, 1, 2, {1, 10, 12}, {1, 3, 3}, {1, 1, 1}, {1, 2, 2}, {0, 2, 1}, {0, 1, 2}, 1, 1, 1},
     {"groups", 2, 16, 24, 2, 2, {1, 6, 9}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}, {0, 1, 1}, 1, 1, 1},
     {"one_d", 3, 8, 20, 1, 1, {1, 1, 30}, {1, 1, 5}, {1, 1, 1}, {1, 1, 1}, {0, 0, 2}, {0, 0, 2}, 1, 1, 1},
-    {"three_d", 2, 8, 8, 1, 3, {4, 5, 6}, {3, 3, 3}, {1, 2, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, 1, 0, 1},
+    {"three_d", 2, 8, 8, 1, 3, {4, 5, 6}, {3, 3, 3}, {1, 2, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, 1, 1, 1},
     {"three_d_stride1", 2, 8, 9, 1, 3, {3, 4, 5}, {2, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}, 1, 1, 1},
     {"pointwise", 2, 48, 64, 1, 2, {1, 5, 6}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}, 1, 1, 1},
     {"single_image", 1, 16, 32, 1, 2, {1, 12, 15}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}, {0, 1, 1}, 1, 1, 1},
-    {"wide_pads", 2, 8, 9, 1, 2, {1, 5, 5}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 3, 2}, {0, 4, 3}, 1, 0, 1},
+    {"wide_pads", 2, 8, 9, 1, 2, {1, 5, 5}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 3, 2}, {0, 4, 3}, 1, 1, 1},
     {"wide_end_pads", 2, 8, 9, 1, 2, {1, 5, 5}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 0}, {0, 4, 3}, 1, 1, 1},
     {"few_channels", 2, 3, 5, 1, 2, {1, 9, 11}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}, {0, 1, 1}, 0, 0, 0},
     {"depthwise", 2, 16, 16, 16, 2, {1, 8, 8}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}, {0, 1, 1}, 0, 0, 0},
+    {"one_channel_pointwise", 2, 1, 16, 1, 2, {1, 5, 7}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}, 1, 0,
+     1},
+    {"strided_pointwise_groups", 2, 40, 32, 2, 2, {1, 10, 10}, {1, 1, 1}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0},
+     1, 1, 1},  // the last input row and column are in no window
 };
 
 Geo geometry(const Case& c) {
@@ -231,12 +236,25 @@ TEST_P(DirectConvTest, AllGradientsInOnePassMatchEachDirectionAlone) {
   }
 }
 
+// What a ConvGrad node may ask of it: exactly the directions it wants.
+TEST_P(DirectConvTest, TakesABackwardPassWhenEveryWantedDirectionIsTaken) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    const Geo g = geometry(c);
+    for (int want = 0; want < 4; ++want) {
+      const bool dx = want & 1, dw = want & 2;
+      EXPECT_EQ(cpu::DirectConv::supports_backward(g, dx, dw), (!dx || c.data) && (!dw || c.weights)) << dx << dw;
+    }
+  }
+}
+
 TEST(DirectConv, RefusesNegativePads) {
   Geo g = geometry(kCases[0]);
   g.pb[2] = -1;
   EXPECT_FALSE(cpu::DirectConv::supports_forward(g));
   EXPECT_FALSE(cpu::DirectConv::supports_backward_data(g));
   EXPECT_FALSE(cpu::DirectConv::supports_backward_weights(g));
+  EXPECT_FALSE(cpu::DirectConv::supports_backward(g, false, false));
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, DirectConvTest, ::testing::Values(1, 2),
