@@ -1,8 +1,8 @@
 // Conv, ConvTranspose, pooling and the fused ConvGrad / MaxPoolGrad / AveragePoolGrad on the CPU. The geometry
 // (executor/cpu/conv_geometry.h) is canonicalised to three spatial dims, so one set of loops serves 1-D to 3-D.
 // float32 Conv and ConvGrad run onnxtrain's own AVX-512 convolutions (direct_conv.h) where they take the geometry:
-// they allocate nothing per call, which oneDNN's primitives cannot promise. Otherwise (no AVX-512, few channels per
-// group, backward data with a stride), and for ConvTranspose, float32 runs oneDNN primitives built at plan time on
+// they allocate nothing per call, which oneDNN's primitives cannot promise. Otherwise (no AVX-512, fewer than 8
+// channels per group), and for ConvTranspose, float32 runs oneDNN primitives built at plan time on
 // the layouts oneDNN chooses, with reorders from and to the plain (ncdhw/oidhw) tensors at the kernel boundary (see
 // Staged); run() only swaps data handles. Everything else (float64, pooling, and geometries oneDNN refuses) is a
 // direct loop, parallel over planes (or weight rows) so no two threads write the same output.
