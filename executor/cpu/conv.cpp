@@ -47,8 +47,7 @@ using cpu::wanted_outputs;
 template <class T> void conv_direct(const Geo& g, const T* x, const T* w, const T* b, T* y) {
   const int64_t Cg = g.C / g.G, Mg = g.M / g.G, isz = g.in_size(), osz = g.out_size(), ksz = g.k_size();
   const int64_t planes = g.N * g.M;
-#pragma omp parallel for schedule(static) if (planes * osz * Cg * ksz > (1 << 15))
-  for (int64_t p = 0; p < planes; ++p) {
+  cpu::parallel_for(planes, planes * osz * Cg * ksz > (1 << 15), [&](int64_t p) {
     const int64_t n = p / g.M, m = p % g.M, grp = m / Mg;
     T* yp = y + p * osz;
     const T bias = b ? b[m] : T(0);
@@ -77,7 +76,7 @@ template <class T> void conv_direct(const Geo& g, const T* x, const T* w, const 
           }
           yp[(o0 * g.out[1] + o1) * g.out[2] + o2] = acc;
         }
-  }
+  });
 }
 
 using cpu::dnnl_engine;
@@ -444,8 +443,7 @@ template <class F> inline void for_each_tap(const Geo& g, F&& f) {
 template <class T> void conv_backward_data(const Geo& g, const T* dy, const T* w, T* dx) {
   const int64_t Cg = g.C / g.G, Mg = g.M / g.G, isz = g.in_size(), osz = g.out_size(), ksz = g.k_size();
   const int64_t planes = g.N * g.C;
-#pragma omp parallel for schedule(static) if (planes * osz * Mg * ksz > (1 << 15))
-  for (int64_t p = 0; p < planes; ++p) {
+  cpu::parallel_for(planes, planes * osz * Mg * ksz > (1 << 15), [&](int64_t p) {
     const int64_t n = p / g.C, c = p % g.C, grp = c / Cg, cg = c % Cg;
     T* dxp = dx + p * isz;
     std::fill(dxp, dxp + isz, T(0));
@@ -455,15 +453,14 @@ template <class T> void conv_backward_data(const Geo& g, const T* dy, const T* w
       const T* wp = w + (m * Cg + cg) * ksz;
       for_each_tap(g, [&](int64_t o, int64_t i, int64_t j) { dxp[i] += dyp[o] * wp[j]; });
     }
-  }
+  });
 }
 
 // dw[m, c', j] = sum over n and outputs o of dy[n, m, o] * x[n, c, o*s - pb + j*d], c = group(m) * C/G + c'.
 template <class T> void conv_backward_weights(const Geo& g, const T* dy, const T* x, T* dw) {
   const int64_t Cg = g.C / g.G, Mg = g.M / g.G, isz = g.in_size(), osz = g.out_size(), ksz = g.k_size();
   const int64_t rows = g.M * Cg;
-#pragma omp parallel for schedule(static) if (g.N * rows * osz * ksz > (1 << 15))
-  for (int64_t r = 0; r < rows; ++r) {
+  cpu::parallel_for(rows, g.N * rows * osz * ksz > (1 << 15), [&](int64_t r) {
     const int64_t m = r / Cg, c = (m / Mg) * Cg + r % Cg;
     T* dwp = dw + r * ksz;
     std::fill(dwp, dwp + ksz, T(0));
@@ -472,7 +469,7 @@ template <class T> void conv_backward_weights(const Geo& g, const T* dy, const T
       const T* xp = x + (n * g.C + c) * isz;
       for_each_tap(g, [&](int64_t o, int64_t i, int64_t j) { dwp[j] += dyp[o] * xp[i]; });
     }
-  }
+  });
 }
 
 template <class T> void conv_backward_bias(const Geo& g, const T* dy, T* db) {
@@ -677,8 +674,7 @@ template <class T> class ConvTransposeKernel final : public Kernel {
     const Geo g = g_;
     const int64_t Cg = g.C / g.G, Mg = g.M / g.G, isz = g.in_size(), osz = g.out_size(), ksz = g.k_size();
     const int64_t planes = g.N * g.M;
-#pragma omp parallel for schedule(static) if (planes * isz * Cg * ksz > (1 << 15))
-    for (int64_t p = 0; p < planes; ++p) {
+    cpu::parallel_for(planes, planes * isz * Cg * ksz > (1 << 15), [&](int64_t p) {
       const int64_t n = p / g.M, m = p % g.M, grp = m / Mg, mg = m % Mg;
       T* yp = y + p * osz;
       std::fill(yp, yp + osz, b ? b[m] : T(0));
@@ -707,7 +703,7 @@ template <class T> class ConvTransposeKernel final : public Kernel {
               }
             }
       }
-    }
+    });
   }
 
  private:
@@ -1022,8 +1018,7 @@ template <class T> class MaxPoolKernel final : public Kernel {
     if (!idx && tiles_plane(g))
       return with_tile(g, [&]<int KH, int KW>() { max_pool_tiled<KH, KW>(g, x, y); });
     const int64_t isz = g.in_size(), osz = g.out_size(), planes = g.N * g.C;
-#pragma omp parallel for schedule(static) if (planes * osz * g.k_size() > (1 << 15))
-    for (int64_t p = 0; p < planes; ++p)
+    cpu::parallel_for(planes, planes * osz * g.k_size() > (1 << 15), [&](int64_t p) {
       for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
         for (int64_t o1 = 0; o1 < g.out[1]; ++o1) {
           const int64_t row = p * osz + (o0 * g.out[1] + o1) * g.out[2];
@@ -1033,6 +1028,7 @@ template <class T> class MaxPoolKernel final : public Kernel {
             for (int64_t o2 = 0; o2 < g.out[2]; ++o2)
               if (arg[o2] >= 0) arg[o2] = p * isz + (col_major_ ? col_major_index(g, arg[o2]) : arg[o2]);
         }
+    });
   }
 
  private:
@@ -1082,8 +1078,7 @@ template <class T> class MaxPoolGradKernel final : public Kernel {
       return with_tile(g, [&]<int KH, int KW>() { max_pool_grad_tiled<KH, KW>(g, dy, x, dx); });
     const int64_t isz = g.in_size(), osz = g.out_size(), planes = g.N * g.C;
     const int threads = static_cast<int>(best_.size() / static_cast<size_t>(g.out[2]));
-#pragma omp parallel for schedule(static) num_threads(threads) if (planes * osz * g.k_size() > (1 << 15))
-    for (int64_t p = 0; p < planes; ++p) {
+    const auto plane = [&](int64_t p) {
       const size_t slot = static_cast<size_t>(omp_get_thread_num()) * static_cast<size_t>(g.out[2]);
       T* best = best_.data() + slot;
       int64_t* arg = arg_.data() + slot;
@@ -1096,6 +1091,14 @@ template <class T> class MaxPoolGradKernel final : public Kernel {
           for (int64_t o2 = 0; o2 < g.out[2]; ++o2)
             if (arg[o2] >= 0) dxp[arg[o2]] += dyr[o2];
         }
+    };
+    // The scratch has a slot per thread of the plan. A plain loop for one thread or little work: an `omp
+    // parallel` region mallocs a team even then.
+    if (threads < 2 || !(planes * osz * g.k_size() > (1 << 15))) {
+      for (int64_t p = 0; p < planes; ++p) plane(p);
+    } else {
+#pragma omp parallel for schedule(static) num_threads(threads)
+      for (int64_t p = 0; p < planes; ++p) plane(p);
     }
   }
 
@@ -1115,8 +1118,7 @@ template <class T> class AvgPoolKernel final : public Kernel {
     T* y = out[0]->ptr<T>();
     const Geo g = g_;
     const int64_t isz = g.in_size(), osz = g.out_size(), planes = g.N * g.C;
-#pragma omp parallel for schedule(static) if (planes * osz * g.k_size() > (1 << 15))
-    for (int64_t p = 0; p < planes; ++p) {
+    cpu::parallel_for(planes, planes * osz * g.k_size() > (1 << 15), [&](int64_t p) {
       const T* xp = x + p * isz;
       for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
         for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
@@ -1126,7 +1128,7 @@ template <class T> class AvgPoolKernel final : public Kernel {
             for_each_in_window(g, o0, o1, o2, [&](int64_t at) { acc += xp[at]; });
             y[p * osz + (o0 * g.out[1] + o1) * g.out[2] + o2] = acc / static_cast<T>(cpu::avg_pool_count(g, o, include_pad_));
           }
-    }
+    });
   }
 
  private:
@@ -1153,8 +1155,7 @@ template <class T> class AvgPoolGradKernel final : public Kernel {
     const Geo g = g_;
     const T* inv = inv_.data();
     const int64_t isz = g.in_size(), osz = g.out_size(), planes = g.N * g.C;
-#pragma omp parallel for schedule(static) if (planes * osz * g.k_size() > (1 << 15))
-    for (int64_t p = 0; p < planes; ++p) {
+    cpu::parallel_for(planes, planes * osz * g.k_size() > (1 << 15), [&](int64_t p) {
       T* dxp = dx + p * isz;
       const T* dyp = dy + p * osz;
       std::fill(dxp, dxp + isz, T(0));
@@ -1165,7 +1166,7 @@ template <class T> class AvgPoolGradKernel final : public Kernel {
             const T v = dyp[o] * inv[o];
             for_each_in_window(g, o0, o1, o2, [&](int64_t at) { dxp[at] += v; });
           }
-    }
+    });
   }
 
  private:
@@ -1179,8 +1180,7 @@ template <class T, bool Max> class GlobalPoolKernel final : public Kernel {
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
     const T* x = in[0]->ptr<T>();
     T* y = out[0]->ptr<T>();
-#pragma omp parallel for schedule(static) if (planes_ * size_ > (1 << 15))
-    for (int64_t p = 0; p < planes_; ++p) {
+    cpu::parallel_for(planes_, planes_ * size_ > (1 << 15), [&](int64_t p) {
       const T* xp = x + p * size_;
       if constexpr (Max) {
         T m = -std::numeric_limits<T>::infinity();
@@ -1192,7 +1192,7 @@ template <class T, bool Max> class GlobalPoolKernel final : public Kernel {
         for (int64_t i = 0; i < size_; ++i) s += xp[i];
         y[p] = static_cast<T>(s / static_cast<double>(size_));
       }
-    }
+    });
   }
 
  private:

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <new>
 #include <random>
 
@@ -286,6 +287,58 @@ TEST_P(WorkloadSteadyState, AllocationsPerStepWithinBounds) {
   const Bound& bound = cpu::own_sgemm_available() ? w.bound : w.fallback;
   EXPECT_LE(new_per_step, bound.new_per_step) << "operator new calls per steady-state " << w.name << " step";
   EXPECT_LE(c_per_step, bound.c_per_step) << "C-level heap allocations per steady-state " << w.name << " step";
+  EXPECT_TRUE(std::isfinite(loss));
+}
+
+// The convolution paths W2 does not reach: a strided convolution whose input gradient is wanted (backward data's
+// scatter path), a pointwise one, and a first layer with 3 input channels (no input gradient), all on onnxtrain's
+// own kernels where the build has AVX-512. Zero of either kind per step.
+TEST(SteadyStateConvolutions, StridedPointwiseAndFirstLayerAllocateNothing) {
+  if (!kCounting) GTEST_SKIP() << kNoCountingUnderAsan;
+  if (!cpu::own_sgemm_available()) GTEST_SKIP() << "no AVX-512: the convolutions run oneDNN, which allocates";
+  auto dir = test::temp_dir("steady_convolutions");
+  const auto script = dir / "make.py", path = dir / "cnn.onnx";
+  std::ofstream(script) << R"(import sys, numpy as np, onnx
+from onnx import helper as h, numpy_helper as nh, TensorProto as T
+rng = np.random.default_rng(0)
+def w(name, *shape): return nh.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+nodes = [h.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+         h.make_node("Relu", ["c1"], ["r1"]),
+         h.make_node("Conv", ["r1", "w2", "b2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+         h.make_node("Relu", ["c2"], ["r2"]),
+         h.make_node("Conv", ["r2", "w3"], ["c3"], kernel_shape=[1, 1]),
+         h.make_node("GlobalAveragePool", ["c3"], ["g"]),
+         h.make_node("Flatten", ["g"], ["f"]),
+         h.make_node("Gemm", ["f", "w4"], ["y"], transB=1)]
+graph = h.make_graph(nodes, "cnn", [h.make_tensor_value_info("x", T.FLOAT, ["batch", 3, 12, 12])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["batch", 1])],
+                     [w("w1", 8, 3, 3, 3), w("b1", 8), w("w2", 16, 8, 3, 3), w("b2", 16), w("w3", 16, 16, 1, 1),
+                      w("w4", 1, 16)])
+model = h.make_model(graph, opset_imports=[h.make_opsetid("", 18)])
+onnx.checker.check_model(model)
+onnx.save(model, sys.argv[1])
+)";
+  const std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + script.string() + " " + path.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  TrainingConfig cfg;
+  cfg.optimizer.momentum = 0.9;
+  TrainingSession s = TrainingSession::from_file(path, cfg);
+  std::mt19937 rng(3);
+  Tensor x = Tensor::empty(DType::Float32, {6, 3, 12, 12});
+  Tensor y = Tensor::empty(DType::Float32, {6, 1});
+  for (float& v : x.span<float>()) v = std::normal_distribution<float>()(rng);
+  for (float& v : y.span<float>()) v = std::normal_distribution<float>()(rng);
+  Feeds f{{"x", x}, {s.target_name(), y}};
+  s.train_step(f);  // compiles the plan
+  s.train_step(f);
+  g_allocations = 0;
+  g_c_allocations = 0;
+  g_counting = true;
+  float loss = 0;
+  for (int i = 0; i < 5; ++i) loss += s.train_step(f);
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0) << "operator new calls in 5 steady-state steps";
+  EXPECT_EQ(g_c_allocations.load(), 0) << "C-level heap allocations in 5 steady-state steps";
   EXPECT_TRUE(std::isfinite(loss));
 }
 
