@@ -20,7 +20,6 @@
 #include <stdexcept>
 #include <utility>
 
-#include "executor/cpu/gemm.h"
 
 #if defined(__AVX512F__)
 #include "executor/cpu/avx512.h"
