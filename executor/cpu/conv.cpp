@@ -1,11 +1,11 @@
 // Conv, ConvTranspose, pooling and the fused ConvGrad / MaxPoolGrad / AveragePoolGrad on the CPU. The geometry
 // (executor/cpu/conv_geometry.h) is canonicalised to three spatial dims, so one set of loops serves 1-D to 3-D.
 // float32 Conv and ConvGrad run onnxtrain's own AVX-512 convolutions (direct_conv.h) where they take the geometry:
-// they allocate nothing per call, which oneDNN's primitives cannot promise. Otherwise (no AVX-512, fewer than 8
-// channels per group), and for ConvTranspose, float32 runs oneDNN primitives built at plan time on
-// the layouts oneDNN chooses, with reorders from and to the plain (ncdhw/oidhw) tensors at the kernel boundary (see
-// Staged); run() only swaps data handles. Everything else (float64, pooling, and geometries oneDNN refuses) is a
-// direct loop, parallel over planes (or weight rows) so no two threads write the same output.
+// they allocate nothing per call, which oneDNN's primitives cannot promise; so does ConvTranspose, as a Conv's input
+// gradient. Otherwise (no AVX-512, fewer than 8 channels per group), float32 runs oneDNN primitives built at plan
+// time on the layouts oneDNN chooses, with reorders from and to the plain (ncdhw/oidhw) tensors at the kernel
+// boundary (see Staged); run() only swaps data handles. Everything else (float64, pooling, and geometries oneDNN
+// refuses) is a direct loop, parallel over planes (or weight rows) so no two threads write the same output.
 #include <omp.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -661,7 +661,11 @@ template <class T> class ConvTransposeKernel final : public Kernel {
  public:
   ConvTransposeKernel(Geo g, Dims3 right_pad, bool has_bias) : g_(g), has_bias_(has_bias) {
     if constexpr (std::is_same_v<T, float>) {
-      if (g_.N > 0 && g_.C > 0 && g_.M > 0) dnnl_ = build_dnnl_deconv(g_, right_pad, has_bias);
+      const Geo c = as_conv(g_, right_pad);
+      if (cpu::DirectConv::supports_backward_data(c))
+        own_.emplace(c);
+      else if (g_.N > 0 && g_.C > 0 && g_.M > 0)
+        dnnl_ = build_dnnl_deconv(g_, right_pad, has_bias);
     }
   }
 
@@ -670,6 +674,13 @@ template <class T> class ConvTransposeKernel final : public Kernel {
     const T* w = in[1]->ptr<T>();
     const T* b = has_bias_ ? in[2]->ptr<T>() : nullptr;
     T* y = out[0]->ptr<T>();
+    if constexpr (std::is_same_v<T, float>) {
+      if (own_) {
+        own_->backward_data(x, w, y);
+        if (b) add_bias(g_, b, y);
+        return;
+      }
+    }
     if (dnnl_) return run_dnnl(*dnnl_, x, w, b, y, *in[0]);
     const Geo g = g_;
     const int64_t Cg = g.C / g.G, Mg = g.M / g.G, isz = g.in_size(), osz = g.out_size(), ksz = g.k_size();
@@ -707,8 +718,30 @@ template <class T> class ConvTransposeKernel final : public Kernel {
   }
 
  private:
+  // ConvTranspose is the input gradient of the Conv that maps Y's shape to X's, with the same weights (W [C, M/G,
+  // k...] is that Conv's [out channels, in channels / G, k...]) and pads (the end pad that gives Y's size).
+  static Geo as_conv(const Geo& g, const Dims3& right_pad) {
+    Geo c = g;
+    c.C = g.M;
+    c.M = g.C;
+    c.in = g.out;
+    c.out = g.in;
+    c.pe = right_pad;
+    return c;
+  }
+
+  static void add_bias(const Geo& g, const float* b, float* y) {
+    const int64_t osz = g.out_size();
+    for (int64_t p = 0; p < g.N * g.M; ++p) {
+      float* row = y + p * osz;
+      const float bm = b[p % g.M];
+      for (int64_t i = 0; i < osz; ++i) row[i] += bm;
+    }
+  }
+
   Geo g_;
   bool has_bias_;
+  std::optional<cpu::DirectConv> own_;
   std::optional<DnnlConv> dnnl_;
 };
 

@@ -1,5 +1,5 @@
-// Conv, ConvTranspose and pooling kernels beyond the ONNX node tests: float32 (oneDNN) and float64 (direct
-// loops) Conv against a naive N-D reference written here, ConvTranspose as the exact adjoint of Conv, MaxPool's
+// Conv, ConvTranspose and pooling kernels beyond the ONNX node tests: float32 (our AVX-512 kernels, or oneDNN) and
+// float64 (direct loops) Conv against a naive N-D reference written here, ConvTranspose as the exact adjoint of Conv, MaxPool's
 // Indices, and the factories' errors.
 #include <gtest/gtest.h>
 
@@ -121,6 +121,40 @@ template <class T> void check_adjoint(double tol) {
 TEST(ConvTranspose, IsTheAdjointOfConvFloat64) { check_adjoint<double>(1e-12); }
 TEST(ConvTranspose, IsTheAdjointOfConvFloat32) { check_adjoint<float>(1e-4); }
 
+// float32 ConvTranspose with 8 or more output channels per group runs DirectConv's backward data (flipped kernel at
+// stride 1, scatter path otherwise): against float64 (the direct loop) on the same values, with a bias, strides,
+// output_padding, groups and a dilation.
+TEST(ConvTranspose, Float32MatchesFloat64OnTheOwnKernels) {
+  struct Case {
+    I x, w;
+    std::map<std::string, Attribute> attrs;
+  };
+  const std::vector<Case> cases = {
+      {{2, 16, 7, 7}, {16, 8, 3, 3}, {{"pads", I{1, 1, 1, 1}}}},
+      {{2, 16, 7, 7}, {16, 12, 3, 3}, {{"strides", I{2, 2}}, {"pads", I{1, 1, 1, 1}}, {"output_padding", I{1, 1}}}},
+      {{1, 8, 5, 6}, {8, 8, 2, 3}, {{"strides", I{2, 1}}, {"dilations", I{1, 2}}, {"group", int64_t{2}}}},
+  };
+  uint32_t seed = 70;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "x" << shape_string(c.x) << " w" << shape_string(c.w));
+    Tensor x = random_tensor<double>(c.x, seed++, -1, 1), w = random_tensor<double>(c.w, seed++, -1, 1);
+    const int64_t group = c.attrs.count("group") ? std::get<int64_t>(c.attrs.at("group")) : 1;
+    Tensor b = random_tensor<double>({c.w[1] * group}, seed++, -1, 1);
+    auto as_float = [](const Tensor& t) {
+      Tensor f = Tensor::empty(DType::Float32, t.shape);
+      for (int64_t i = 0; i < t.numel(); ++i) f.ptr<float>()[i] = static_cast<float>(t.ptr<double>()[i]);
+      return f;
+    };
+    Node n = make_node("ConvTranspose", 3, c.attrs);
+    Tensor y64 = run_single(n, 17, {x, w, b});
+    Tensor y32 = run_single(n, 17, {as_float(x), as_float(w), as_float(b)});
+    ASSERT_EQ(y32.shape, y64.shape);
+    for (int64_t i = 0; i < y64.numel(); ++i)
+      ASSERT_NEAR(double(y32.ptr<float>()[i]), y64.ptr<double>()[i], 1e-5 * (1 + std::abs(y64.ptr<double>()[i])))
+          << "element " << i;
+  }
+}
+
 TEST(ConvTranspose, OutputShapeAttributeSetsThePads) {
   // Spec: total padding = s*(in-1) + output_padding + ((k-1)*d + 1) - output_shape = 2*2 + 3 - 6 = 1, split with the
   // odd unit at the start for NOTSET, so the result is the full [7] output cropped at its first element.
@@ -163,10 +197,9 @@ TEST(AveragePool, CountIncludePadChangesOnlyTheBorder) {
   EXPECT_DOUBLE_EQ(in.ptr<double>()[4], 5.0);
 }
 
-// float32 ConvGrad runs oneDNN's backward primitives on the layouts they choose (channel-blocked at W2's channel
-// counts, with reorders in and out; plain when blocking would pad few channels): against float64 ConvGrad (the
-// direct loops) on the same values, at W2's two shapes (smaller batch) and one whose channels are not a multiple of
-// 16. Output names left empty are not computed.
+// float32 ConvGrad (our AVX-512 kernels where the build has them, else oneDNN's backward primitives) against float64
+// ConvGrad (the direct loops) on the same values, at W2's two shapes (smaller batch) and one whose channels are not
+// a multiple of 16. Output names left empty are not computed.
 TEST(ConvGrad, Float32MatchesFloat64AtBlockedShapes) {
   struct Case {
     I x, w;
@@ -180,7 +213,7 @@ TEST(ConvGrad, Float32MatchesFloat64AtBlockedShapes) {
   };
   uint32_t seed = 40;
   for (const Case& c : cases) {
-    SCOPED_TRACE("x" + shape_string(c.x) + " w" + shape_string(c.w));
+    SCOPED_TRACE(::testing::Message() << "x" << shape_string(c.x) << " w" << shape_string(c.w));
     const I ys{c.x[0], c.w[0], c.x[2], c.x[3]};
     Tensor x = random_tensor<double>(c.x, seed++, -1, 1), w = random_tensor<double>(c.w, seed++, -1, 1);
     Tensor dy = random_tensor<double>(ys, seed++, -1, 1);

@@ -291,9 +291,9 @@ TEST_P(WorkloadSteadyState, AllocationsPerStepWithinBounds) {
 }
 
 // The convolution paths W2 does not reach: a strided convolution whose input gradient is wanted (backward data's
-// scatter path), a pointwise one, and a first layer with 3 input channels (no input gradient), all on onnxtrain's
-// own kernels where the build has AVX-512. Zero of either kind per step.
-TEST(SteadyStateConvolutions, StridedPointwiseAndFirstLayerAllocateNothing) {
+// scatter path), a pointwise one, a first layer with 3 input channels (no input gradient), and a strided
+// ConvTranspose, all on onnxtrain's own kernels where the build has AVX-512. Zero of either kind per step.
+TEST(SteadyStateConvolutions, EveryOwnKernelPathAllocatesNothing) {
   if (!kCounting) GTEST_SKIP() << kNoCountingUnderAsan;
   if (!cpu::own_sgemm_available()) GTEST_SKIP() << "no AVX-512: the convolutions run oneDNN, which allocates";
   auto dir = test::temp_dir("steady_convolutions");
@@ -307,13 +307,15 @@ nodes = [h.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pad
          h.make_node("Conv", ["r1", "w2", "b2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
          h.make_node("Relu", ["c2"], ["r2"]),
          h.make_node("Conv", ["r2", "w3"], ["c3"], kernel_shape=[1, 1]),
-         h.make_node("GlobalAveragePool", ["c3"], ["g"]),
+         h.make_node("ConvTranspose", ["c3", "w5", "b5"], ["t"], kernel_shape=[3, 3], strides=[2, 2],
+                     pads=[1, 1, 1, 1], output_padding=[1, 1]),
+         h.make_node("GlobalAveragePool", ["t"], ["g"]),
          h.make_node("Flatten", ["g"], ["f"]),
          h.make_node("Gemm", ["f", "w4"], ["y"], transB=1)]
 graph = h.make_graph(nodes, "cnn", [h.make_tensor_value_info("x", T.FLOAT, ["batch", 3, 12, 12])],
                      [h.make_tensor_value_info("y", T.FLOAT, ["batch", 1])],
                      [w("w1", 8, 3, 3, 3), w("b1", 8), w("w2", 16, 8, 3, 3), w("b2", 16), w("w3", 16, 16, 1, 1),
-                      w("w4", 1, 16)])
+                      w("w5", 16, 8, 3, 3), w("b5", 8), w("w4", 1, 8)])
 model = h.make_model(graph, opset_imports=[h.make_opsetid("", 18)])
 onnx.checker.check_model(model)
 onnx.save(model, sys.argv[1])
