@@ -20,7 +20,6 @@
 #include <stdexcept>
 #include <utility>
 
-
 #if defined(__AVX512F__)
 #include "executor/cpu/avx512.h"
 #endif
@@ -60,7 +59,6 @@ std::vector<int64_t> tap_offsets(const Geo& g, const Dims3& p, int64_t channels)
         off.push_back(((j0 * g.d[0] * p[1] + j1 * g.d[1]) * p[2] + j2 * g.d[2]) * channels);
   return off;
 }
-
 
 using avx512::lanes;
 using avx512::ThreadBuffer;
@@ -209,8 +207,9 @@ void pack_weights(int64_t groups, int64_t go, int64_t gi, int64_t taps, Src&& sr
           }
 }
 
-// Runs f(image, slot) for every image: in parallel over images when there are at least as many as threads, each
-// thread with its own slot of buffers; otherwise image by image, and `rows_parallel` tells f to split its rows.
+// Runs f(image, rows_parallel) for every image: in parallel over images when there are at least as many as
+// threads (each thread in its own buffers); otherwise image by image, with rows_parallel telling f to split the
+// image's rows across the threads.
 template <class F> void for_each_image(int64_t images, F&& f) {
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (threads < 2 || images < threads) {
