@@ -48,7 +48,6 @@ struct Update {
   bool first;
 };
 
-
 __m512 combine(__m512 sum, const float* c, __mmask16 m, const Update& u) {
   if (u.alpha != 1.0f) sum = _mm512_mul_ps(sum, _mm512_set1_ps(u.alpha));
   if (!u.first) return _mm512_add_ps(sum, _mm512_maskz_loadu_ps(m, c));

@@ -1,6 +1,9 @@
 #pragma once
 // Helpers for the kernel-level tests: build a node by hand, bind its kernel through default_kernels() as a
 // plan would, and run it. Nothing here shares code with the kernels, so the references stay independent.
+#include <gtest/gtest.h>
+#include <omp.h>
+
 #include <map>
 #include <random>
 #include <string>
@@ -36,6 +39,25 @@ template <class T> Tensor random_tensor(std::vector<int64_t> shape, uint32_t see
   for (T& v : t.span<T>()) v = static_cast<T>(d(rng));
   return t;
 }
+
+// A test parameterised by the OpenMP thread count: runs on GetParam() threads and restores the count after.
+// A derived SetUp that skips does so before calling this one, so TearDown has nothing to restore.
+class ThreadsTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    saved_ = omp_get_max_threads();
+    omp_set_num_threads(GetParam());
+  }
+  void TearDown() override {
+    if (saved_) omp_set_num_threads(saved_);
+  }
+
+ private:
+  int saved_ = 0;
+};
+
+// "1_threads", "2_threads": the instantiations' names.
+inline std::string threads_name(const ::testing::TestParamInfo<int>& i) { return std::to_string(i.param) + "_threads"; }
 
 // Row-major multi-index of flat index i, and back; the references loop over coordinates with these.
 std::vector<int64_t> unravel(int64_t i, const std::vector<int64_t>& shape);

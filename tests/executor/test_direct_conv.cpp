@@ -4,7 +4,6 @@
 // single image (whose rows are split across threads), on one and two threads. Each element must be within
 // float32's accumulation bound: (terms + 4) u times the sum of the terms' magnitudes (the same loops on |x|, |w|).
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <random>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "executor/cpu/direct_conv.h"
+#include "kernel_test_util.h"
 
 namespace onnxtrain {
 namespace {
@@ -111,18 +111,13 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
   EXPECT_EQ(bad, 0) << what << ": " << bad << " elements off";
 }
 
-class DirectConvTest : public ::testing::TestWithParam<int> {  // the parameter is the thread count
+class DirectConvTest : public test::ThreadsTest {
  protected:
   void SetUp() override {
     if (!cpu::DirectConv::supports_forward(geometry(kCases[0])))
       GTEST_SKIP() << "this build has no AVX-512 convolutions (Conv uses oneDNN)";
-    saved_ = omp_get_max_threads();
-    omp_set_num_threads(GetParam());
+    ThreadsTest::SetUp();
   }
-  void TearDown() override {
-    if (saved_) omp_set_num_threads(saved_);
-  }
-  int saved_ = 0;
 };
 
 TEST_P(DirectConvTest, ForwardMatchesFloat64Reference) {
@@ -257,8 +252,7 @@ TEST(DirectConv, RefusesNegativePads) {
   EXPECT_FALSE(cpu::DirectConv::supports_backward(g, false, false));
 }
 
-INSTANTIATE_TEST_SUITE_P(Threads, DirectConvTest, ::testing::Values(1, 2),
-                         [](const ::testing::TestParamInfo<int>& i) { return std::to_string(i.param) + "_threads"; });
+INSTANTIATE_TEST_SUITE_P(Threads, DirectConvTest, ::testing::Values(1, 2), test::threads_name);
 
 }  // namespace
 }  // namespace onnxtrain

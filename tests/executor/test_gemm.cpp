@@ -3,7 +3,6 @@
 // leading dimensions, alpha and beta, on one and two threads. Each element must be within float32's accumulation
 // bound of the exact product, and C's padding (between ldc and N) must come back untouched.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <limits>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "executor/cpu/gemm.h"
+#include "kernel_test_util.h"
 
 namespace onnxtrain {
 namespace {
@@ -86,17 +86,12 @@ void check(const Shape& s, bool ta, bool tb, int64_t pad, float alpha, float bet
   }
 }
 
-class OwnSgemm : public ::testing::TestWithParam<int> {  // the parameter is the thread count
+class OwnSgemm : public test::ThreadsTest {
  protected:
   void SetUp() override {
     if (!cpu::own_sgemm_available()) GTEST_SKIP() << "this build has no AVX-512 GEMM (MatMul uses dnnl_sgemm)";
-    saved_ = omp_get_max_threads();
-    omp_set_num_threads(GetParam());
+    ThreadsTest::SetUp();
   }
-  void TearDown() override {
-    if (saved_) omp_set_num_threads(saved_);
-  }
-  int saved_ = 0;
 };
 
 TEST_P(OwnSgemm, MatchesFloat64ReferenceForEveryTransposeAndTail) {
@@ -141,8 +136,7 @@ TEST_P(OwnSgemm, EmptySumScalesC) {
   for (float v : nan) EXPECT_EQ(v, 0.0f);
 }
 
-INSTANTIATE_TEST_SUITE_P(Threads, OwnSgemm, ::testing::Values(1, 2),
-                         [](const ::testing::TestParamInfo<int>& i) { return std::to_string(i.param) + "_threads"; });
+INSTANTIATE_TEST_SUITE_P(Threads, OwnSgemm, ::testing::Values(1, 2), test::threads_name);
 
 }  // namespace
 }  // namespace onnxtrain
