@@ -7,7 +7,9 @@
 #include "executor/cpu/gemm.h"
 
 // GCC 12 flags the intrinsics' own undefined pass-through operands (avx512fintrin.h) as maybe-uninitialized.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include <omp.h>
 

@@ -249,6 +249,9 @@ TEST(IsolatedInference, LargeResultArrivesWhole) {
 // fork copies only the calling thread; other threads busy allocating and holding locks must not leave the
 // child stuck (glibc's allocator is fork-safe; the child touches nothing else they use).
 TEST(IsolatedInference, OtherThreadsBusyDuringTheFork) {
+  // clang 14's ASan allocator has no fork handlers: a fork while another thread holds its quarantine or region
+  // lock leaves the child waiting on it forever (1 child in 400 in a plain fork loop; docs/reliability.md).
+  if (test::kUnderAsan) GTEST_SKIP() << "AddressSanitizer's allocator (clang 14) is not fork-safe; this tests glibc's";
   ScopedEnv timeout("ONNXTRAIN_ONNX_TIMEOUT", "30");
   std::atomic<bool> stop{false};
   std::mutex mu;

@@ -31,12 +31,15 @@ constexpr const char* kNoCountingUnderAsan = "allocation counting replaces mallo
 std::atomic<bool> g_counting{false};
 std::atomic<long> g_allocations{0};    // operator new
 std::atomic<long> g_c_allocations{0};  // malloc & co., operator new included
+}  // namespace
+
+#if !ONNXTRAIN_TEST_UNDER_ASAN
+namespace {
 void count() {
   if (g_counting.load(std::memory_order_relaxed)) g_c_allocations.fetch_add(1, std::memory_order_relaxed);
 }
 }  // namespace
 
-#if !ONNXTRAIN_TEST_UNDER_ASAN
 // glibc's own entry points; defining malloc & co. in the executable interposes them for every library.
 extern "C" {
 void* __libc_malloc(std::size_t);
