@@ -2,7 +2,9 @@
 // call) against the oneDNN 2.6 primitives they replaced, at W2's two layers and three ResNet-like layers, for the
 // forward pass (y = conv(x, w) + b), backward data (dx) and backward weights (dw with db), on OMP_NUM_THREADS threads:
 //
-//   OMP_NUM_THREADS=1 build/release/benchmarks/bench_conv [--repeats 7] [--iters 10]
+//   OMP_NUM_THREADS=1 build/release/benchmarks/bench_conv [--repeats 7] [--iters 10] [--batch N]
+//
+// --batch sets every layer's batch (N = 1: training on one image, where the threads share each image).
 //
 // onnxtrain dropped oneDNN's convolutions because every primitive execute builds its argument map on the heap, so a
 // CNN's training step could never run free of allocations; this shows what that choice costs or gains in speed. The
@@ -271,18 +273,18 @@ std::vector<float> random_floats(size_t n, std::mt19937& rng) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int repeats = 7, iters = 10;
+  int repeats = 7, iters = 10, batch = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if ((a == "--repeats" || a == "--iters") && i + 1 < argc) {
-      (a == "--repeats" ? repeats : iters) = std::atoi(argv[++i]);
+    if ((a == "--repeats" || a == "--iters" || a == "--batch") && i + 1 < argc) {
+      (a == "--repeats" ? repeats : a == "--iters" ? iters : batch) = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: bench_conv [--repeats R] [--iters N]\n");
+      std::fprintf(stderr, "usage: bench_conv [--repeats R] [--iters N] [--batch N]\n");
       return 2;
     }
   }
-  if (repeats < 1 || iters < 1) {
-    std::fprintf(stderr, "bench_conv: --repeats and --iters must be positive\n");
+  if (repeats < 1 || iters < 1 || batch < 0) {
+    std::fprintf(stderr, "bench_conv: --repeats and --iters must be positive, --batch too when given\n");
     return 2;
   }
   if (std::none_of(std::begin(kShapes), std::end(kShapes),
@@ -298,7 +300,8 @@ int main(int argc, char** argv) {
   std::array<std::vector<double>, kDirections> ratios;
   bool agree = true;
   try {
-    for (const Shape& s : kShapes) {
+    for (Shape s : kShapes) {
+      if (batch > 0) s.n = batch;
       const Geo g = geometry(s);
       const std::vector<float> x = random_floats(static_cast<size_t>(g.N * g.C * g.in_size()), rng),
                                w = random_floats(static_cast<size_t>(g.M * g.C * g.k_size()), rng),

@@ -231,15 +231,19 @@ template <class F> void for_each_image(int64_t images, F&& f) {
   if (failed) std::rethrow_exception(failed);
 }
 
-// A core's rows, split across threads when asked.
-void run_core(const Core& k, bool rows_parallel) {
-  const int64_t rows = k.rows();
-  if (!rows_parallel || rows < 2) return run_rows(k, 0, rows);
+// f(begin, end) over [0, n): in one call, or split into a contiguous range per thread when asked.
+template <class F> void split(int64_t n, bool parallel, F&& f) {
+  if (!parallel || n < 2) return f(int64_t{0}, n);
 #pragma omp parallel
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    run_rows(k, rows * t / nt, rows * (t + 1) / nt);
+    f(n * t / nt, n * (t + 1) / nt);
   }
+}
+
+// A core's rows, split across threads when asked.
+void run_core(const Core& k, bool rows_parallel) {
+  split(k.rows(), rows_parallel, [&](int64_t r0, int64_t r1) { run_rows(k, r0, r1); });
 }
 
 // This thread's buffers: 0 the padded input, 1 the channels-last result (or padded dX), 2 the padded dY, 3 the
@@ -467,8 +471,9 @@ void DirectConv::backward(const float* dy, const float* x, const float* w, float
   constexpr int kMaxThreads = 64;
   const int available = omp_in_parallel() ? 1 : std::min(omp_get_max_threads(), kMaxThreads);
   const int threads = static_cast<int>(std::min<int64_t>(available, g.N));
-  // A batch smaller than the threads (one image): its images one by one, backward data's rows split instead.
-  const bool rows_parallel = threads < available;
+  // One image: the threads split its rows (backward data) and its tiles of dW instead. Only outside the images'
+  // own parallel region: nested there, a region would run on one thread (and libgomp mallocs its team).
+  const bool rows_parallel = threads == 1 && available > 1;
   std::array<float*, kMaxThreads> partials{};
   const auto work = [&](int t, int nt) {
     float* part = nullptr;
@@ -503,13 +508,19 @@ void DirectConv::backward(const float* dy, const float* x, const float* w, float
           float* xp = thread_buffer(0, padded_x);
           to_padded_channels_last(x + n * g.C * isz, g.C, g.in, g.pb, p, xp);
           const WeightPass pass{xp, p[1], p[2], g.C, g.out, g.s, dyp + dy_at, dy_s0, dy_s1, g.M};
-          for (const RowTile& rt : row_tiles_)
-            for (int64_t panel = 0; panel < panels; ++panel) {
+          // With fewer images than threads, the threads share this image by tiles of dW: each tile sums over
+          // every pixel into its own part of dW, so they need no partial sums of their own.
+          const int64_t tiles = static_cast<int64_t>(row_tiles_.size()) * panels;
+          split(tiles, rows_parallel, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) {
+              const RowTile& rt = row_tiles_[static_cast<size_t>(i / panels)];
+              const int64_t panel = i % panels;
               const int64_t col = rt.group * mg + panel * kNr, nr = std::min<int64_t>(kNr, mg - panel * kNr);
               kWeightTiles[rt.consecutive][nr > 16][rt.rows - 1](
                   pass, rt.off.data(), col, part + rt.group * taps * cg * mg + rt.first * mg + panel * kNr, mg,
                   lanes(nr), lanes(nr - 16));
             }
+          });
         }
       }
       if (db) {

@@ -296,7 +296,8 @@ TEST_P(WorkloadSteadyState, AllocationsPerStepWithinBounds) {
 
 // The convolution paths W2 does not reach: a strided convolution whose input gradient is wanted (backward data's
 // scatter path), a pointwise one, a first layer with 3 input channels (no input gradient), and a strided
-// ConvTranspose, all on onnxtrain's own kernels where the build has AVX-512. Zero of either kind per step.
+// ConvTranspose, all on onnxtrain's own kernels where the build has AVX-512, at batch 6 and 1. Zero of either kind
+// per step.
 TEST(SteadyStateConvolutions, EveryOwnKernelPathAllocatesNothing) {
   if (!kCounting) GTEST_SKIP() << kNoCountingUnderAsan;
   cpu::Geo probe;  // any geometry the kernels take: false only in a build without AVX-512
@@ -331,24 +332,28 @@ onnx.save(model, sys.argv[1])
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   TrainingConfig cfg;
   cfg.optimizer.momentum = 0.9;
-  TrainingSession s = TrainingSession::from_file(path, cfg);
-  std::mt19937 rng(3);
-  Tensor x = Tensor::empty(DType::Float32, {6, 3, 12, 12});
-  Tensor y = Tensor::empty(DType::Float32, {6, 1});
-  for (float& v : x.span<float>()) v = std::normal_distribution<float>()(rng);
-  for (float& v : y.span<float>()) v = std::normal_distribution<float>()(rng);
-  Feeds f{{"x", x}, {s.target_name(), y}};
-  s.train_step(f);  // compiles the plan
-  s.train_step(f);
-  g_allocations = 0;
-  g_c_allocations = 0;
-  g_counting = true;
-  float loss = 0;
-  for (int i = 0; i < 5; ++i) loss += s.train_step(f);
-  g_counting = false;
-  EXPECT_EQ(g_allocations.load(), 0) << "operator new calls in 5 steady-state steps";
-  EXPECT_EQ(g_c_allocations.load(), 0) << "C-level heap allocations in 5 steady-state steps";
-  EXPECT_TRUE(std::isfinite(loss));
+  // Batch 1 on several threads splits each image's rows and dW tiles across them instead of the images.
+  for (const int64_t batch : {6, 1}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    TrainingSession s = TrainingSession::from_file(path, cfg);
+    std::mt19937 rng(3);
+    Tensor x = Tensor::empty(DType::Float32, {batch, 3, 12, 12});
+    Tensor y = Tensor::empty(DType::Float32, {batch, 1});
+    for (float& v : x.span<float>()) v = std::normal_distribution<float>()(rng);
+    for (float& v : y.span<float>()) v = std::normal_distribution<float>()(rng);
+    Feeds f{{"x", x}, {s.target_name(), y}};
+    s.train_step(f);  // compiles the plan
+    s.train_step(f);
+    g_allocations = 0;
+    g_c_allocations = 0;
+    g_counting = true;
+    float loss = 0;
+    for (int i = 0; i < 5; ++i) loss += s.train_step(f);
+    g_counting = false;
+    EXPECT_EQ(g_allocations.load(), 0) << "operator new calls in 5 steady-state steps";
+    EXPECT_EQ(g_c_allocations.load(), 0) << "C-level heap allocations in 5 steady-state steps";
+    EXPECT_TRUE(std::isfinite(loss));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Benchmarks, WorkloadSteadyState, ::testing::ValuesIn(kWorkloads),
