@@ -294,22 +294,60 @@ TEST_P(WorkloadSteadyState, AllocationsPerStepWithinBounds) {
   EXPECT_TRUE(std::isfinite(loss));
 }
 
+// Writes the model a Python snippet builds from `nodes` (a list of helper.make_node), `inputs` and `outputs`
+// (value infos) and `inits` (made with w(name, *shape)) into a temporary folder `name`.
+std::filesystem::path python_model(const std::string& name, const std::string& snippet) {
+  auto dir = test::temp_dir(name);
+  const auto script = dir / "make.py", path = dir / "model.onnx";
+  std::ofstream(script) << R"(import sys, numpy as np, onnx
+from onnx import helper as h, numpy_helper as nh, TensorProto as T
+rng = np.random.default_rng(0)
+def w(name, *shape): return nh.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+)" << snippet << R"(
+model = h.make_model(h.make_graph(nodes, "g", inputs, outputs, inits), opset_imports=[h.make_opsetid("", 18)])
+onnx.checker.check_model(model)
+onnx.save(model, sys.argv[1])
+)";
+  const std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + script.string() + " " + path.string();
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return path;
+}
+
+// Trains the model at `path` on random feeds of x_shape (and a target of target_shape) and expects zero heap
+// allocations of either kind over 5 steps after the plan is built.
+void expect_steady_steps_allocate_nothing(const std::filesystem::path& path, const TrainingConfig& cfg,
+                                          const std::vector<int64_t>& x_shape,
+                                          const std::vector<int64_t>& target_shape) {
+  TrainingSession s = TrainingSession::from_file(path, cfg);
+  std::mt19937 rng(3);
+  Tensor x = Tensor::empty(DType::Float32, x_shape);
+  Tensor y = Tensor::empty(DType::Float32, target_shape);
+  for (float& v : x.span<float>()) v = std::normal_distribution<float>()(rng);
+  for (float& v : y.span<float>()) v = std::normal_distribution<float>()(rng);
+  Feeds f{{"x", x}, {s.target_name(), y}};
+  s.train_step(f);  // compiles the plan
+  s.train_step(f);
+  g_allocations = 0;
+  g_c_allocations = 0;
+  g_counting = true;
+  float loss = 0;
+  for (int i = 0; i < 5; ++i) loss += s.train_step(f);
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0) << "operator new calls in 5 steady-state steps";
+  EXPECT_EQ(g_c_allocations.load(), 0) << "C-level heap allocations in 5 steady-state steps";
+  EXPECT_TRUE(std::isfinite(loss));
+}
+
 // The convolution paths W2 does not reach: a strided convolution whose input gradient is wanted (backward data's
 // scatter path), a pointwise one, a first layer with 3 input channels (no input gradient), and a strided
-// ConvTranspose, all on onnxtrain's own kernels where the build has AVX-512, at batch 6 and 1. Zero of either kind
-// per step.
+// ConvTranspose, all on onnxtrain's own kernels where the build has AVX-512, at batch 6 and 1.
 TEST(SteadyStateConvolutions, EveryOwnKernelPathAllocatesNothing) {
   if (!kCounting) GTEST_SKIP() << kNoCountingUnderAsan;
   cpu::Geo probe;  // any geometry the kernels take: false only in a build without AVX-512
   probe.N = probe.C = probe.M = 8;
   if (!cpu::DirectConv::supports_forward(probe))
     GTEST_SKIP() << "no AVX-512: the convolutions run oneDNN, which allocates";
-  auto dir = test::temp_dir("steady_convolutions");
-  const auto script = dir / "make.py", path = dir / "cnn.onnx";
-  std::ofstream(script) << R"(import sys, numpy as np, onnx
-from onnx import helper as h, numpy_helper as nh, TensorProto as T
-rng = np.random.default_rng(0)
-def w(name, *shape): return nh.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+  const auto path = python_model("steady_convolutions", R"(
 nodes = [h.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
          h.make_node("Relu", ["c1"], ["r1"]),
          h.make_node("Conv", ["r1", "w2", "b2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
@@ -320,40 +358,40 @@ nodes = [h.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pad
          h.make_node("GlobalAveragePool", ["t"], ["g"]),
          h.make_node("Flatten", ["g"], ["f"]),
          h.make_node("Gemm", ["f", "w4"], ["y"], transB=1)]
-graph = h.make_graph(nodes, "cnn", [h.make_tensor_value_info("x", T.FLOAT, ["batch", 3, 12, 12])],
-                     [h.make_tensor_value_info("y", T.FLOAT, ["batch", 1])],
-                     [w("w1", 8, 3, 3, 3), w("b1", 8), w("w2", 16, 8, 3, 3), w("b2", 16), w("w3", 16, 16, 1, 1),
-                      w("w5", 16, 8, 3, 3), w("b5", 8), w("w4", 1, 8)])
-model = h.make_model(graph, opset_imports=[h.make_opsetid("", 18)])
-onnx.checker.check_model(model)
-onnx.save(model, sys.argv[1])
-)";
-  const std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + script.string() + " " + path.string();
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+inputs = [h.make_tensor_value_info("x", T.FLOAT, ["batch", 3, 12, 12])]
+outputs = [h.make_tensor_value_info("y", T.FLOAT, ["batch", 1])]
+inits = [w("w1", 8, 3, 3, 3), w("b1", 8), w("w2", 16, 8, 3, 3), w("b2", 16), w("w3", 16, 16, 1, 1),
+         w("w5", 16, 8, 3, 3), w("b5", 8), w("w4", 1, 8)])");
   TrainingConfig cfg;
   cfg.optimizer.momentum = 0.9;
   // Batch 1 on several threads splits each image's rows and dW tiles across them instead of the images.
   for (const int64_t batch : {6, 1}) {
     SCOPED_TRACE("batch " + std::to_string(batch));
-    TrainingSession s = TrainingSession::from_file(path, cfg);
-    std::mt19937 rng(3);
-    Tensor x = Tensor::empty(DType::Float32, {batch, 3, 12, 12});
-    Tensor y = Tensor::empty(DType::Float32, {batch, 1});
-    for (float& v : x.span<float>()) v = std::normal_distribution<float>()(rng);
-    for (float& v : y.span<float>()) v = std::normal_distribution<float>()(rng);
-    Feeds f{{"x", x}, {s.target_name(), y}};
-    s.train_step(f);  // compiles the plan
-    s.train_step(f);
-    g_allocations = 0;
-    g_c_allocations = 0;
-    g_counting = true;
-    float loss = 0;
-    for (int i = 0; i < 5; ++i) loss += s.train_step(f);
-    g_counting = false;
-    EXPECT_EQ(g_allocations.load(), 0) << "operator new calls in 5 steady-state steps";
-    EXPECT_EQ(g_c_allocations.load(), 0) << "C-level heap allocations in 5 steady-state steps";
-    EXPECT_TRUE(std::isfinite(loss));
+    expect_steady_steps_allocate_nothing(path, cfg, {batch, 3, 12, 12}, {batch, 1});
   }
+}
+
+// The single-thread branches that kernels take on work too small to split (W3 runs their parallel ones): a
+// one-sequence attention-like block of 4 tokens x 8 features, with a layer norm, trained with AdamW.
+TEST(SteadyStateSmallWork, LayerNormAndAttentionAtBatchOneAllocateNothing) {
+  if (!kCounting) GTEST_SKIP() << kNoCountingUnderAsan;
+  const auto path = python_model("steady_small_work", R"(
+nodes = [h.make_node("LayerNormalization", ["x", "s", "b"], ["n"], axis=-1),
+         h.make_node("MatMul", ["n", "wq"], ["q"]),
+         h.make_node("MatMul", ["n", "wk"], ["k"]),
+         h.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+         h.make_node("MatMul", ["q", "kt"], ["a"]),
+         h.make_node("Softmax", ["a"], ["p"], axis=-1),
+         h.make_node("MatMul", ["p", "n"], ["c"]),
+         h.make_node("Add", ["c", "x"], ["r"]),
+         h.make_node("Relu", ["r"], ["g"]),
+         h.make_node("MatMul", ["g", "wo"], ["y"])]
+inputs = [h.make_tensor_value_info("x", T.FLOAT, ["batch", 4, 8])]
+outputs = [h.make_tensor_value_info("y", T.FLOAT, ["batch", 4, 1])]
+inits = [w("s", 8), w("b", 8), w("wq", 8, 8), w("wk", 8, 8), w("wo", 8, 1)])");
+  TrainingConfig cfg;
+  cfg.optimizer.kind = "adamw";
+  expect_steady_steps_allocate_nothing(path, cfg, {1, 4, 8}, {1, 4, 1});
 }
 
 INSTANTIATE_TEST_SUITE_P(Benchmarks, WorkloadSteadyState, ::testing::ValuesIn(kWorkloads),
