@@ -132,14 +132,60 @@ struct Core {
   Dims3 out, s;                 // output dims and strides
   const int64_t* off;           // tap offsets (tap_offsets)
   int64_t taps;
-  const float* w;               // packed: [group][panel][tap][gi][kNr]
+  const float* w;               // packed: [group][panel][tap][gi][kNr]; depthwise: [tap][channel]
   float* y;                     // [out pixels][ot]
+  // One channel in and out per group, as many groups as channels (gi = go = 1): the vectors run along the channels.
+  bool depthwise = false;
   int64_t rows() const { return out[0] * out[1]; }
 };
+
+// Depthwise: R output pixels along the last dim x 16 channels (masked by m), y[r][c] = sum over taps t of
+// w[t][c] * a[r * rs + off[t] + c]. One weight vector per tap serves all R pixels.
+template <int R>
+void depthwise_tile(const float* __restrict a, int64_t rs, const int64_t* __restrict off, int64_t taps,
+                    const float* __restrict w, int64_t ldw, float* __restrict y, int64_t ldy, __mmask16 m) {
+  __m512 acc[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < taps; ++t) {
+    const __m512 wv = _mm512_maskz_loadu_ps(m, w + t * ldw);
+    const float* at = a + off[t];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, at + r * rs), acc[r]);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + r * ldy, m, acc[r]);
+}
+
+constexpr int kDepthwisePixels = 8;
+using DepthwiseTileFn = void (*)(const float*, int64_t, const int64_t*, int64_t, const float*, int64_t, float*,
+                                 int64_t, __mmask16);
+template <int... R>
+constexpr std::array<DepthwiseTileFn, sizeof...(R)> depthwise_table(std::integer_sequence<int, R...>) {
+  return {&depthwise_tile<R + 1>...};
+}
+const std::array<DepthwiseTileFn, kDepthwisePixels> kDepthwiseTiles =
+    depthwise_table(std::make_integer_sequence<int, kDepthwisePixels>{});
+
+void run_depthwise_rows(const Core& k, int64_t r0, int64_t r1) {
+  const int64_t rs = k.s[2] * k.ct;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t o0 = r / k.out[1], o1 = r % k.out[1];
+    const float* in = k.x + (o0 * k.s[0] * k.p1 + o1 * k.s[1]) * k.p2 * k.ct;
+    float* yrow = k.y + r * k.out[2] * k.ot;
+    for (int64_t o2 = 0; o2 < k.out[2]; o2 += kDepthwisePixels) {
+      const DepthwiseTileFn tile = kDepthwiseTiles[static_cast<size_t>(
+          std::min<int64_t>(kDepthwisePixels, k.out[2] - o2) - 1)];
+      for (int64_t c = 0; c < k.ct; c += 16)
+        tile(in + o2 * rs + c, rs, k.off, k.taps, k.w + c, k.ct, yrow + o2 * k.ot + c, k.ot, lanes(k.ct - c));
+    }
+  }
+}
 
 // Output rows [r0, r1) (a row: fixed o0, o1, all o2). The panel's weights (taps * gi * 32 floats) stay in cache
 // across the row's strips; the strips read a few input rows.
 void run_rows(const Core& k, int64_t r0, int64_t r1) {
+  if (k.depthwise) return run_depthwise_rows(k, r0, r1);
   const int64_t panels = (k.go + kNr - 1) / kNr;
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t o0 = r / k.out[1], o1 = r % k.out[1];
@@ -356,6 +402,74 @@ const std::array<std::array<std::array<WeightTileFn, kMr>, 2>, 2> kWeightTiles{
      {weight_table<1, true>(std::make_integer_sequence<int, kMr>{}),
       weight_table<2, true>(std::make_integer_sequence<int, kMr>{})}}};
 
+// Depthwise backward data's scatter path: dxp (padded channels-last dX, zeroed) += w[t][c] * dY[o][c] under every
+// tap t of output pixel o's window. dY is channels-last ([pixel][C], unpadded), w [tap][C].
+void depthwise_scatter(const Geo& g, const Dims3& p, const float* dyt, const float* w, const int64_t* off,
+                       float* dxp) {
+  const int64_t taps = g.k_size(), C = g.C;
+  for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+    for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+      for (int64_t o2 = 0; o2 < g.out[2]; ++o2, dyt += C) {
+        float* base = dxp + ((o0 * g.s[0] * p[1] + o1 * g.s[1]) * p[2] + o2 * g.s[2]) * C;
+        for (int64_t c = 0; c < C; c += 16) {
+          const __mmask16 m = lanes(C - c);
+          const __m512 dv = _mm512_maskz_loadu_ps(m, dyt + c);
+          for (int64_t t = 0; t < taps; ++t) {
+            float* dst = base + off[t] + c;
+            const __m512 wv = _mm512_maskz_loadu_ps(m, w + t * C + c);
+            _mm512_mask_storeu_ps(dst, m, _mm512_fmadd_ps(wv, dv, _mm512_maskz_loadu_ps(m, dst)));
+          }
+        }
+      }
+}
+
+// Depthwise dW for T taps (offsets off) and 16 channels from c (masked by m), summed over every output pixel of one
+// image: sum over pixels o of dY[o][c] * xp[pixel(o) + off[t] + c]. Written to out[t][16].
+template <int T>
+void depthwise_weight_tile(const WeightPass& w, const int64_t* __restrict off, int64_t c, __mmask16 m,
+                           float* __restrict out) {
+  __m512 acc[T];
+  int64_t o[T];
+#pragma GCC unroll 12
+  for (int t = 0; t < T; ++t) {
+    acc[t] = _mm512_setzero_ps();
+    o[t] = off[t] + c;
+  }
+  const int64_t step = w.s[2] * w.C;
+  for (int64_t o0 = 0; o0 < w.out[0]; ++o0)
+    for (int64_t o1 = 0; o1 < w.out[1]; ++o1) {
+      const float* a = w.xp + (o0 * w.s[0] * w.p1 + o1 * w.s[1]) * w.p2 * w.C;
+      const float* b = w.dy + o0 * w.dy_s0 + o1 * w.dy_s1 + c;
+      for (int64_t o2 = 0; o2 < w.out[2]; ++o2, a += step, b += w.M) {
+        const __m512 dv = _mm512_maskz_loadu_ps(m, b);
+#pragma GCC unroll 12
+        for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(dv, _mm512_maskz_loadu_ps(m, a + o[t]), acc[t]);
+      }
+    }
+#pragma GCC unroll 12
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(out + t * 16, acc[t]);
+}
+
+constexpr int kDepthwiseTaps = 12;  // taps per weight tile: 12 sums, the dY vector and the loads in 32 registers
+using DepthwiseWeightFn = void (*)(const WeightPass&, const int64_t*, int64_t, __mmask16, float*);
+template <int... T>
+constexpr std::array<DepthwiseWeightFn, sizeof...(T)> depthwise_weight_table(std::integer_sequence<int, T...>) {
+  return {&depthwise_weight_tile<T + 1>...};
+}
+const std::array<DepthwiseWeightFn, kDepthwiseTaps> kDepthwiseWeightTiles =
+    depthwise_weight_table(std::make_integer_sequence<int, kDepthwiseTaps>{});
+
+// One channel in and out per group, as many groups as channels.
+bool depthwise(const Geo& g) { return g.G == g.C && g.M == g.C; }
+
+// Depthwise weights as [tap][channel] (the vectors run along the channels); flipped: tap t takes taps - 1 - t.
+void pack_depthwise(const Geo& g, const float* w, bool flipped, std::vector<float>& packed) {
+  const int64_t taps = g.k_size();
+  packed.resize(static_cast<size_t>(taps * g.C));
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t t = 0; t < taps; ++t) packed[static_cast<size_t>(t * g.C + c)] = w[c * taps + (flipped ? taps - 1 - t : t)];
+}
+
 }  // namespace
 
 // The tiles' columns are output channels (for backward data, X's channels; for backward weights, the product's
@@ -363,12 +477,17 @@ const std::array<std::array<std::array<WeightTileFn, kMr>, 2>, 2> kWeightTiles{
 // convolution would use 1 of 16), and oneDNN's dedicated kernels do better.
 constexpr int64_t kMinChannels = 8;
 
-bool DirectConv::supports_forward(const Geo& g) { return geometry_ok(g) && g.M / g.G >= kMinChannels; }
+// The channels along a vector: the output (or, for backward data, input) channels of a group, or every channel of a
+// depthwise convolution, whose kernels run along the channels instead.
+static bool wide_out(const Geo& g) { return (depthwise(g) ? g.C : g.M / g.G) >= kMinChannels; }
+static bool wide_in(const Geo& g) { return (depthwise(g) ? g.C : g.C / g.G) >= kMinChannels; }
+
+bool DirectConv::supports_forward(const Geo& g) { return geometry_ok(g) && wide_out(g); }
 
 // Backward data as the flipped forward convolution: stride 1, begin pads within the dilated kernel, and X's channels
 // per group (the tile's columns) at least half a vector.
 static bool flips(const Geo& g) {
-  if (g.C / g.G < kMinChannels) return false;
+  if (!wide_in(g)) return false;
   for (int i = 0; i < kMaxSpatial; ++i)
     if (g.s[i] != 1 || g.pb[i] > (g.k[i] - 1) * g.d[i]) return false;
   return true;
@@ -377,9 +496,9 @@ static bool flips(const Geo& g) {
 // Otherwise the scatter path, which adds each tap's X channels into the padded dX as vectors: with fewer than 8
 // channels those become scalar adds chained through memory where neighbouring windows overlap (a one-channel layer
 // ran at 0.29x oneDNN's gemm:jit in bench_conv), so both paths need 8 X channels per group.
-bool DirectConv::supports_backward_data(const Geo& g) { return geometry_ok(g) && g.C / g.G >= kMinChannels; }
+bool DirectConv::supports_backward_data(const Geo& g) { return geometry_ok(g) && wide_in(g); }
 
-bool DirectConv::supports_backward_weights(const Geo& g) { return geometry_ok(g) && g.M / g.G >= kMinChannels; }
+bool DirectConv::supports_backward_weights(const Geo& g) { return geometry_ok(g) && wide_out(g); }
 
 bool DirectConv::supports_backward(const Geo& g, bool dx, bool dw) {
   return geometry_ok(g) && (!dx || supports_backward_data(g)) && (!dw || supports_backward_weights(g));
@@ -388,7 +507,12 @@ bool DirectConv::supports_backward(const Geo& g, bool dx, bool dw) {
 DirectConv::DirectConv(const Geo& g)
     : g_(g),
       forward_off_(tap_offsets(g, window_extent(g), g.C)),
-      flipped_off_(tap_offsets(g, flipped_extent(g), g.M)) {
+      flipped_off_(tap_offsets(g, flipped_extent(g), g.M)),
+      depthwise_(depthwise(g)) {
+  if (depthwise_) {  // [tap][channel] weights; dW by tiles of taps, not by these rows
+    packed_.reserve(static_cast<size_t>(g.k_size() * g.C));
+    return;
+  }
   // Room for either direction's repacked weights, so that no call allocates them.
   const int64_t cg = g.C / g.G, mg = g.M / g.G;
   const auto size = [&](int64_t go, int64_t gi) { return g.G * ((go + kNr - 1) / kNr) * g.k_size() * gi * kNr; };
@@ -415,9 +539,12 @@ DirectConv::DirectConv(const Geo& g)
 void DirectConv::forward(const float* x, const float* w, const float* b, float* y) {
   const Geo& g = g_;
   const int64_t cg = g.C / g.G, mg = g.M / g.G, taps = g.k_size();
-  pack_weights(g.G, mg, cg, taps, [&](int64_t grp, int64_t o, int64_t i, int64_t t) {
-    return w[((grp * mg + o) * cg + i) * taps + t];
-  }, packed_);
+  if (depthwise_)
+    pack_depthwise(g, w, false, packed_);
+  else
+    pack_weights(g.G, mg, cg, taps, [&](int64_t grp, int64_t o, int64_t i, int64_t t) {
+      return w[((grp * mg + o) * cg + i) * taps + t];
+    }, packed_);
   const Dims3 p = window_extent(g);
   const int64_t isz = g.in_size(), osz = g.out_size();
   const size_t padded = static_cast<size_t>(p[0] * p[1] * p[2] * g.C), result = static_cast<size_t>(osz * g.M);
@@ -425,7 +552,8 @@ void DirectConv::forward(const float* x, const float* w, const float* b, float* 
     float* xp = thread_buffer(0, padded);
     float* yt = thread_buffer(1, result);
     to_padded_channels_last(x + n * g.C * isz, g.C, g.in, g.pb, p, xp);
-    const Core k{xp, p[1], p[2], g.C, cg, mg, g.M, g.G, g.out, g.s, forward_off_.data(), taps, packed_.data(), yt};
+    const Core k{xp, p[1], p[2], g.C, cg, mg, g.M, g.G, g.out, g.s, forward_off_.data(), taps, packed_.data(), yt,
+                 depthwise_};
     run_core(k, rows_parallel);
     from_channels_last(yt, osz, g.M, b, y + n * g.M * osz);
   });
@@ -449,7 +577,9 @@ void DirectConv::backward(const float* dy, const float* x, const float* w, float
   // as it is.
   const bool flip = dx && flips(g), scatter = dx && !flip;
   Dims3 q = g.out, begin{0, 0, 0};
-  if (scatter) {
+  if (depthwise_ && dx) {
+    pack_depthwise(g, w, flip, packed_);
+  } else if (scatter) {
     // A pointwise product per pixel: dY's channels against every (tap, X channel) column of the group.
     pack_weights(g.G, taps * cg, mg, 1, [&](int64_t grp, int64_t o, int64_t i, int64_t) {
       return w[((grp * mg + i) * cg + o % cg) * taps + o / cg];
@@ -458,6 +588,8 @@ void DirectConv::backward(const float* dy, const float* x, const float* w, float
   if (flip) {
     q = flipped_extent(g);
     for (int i = 0; i < kMaxSpatial; ++i) begin[i] = (g.k[i] - 1) * g.d[i] - g.pb[i];
+  }
+  if (flip && !depthwise_) {
     // The flipped kernel with the roles of the channels swapped: dX's channel c is an output, dY's m an input.
     pack_weights(g.G, cg, mg, taps, [&](int64_t grp, int64_t o, int64_t i, int64_t t) {
       return w[((grp * mg + i) * cg + o) * taps + (taps - 1 - t)];
@@ -486,7 +618,12 @@ void DirectConv::backward(const float* dy, const float* x, const float* w, float
       if (dx || dw) {
         float* dyp = thread_buffer(2, padded_dy);
         to_padded_channels_last(dyn, g.M, g.out, begin, q, dyp);
-        if (scatter) {
+        if (scatter && depthwise_) {
+          float* dxp = thread_buffer(1, padded_x);
+          std::memset(dxp, 0, padded_x * sizeof(float));
+          depthwise_scatter(g, p, dyp, packed_.data(), forward_off_.data(), dxp);
+          from_padded_channels_last(dxp, g.C, g.in, g.pb, p, dx + n * g.C * isz);
+        } else if (scatter) {
           float* dr = thread_buffer(4, static_cast<size_t>(osz * taps * g.C));
           const int64_t zero = 0;
           const Core k{dyp, q[1], q[2], g.M, mg, taps * cg, taps * g.C, g.G, g.out, {1, 1, 1}, &zero, 1,
@@ -500,7 +637,7 @@ void DirectConv::backward(const float* dy, const float* x, const float* w, float
         if (flip) {
           float* dxt = thread_buffer(1, static_cast<size_t>(isz * g.C));
           const Core k{dyp, q[1], q[2], g.M, mg, cg, g.C, g.G, g.in, {1, 1, 1}, flipped_off_.data(), taps,
-                       packed_.data(), dxt};
+                       packed_.data(), dxt, depthwise_};
           run_core(k, rows_parallel);
           from_channels_last(dxt, isz, g.C, nullptr, dx + n * g.C * isz);
         }
@@ -508,19 +645,35 @@ void DirectConv::backward(const float* dy, const float* x, const float* w, float
           float* xp = thread_buffer(0, padded_x);
           to_padded_channels_last(x + n * g.C * isz, g.C, g.in, g.pb, p, xp);
           const WeightPass pass{xp, p[1], p[2], g.C, g.out, g.s, dyp + dy_at, dy_s0, dy_s1, g.M};
-          // With fewer images than threads, the threads share this image by tiles of dW: each tile sums over
-          // every pixel into its own part of dW, so they need no partial sums of their own.
-          const int64_t tiles = static_cast<int64_t>(row_tiles_.size()) * panels;
-          split(tiles, rows_parallel, [&](int64_t i0, int64_t i1) {
-            for (int64_t i = i0; i < i1; ++i) {
-              const RowTile& rt = row_tiles_[static_cast<size_t>(i / panels)];
-              const int64_t panel = i % panels;
-              const int64_t col = rt.group * mg + panel * kNr, nr = std::min<int64_t>(kNr, mg - panel * kNr);
-              kWeightTiles[rt.consecutive][nr > 16][rt.rows - 1](
-                  pass, rt.off.data(), col, part + rt.group * taps * cg * mg + rt.first * mg + panel * kNr, mg,
-                  lanes(nr), lanes(nr - 16));
-            }
-          });
+          if (depthwise_) {
+            // Tiles of 16 channels x up to 12 taps; dW's partial is [channel][tap].
+            const int64_t tap_tiles = (taps + kDepthwiseTaps - 1) / kDepthwiseTaps;
+            split((g.C + 15) / 16 * tap_tiles, rows_parallel, [&](int64_t i0, int64_t i1) {
+              for (int64_t i = i0; i < i1; ++i) {
+                const int64_t c = i / tap_tiles * 16, t0 = i % tap_tiles * kDepthwiseTaps;
+                const int64_t nt = std::min<int64_t>(kDepthwiseTaps, taps - t0), nc = std::min<int64_t>(16, g.C - c);
+                alignas(64) float sums[kDepthwiseTaps * 16];
+                kDepthwiseWeightTiles[static_cast<size_t>(nt - 1)](pass, forward_off_.data() + t0, c, lanes(nc),
+                                                                   sums);
+                for (int64_t j = 0; j < nc; ++j)
+                  for (int64_t t = 0; t < nt; ++t) part[(c + j) * taps + t0 + t] += sums[t * 16 + j];
+              }
+            });
+          } else {
+            // With fewer images than threads, the threads share this image by tiles of dW: each tile sums over
+            // every pixel into its own part of dW, so they need no partial sums of their own.
+            const int64_t tiles = static_cast<int64_t>(row_tiles_.size()) * panels;
+            split(tiles, rows_parallel, [&](int64_t i0, int64_t i1) {
+              for (int64_t i = i0; i < i1; ++i) {
+                const RowTile& rt = row_tiles_[static_cast<size_t>(i / panels)];
+                const int64_t panel = i % panels;
+                const int64_t col = rt.group * mg + panel * kNr, nr = std::min<int64_t>(kNr, mg - panel * kNr);
+                kWeightTiles[rt.consecutive][nr > 16][rt.rows - 1](
+                    pass, rt.off.data(), col, part + rt.group * taps * cg * mg + rt.first * mg + panel * kNr, mg,
+                    lanes(nr), lanes(nr - 16));
+              }
+            });
+          }
         }
       }
       if (db) {

@@ -59,6 +59,7 @@ class DirectConv {
   std::vector<RowTile> row_tiles_;
   std::vector<int64_t> forward_off_, flipped_off_;  // each tap's offset in the padded buffers (x's, dY's)
   std::vector<float> packed_;  // the weights in the tile's panel layout, repacked by every call (they change)
+  bool depthwise_ = false;     // one channel per group, as many groups as channels: vectors along the channels
 };
 
 }  // namespace onnxtrain::cpu

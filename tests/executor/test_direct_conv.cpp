@@ -28,7 +28,8 @@ struct Case {
 };
 
 // Spatial dims are right-aligned into three, as conv_geometry does (unused leading dims are 1). Forward and
-// backward weights need 8 output channels per group, backward data 8 input channels. Backward data runs the
+// backward weights need 8 output channels per group, backward data 8 input channels; a depthwise convolution
+// (groups = channels in = channels out) needs 8 channels. Backward data runs the
 // flipped kernel for stride 1 and begin pads within the dilated kernel, else the scatter path: both are checked here
 // (strided, wide_pads, three_d and strided_pointwise_groups take the scatter path).
 const Case kCases[] = {
@@ -49,7 +50,21 @@ const Case kCases[] = {
     {"wide_pads", 2, 8, 9, 1, 2, {1, 5, 5}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 3, 2}, {0, 4, 3}, 1, 1, 1},
     {"wide_end_pads", 2, 8, 9, 1, 2, {1, 5, 5}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 0}, {0, 4, 3}, 1, 1, 1},
     {"few_channels", 2, 3, 5, 1, 2, {1, 9, 11}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}, {0, 1, 1}, 0, 0, 0},
-    {"depthwise", 2, 16, 16, 16, 2, {1, 8, 8}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}, {0, 1, 1}, 0, 0, 0},
+    // Depthwise (one channel per group): vectors along the channels, 8 pixels a tile, dW by tiles of 12 taps.
+    {"depthwise", 2, 16, 16, 16, 2, {1, 8, 8}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}, {0, 1, 1}, 1, 1, 1},
+    {"depthwise_channel_tail_5x5", 2, 20, 20, 20, 2, {1, 9, 11}, {1, 5, 5}, {1, 1, 1}, {1, 1, 1}, {0, 2, 2},
+     {0, 2, 2}, 1, 1, 1},
+    {"depthwise_strided", 2, 24, 24, 24, 2, {1, 11, 12}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 1, 1}, {0, 1, 0},
+     1, 1, 1},
+    {"depthwise_dilated_asymmetric", 2, 8, 8, 8, 2, {1, 10, 13}, {1, 3, 2}, {1, 1, 3}, {1, 2, 2}, {0, 2, 0},
+     {0, 1, 1}, 1, 1, 1},
+    {"depthwise_single_image_wide_pads", 1, 33, 33, 33, 2, {1, 6, 7}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 3, 1},
+     {0, 1, 3}, 1, 1, 1},
+    {"depthwise_one_d", 3, 16, 16, 16, 1, {1, 1, 25}, {1, 1, 7}, {1, 1, 1}, {1, 1, 1}, {0, 0, 3}, {0, 0, 3}, 1, 1, 1},
+    {"depthwise_few_channels", 2, 4, 4, 4, 2, {1, 8, 8}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}, {0, 1, 1}, 0, 0,
+     0},
+    {"depthwise_multiplier_2", 2, 4, 8, 4, 2, {1, 8, 8}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}, {0, 1, 1}, 0, 0,
+     0},  // two output channels per group: neither depthwise nor 8 per group
     {"one_channel_pointwise", 2, 1, 16, 1, 2, {1, 5, 7}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}, 1, 0,
      1},
     {"strided_pointwise_groups", 2, 40, 32, 2, 2, {1, 10, 10}, {1, 1, 1}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0},
