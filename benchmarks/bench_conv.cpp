@@ -1,6 +1,7 @@
 // The executor's own float32 convolutions (executor/cpu/direct_conv.h: AVX-512 kernels that allocate nothing per
-// call) against the oneDNN 2.6 primitives they replaced, at W2's two layers and three ResNet-like layers, for the
-// forward pass (y = conv(x, w) + b), backward data (dx) and backward weights (dw with db), on OMP_NUM_THREADS threads:
+// call) against the oneDNN 2.6 primitives they replaced, at W2's two layers, three ResNet-like and two depthwise
+// (MobileNet-like) layers, for the forward pass (y = conv(x, w) + b), backward data (dx) and backward weights (dw
+// with db), on OMP_NUM_THREADS threads:
 //
 //   OMP_NUM_THREADS=1 build/release/benchmarks/bench_conv [--repeats 7] [--iters 10] [--batch N]
 //
@@ -42,12 +43,14 @@ using onnxtrain::cpu::Geo;
 struct Shape {
   const char* what;
   int64_t n, c, m, h, w, k, s, p;  // batch, in and out channels, input height and width, kernel, stride, pad
+  int64_t g = 1;                    // groups
 };
 
 const Shape kShapes[] = {
     {"w2 conv1", 64, 1, 16, 28, 28, 3, 1, 1},   {"w2 conv2", 64, 16, 32, 14, 14, 3, 1, 1},
     {"resnet 3x3", 8, 64, 64, 28, 28, 3, 1, 1}, {"pointwise 1x1", 8, 64, 128, 28, 28, 1, 1, 0},
     {"strided 3x3/2", 8, 32, 64, 28, 28, 3, 2, 1},
+    {"depthwise 3x3", 8, 96, 96, 28, 28, 3, 1, 1, 96}, {"depthwise 3x3/2", 8, 96, 96, 28, 28, 3, 2, 1, 96},
 };
 
 enum Direction { kForward, kBackwardData, kBackwardWeights, kDirections };
@@ -55,7 +58,7 @@ const char* const kDirectionNames[kDirections] = {"forward", "backward data", "b
 
 // A 2-D convolution in Geo's three right-aligned spatial dims: the leading one is 1 with kernel 1.
 Geo geometry(const Shape& s) {
-  Geo g{.N = s.n, .C = s.c, .M = s.m, .G = 1, .rank = 2, .in = {1, s.h, s.w}, .k = {1, s.k, s.k},
+  Geo g{.N = s.n, .C = s.c, .M = s.m, .G = s.g, .rank = 2, .in = {1, s.h, s.w}, .k = {1, s.k, s.k},
         .s = {1, s.s, s.s}, .pb = {0, s.p, s.p}, .pe = {0, s.p, s.p}};
   for (size_t i = 0; i < g.out.size(); ++i)
     g.out[i] = (g.in[i] + g.pb[i] + g.pe[i] - (g.k[i] - 1) * g.d[i] - 1) / g.s[i] + 1;
@@ -156,10 +159,12 @@ struct DnnlGeo {
 DnnlGeo dnnl_geo(const Geo& g) {
   using tag = dnnl::memory::format_tag;
   using dt = dnnl::memory::data_type;
-  const dnnl::memory::dims x{g.N, g.C, g.in[1], g.in[2]}, w{g.M, g.C, g.k[1], g.k[2]},
-      y{g.N, g.M, g.out[1], g.out[2]};
+  const dnnl::memory::dims x{g.N, g.C, g.in[1], g.in[2]}, y{g.N, g.M, g.out[1], g.out[2]};
+  // Grouped weights as oneDNN takes them: [group][out of group][in of group][kh][kw], the same bytes as ONNX's.
+  const dnnl::memory::dims w = g.G == 1 ? dnnl::memory::dims{g.M, g.C, g.k[1], g.k[2]}
+                                        : dnnl::memory::dims{g.G, g.M / g.G, g.C / g.G, g.k[1], g.k[2]};
   const dnnl::memory::desc b({g.M}, dt::f32, tag::x);
-  return {{{x, dt::f32, tag::nchw}, {w, dt::f32, tag::oihw}, b, {y, dt::f32, tag::nchw}},
+  return {{{x, dt::f32, tag::nchw}, {w, dt::f32, g.G == 1 ? tag::oihw : tag::goihw}, b, {y, dt::f32, tag::nchw}},
           {{x, dt::f32, tag::any}, {w, dt::f32, tag::any}, b, {y, dt::f32, tag::any}},
           {g.s[1], g.s[2]},
           {g.d[1] - 1, g.d[2] - 1},  // oneDNN counts the gaps between taps

@@ -467,7 +467,8 @@ void pack_depthwise(const Geo& g, const float* w, bool flipped, std::vector<floa
   const int64_t taps = g.k_size();
   packed.resize(static_cast<size_t>(taps * g.C));
   for (int64_t c = 0; c < g.C; ++c)
-    for (int64_t t = 0; t < taps; ++t) packed[static_cast<size_t>(t * g.C + c)] = w[c * taps + (flipped ? taps - 1 - t : t)];
+    for (int64_t t = 0; t < taps; ++t)
+      packed[static_cast<size_t>(t * g.C + c)] = w[c * taps + (flipped ? taps - 1 - t : t)];
 }
 
 }  // namespace

@@ -11,9 +11,13 @@
 // window is a fixed offset, and a register tile of 14 output pixels x 32 output channels sums over the taps and
 // channels (the GEMM's 14 x 32 tile, with the im2col matrix never built). Backward data is the same forward
 // convolution of the padded dY with the kernel flipped (stride 1), or else a product per output pixel whose columns
-// are (tap, input channel) pairs, scattered into the padded dX. Backward weights builds the im2row rows of a few
-// Backward weights is a tile of 14 (tap, input channel) rows x 32 output channels summing over every output pixel,
-// reading the same padded input and a channels-last copy of dY.
+// are (tap, input channel) pairs, scattered into the padded dX. Backward weights is a tile of 14 (tap, input
+// channel) rows x 32 output channels summing over every output pixel, reading the same padded input and a
+// channels-last copy of dY.
+//
+// A depthwise convolution (groups = input channels = output channels) has one channel per group, which would fill
+// one lane of the tiles' 16: its kernels run the vectors along the channels instead, in the same buffers (8 output
+// pixels x 16 channels per tile; dW by tiles of 12 taps x 16 channels).
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -25,7 +29,8 @@ namespace onnxtrain::cpu {
 class DirectConv {
  public:
   // True when this build has the kernels (AVX-512F) and they take g: no negative pads, a non-empty problem, and
-  // 8 output channels per group (fewer would leave most of each vector idle: depthwise convolutions stay with oneDNN).
+  // 8 output channels per group (fewer would leave most of each vector idle), or a depthwise convolution of 8 or more
+  // channels.
   static bool supports_forward(const Geo& g);
   // Backward data takes any such geometry with 8 input channels per group; backward weights needs 8 output channels
   // per group, like the forward pass. supports_backward: the directions a ConvGrad wants (dB

@@ -199,17 +199,19 @@ TEST(AveragePool, CountIncludePadChangesOnlyTheBorder) {
 
 // float32 ConvGrad (our AVX-512 kernels where the build has them, else oneDNN's backward primitives) against float64
 // ConvGrad (the direct loops) on the same values, at W2's two shapes (smaller batch) and one whose channels are not
-// a multiple of 16. Output names left empty are not computed.
+// a multiple of 16, and a depthwise one. Output names left empty are not computed.
 TEST(ConvGrad, Float32MatchesFloat64AtBlockedShapes) {
   struct Case {
     I x, w;
     std::vector<std::string> outs;
+    int64_t group = 1;
   };
   const std::vector<Case> cases = {
       {{4, 16, 14, 14}, {32, 16, 3, 3}, {"dX", "dW", "dB"}},  // W2 conv2
       {{4, 1, 28, 28}, {16, 1, 3, 3}, {"", "dW", "dB"}},      // W2 conv1: x needs no gradient
       {{3, 20, 9, 9}, {24, 20, 3, 3}, {"dX", "dW", ""}},
       {{2, 16, 10, 10}, {32, 16, 3, 3}, {"dX", "", ""}},
+      {{2, 24, 9, 9}, {24, 1, 3, 3}, {"dX", "dW", "dB"}, 24},  // depthwise
   };
   uint32_t seed = 40;
   for (const Case& c : cases) {
@@ -222,7 +224,8 @@ TEST(ConvGrad, Float32MatchesFloat64AtBlockedShapes) {
       for (int64_t i = 0; i < t.numel(); ++i) f.ptr<float>()[i] = static_cast<float>(t.ptr<double>()[i]);
       return f;
     };
-    Node n = make_node("ConvGrad", 3, {{"pads", I{1, 1, 1, 1}}, {"strides", I{1, 1}}}, "onnxtrain", 3);
+    Node n = make_node("ConvGrad", 3, {{"pads", I{1, 1, 1, 1}}, {"strides", I{1, 1}}, {"group", c.group}}, "onnxtrain",
+                       3);
     for (size_t i = 0; i < 3; ++i) n.outputs[i] = c.outs[i];
     std::vector<Tensor> d64 = test::run_node(n, 1, {dy, x, w});
     std::vector<Tensor> d32 = test::run_node(n, 1, {as_float(dy), as_float(x), as_float(w)});

@@ -339,8 +339,8 @@ void expect_steady_steps_allocate_nothing(const std::filesystem::path& path, con
 }
 
 // The convolution paths W2 does not reach: a strided convolution whose input gradient is wanted (backward data's
-// scatter path), a pointwise one, a first layer with 3 input channels (no input gradient), and a strided
-// ConvTranspose, all on onnxtrain's own kernels where the build has AVX-512, at batch 6 and 1.
+// scatter path), a depthwise one, a pointwise one, a first layer with 3 input channels (no input gradient), and a
+// strided ConvTranspose, all on onnxtrain's own kernels where the build has AVX-512, at batch 6 and 1.
 TEST(SteadyStateConvolutions, EveryOwnKernelPathAllocatesNothing) {
   if (!kCounting) GTEST_SKIP() << kNoCountingUnderAsan;
   cpu::Geo probe;  // any geometry the kernels take: false only in a build without AVX-512
@@ -352,7 +352,8 @@ nodes = [h.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pad
          h.make_node("Relu", ["c1"], ["r1"]),
          h.make_node("Conv", ["r1", "w2", "b2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
          h.make_node("Relu", ["c2"], ["r2"]),
-         h.make_node("Conv", ["r2", "w3"], ["c3"], kernel_shape=[1, 1]),
+         h.make_node("Conv", ["r2", "w6"], ["dw"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=16),
+         h.make_node("Conv", ["dw", "w3"], ["c3"], kernel_shape=[1, 1]),
          h.make_node("ConvTranspose", ["c3", "w5", "b5"], ["t"], kernel_shape=[3, 3], strides=[2, 2],
                      pads=[1, 1, 1, 1], output_padding=[1, 1]),
          h.make_node("GlobalAveragePool", ["t"], ["g"]),
@@ -361,7 +362,7 @@ nodes = [h.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pad
 inputs = [h.make_tensor_value_info("x", T.FLOAT, ["batch", 3, 12, 12])]
 outputs = [h.make_tensor_value_info("y", T.FLOAT, ["batch", 1])]
 inits = [w("w1", 8, 3, 3, 3), w("b1", 8), w("w2", 16, 8, 3, 3), w("b2", 16), w("w3", 16, 16, 1, 1),
-         w("w5", 16, 8, 3, 3), w("b5", 8), w("w4", 1, 8)])");
+         w("w5", 16, 8, 3, 3), w("b5", 8), w("w4", 1, 8), w("w6", 16, 1, 3, 3)])");
   TrainingConfig cfg;
   cfg.optimizer.momentum = 0.9;
   // Batch 1 on several threads splits each image's rows and dW tiles across them instead of the images.
