@@ -474,8 +474,8 @@ void pack_depthwise(const Geo& g, const float* w, bool flipped, std::vector<floa
 }  // namespace
 
 // The tiles' columns are output channels (for backward data, X's channels; for backward weights, the product's
-// columns are dY's): with fewer than half a vector of them per group most lanes would idle (a depthwise
-// convolution would use 1 of 16), and oneDNN's dedicated kernels do better.
+// columns are dY's): with fewer than half a vector of them per group most lanes would idle, and oneDNN's dedicated
+// kernels do better. A depthwise convolution (1 of 16 lanes) has tiles of its own, whose lanes are all channels.
 constexpr int64_t kMinChannels = 8;
 
 // The channels along a vector: the output (or, for backward data, input) channels of a group, or every channel of a

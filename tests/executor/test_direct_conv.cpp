@@ -63,6 +63,11 @@ const Case kCases[] = {
     {"depthwise_one_d", 3, 16, 16, 16, 1, {1, 1, 25}, {1, 1, 7}, {1, 1, 1}, {1, 1, 1}, {0, 0, 3}, {0, 0, 3}, 1, 1, 1},
     {"depthwise_few_channels", 2, 4, 4, 4, 2, {1, 8, 8}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}, {0, 1, 1}, 0, 0,
      0},
+    {"depthwise_rows_strided", 2, 16, 16, 16, 2, {1, 9, 20}, {1, 3, 3}, {1, 2, 1}, {1, 1, 1}, {0, 1, 1}, {0, 1, 1},
+     1, 1, 1},  // backward data scatters along unit-stride rows
+    {"depthwise_three_d", 2, 8, 8, 8, 3, {4, 5, 6}, {3, 3, 3}, {1, 2, 2}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, 1, 1, 1},
+    {"depthwise_wide_rows_strided", 1, 8, 8, 8, 2, {1, 3, 70}, {1, 3, 3}, {1, 1, 2}, {1, 1, 1}, {0, 1, 1}, {0, 1, 1},
+     1, 1, 1},  // 35 pixels a row: four tiles of 8 and a tail of 3
     {"depthwise_multiplier_2", 2, 4, 8, 4, 2, {1, 8, 8}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}, {0, 1, 1}, 0, 0,
      0},  // two output channels per group: neither depthwise nor 8 per group
     {"one_channel_pointwise", 2, 1, 16, 1, 2, {1, 5, 7}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}, 1, 0,
