@@ -27,6 +27,12 @@
 #include "executor/kernel.h"
 #include "graph/error.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+#include "executor/cpu/avx512.h"
+#endif
+
 namespace onnxtrain {
 namespace {
 
@@ -996,6 +1002,85 @@ template <class T> void max_pool_grad_2x2(const T* dyp, const T* xp, T* dxp, con
   }
 }
 
+#if defined(__AVX512F__)
+// The same 2x2/2 pool on float32, 16 windows a vector, in one pass over each pair of rows: the two rows' 32 columns
+// are split into the windows' four taps (even and odd columns of each row), and `takes` picks among them in tap
+// order, as above. The passes above spent more time on their scratch rows than on the compares (W2's two
+// MaxPoolGrads were 15% of its step, the MaxPools 7%).
+struct Window2x2 {
+  __m512 best;
+  __mmask16 tap[4];  // which tap won, one mask per tap
+};
+
+inline __mmask16 takes16(__m512 v, __m512 b) {
+  return _mm512_cmp_ps_mask(v, b, _CMP_GT_OQ) |
+         (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) & _mm512_cmp_ps_mask(b, b, _CMP_ORD_Q));
+}
+
+// n <= 16 windows whose top rows start at top (the bottom rows at bottom): 2n columns of each row.
+inline Window2x2 windows_2x2(const float* top, const float* bottom, int64_t n) {
+  const __mmask16 m0 = cpu::avx512::lanes(2 * n), m1 = cpu::avx512::lanes(2 * n - 16);
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  const __m512 t0 = _mm512_maskz_loadu_ps(m0, top), t1 = _mm512_maskz_loadu_ps(m1, top + 16);
+  const __m512 b0 = _mm512_maskz_loadu_ps(m0, bottom), b1 = _mm512_maskz_loadu_ps(m1, bottom + 16);
+  const __m512 taps[4] = {_mm512_permutex2var_ps(t0, even, t1), _mm512_permutex2var_ps(t0, odd, t1),
+                          _mm512_permutex2var_ps(b0, even, b1), _mm512_permutex2var_ps(b0, odd, b1)};
+  Window2x2 w{taps[0], {}};
+  __mmask16 later = 0;  // taken by a later tap
+  __mmask16 took[4] = {0, 0, 0, 0};
+  for (int t = 1; t < 4; ++t) {
+    took[t] = takes16(taps[t], w.best);
+    w.best = _mm512_mask_mov_ps(w.best, took[t], taps[t]);
+  }
+  for (int t = 3; t >= 1; --t) {
+    w.tap[t] = took[t] & ~later;
+    later |= took[t];
+  }
+  w.tap[0] = ~later;
+  return w;
+}
+
+// Calls f(top row, bottom row, output row) for each pair of rows of every plane in [p0, p1).
+template <class F> void for_each_row_pair(const Geo& g, int64_t planes, F&& f) {
+  const int64_t W = g.in[2], rows = g.out[0] * g.out[1], isz = g.in_size(), osz = g.out_size();
+  cpu::parallel_for(planes, planes * isz > (1 << 15), [&](int64_t p) {
+    for (int64_t h = 0; h < rows; ++h) f(p * isz + 2 * h * W, p * isz + (2 * h + 1) * W, p * osz + h * g.out[2]);
+  });
+}
+
+void max_pool_2x2_avx512(const Geo& g, const float* x, float* y) {
+  for_each_row_pair(g, g.N * g.C, [&](int64_t top, int64_t bottom, int64_t out) {
+    for (int64_t w0 = 0; w0 < g.out[2]; w0 += 16) {
+      const int64_t n = std::min<int64_t>(16, g.out[2] - w0);
+      const Window2x2 w = windows_2x2(x + top + 2 * w0, x + bottom + 2 * w0, n);
+      _mm512_mask_storeu_ps(y + out + w0, cpu::avx512::lanes(n), w.best);
+    }
+  });
+}
+
+// dX: each window's dY at its winning tap, zero at the other three; the taps are interleaved back into columns.
+void max_pool_grad_2x2_avx512(const Geo& g, const float* dy, const float* x, float* dx) {
+  const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+  for_each_row_pair(g, g.N * g.C, [&](int64_t top, int64_t bottom, int64_t out) {
+    for (int64_t w0 = 0; w0 < g.out[2]; w0 += 16) {
+      const int64_t n = std::min<int64_t>(16, g.out[2] - w0);
+      const Window2x2 w = windows_2x2(x + top + 2 * w0, x + bottom + 2 * w0, n);
+      const __m512 d = _mm512_maskz_loadu_ps(cpu::avx512::lanes(n), dy + out + w0);
+      const __mmask16 m0 = cpu::avx512::lanes(2 * n), m1 = cpu::avx512::lanes(2 * n - 16);
+      const int64_t rows[2] = {top, bottom};
+      for (int r = 0; r < 2; ++r) {
+        const __m512 left = _mm512_maskz_mov_ps(w.tap[2 * r], d), right = _mm512_maskz_mov_ps(w.tap[2 * r + 1], d);
+        float* row = dx + rows[r] + 2 * w0;
+        _mm512_mask_storeu_ps(row, m0, _mm512_permutex2var_ps(left, lo, right));
+        _mm512_mask_storeu_ps(row + 16, m1, _mm512_permutex2var_ps(left, hi, right));
+      }
+    }
+  });
+}
+#endif
+
 // Per-thread scratch for the 2x2 passes, sized at plan time for omp_get_max_threads() threads (run() allocates
 // nothing), and a loop over planes that hands each call its thread's slot.
 std::vector<Pool2x2Scratch> pool2x2_scratch(const Geo& g, bool is_double, bool gradient) {
@@ -1044,6 +1129,10 @@ template <class T> class MaxPoolKernel final : public Kernel {
     T* y = out[0]->ptr<T>();
     int64_t* idx = indices_ ? out[1]->ptr<int64_t>() : nullptr;
     const Geo g = g_;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>)
+      if (!scratch_.empty()) return max_pool_2x2_avx512(g, x, y);
+#endif
     if (!scratch_.empty()) {
       const int64_t isz = g.in_size(), osz = g.out_size();
       return for_each_plane(g, scratch_, [&](int64_t p, Pool2x2Scratch& s) { max_pool_2x2(x + p * isz, y + p * osz, g, s); });
@@ -1101,6 +1190,10 @@ template <class T> class MaxPoolGradKernel final : public Kernel {
     const T* x = in[1]->ptr<T>();
     T* dx = out[0]->ptr<T>();
     const Geo g = g_;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>)
+      if (!scratch_.empty()) return max_pool_grad_2x2_avx512(g, dy, x, dx);
+#endif
     if (!scratch_.empty()) {
       const int64_t isz = g.in_size(), osz = g.out_size();
       return for_each_plane(g, scratch_, [&](int64_t p, Pool2x2Scratch& s) {
