@@ -10,8 +10,8 @@
 #
 # The subset builds only what parses untrusted input and its suites: the graph (loader, validator), gradient
 # builder, reliability (malformed input, numerical guards, LeakSanitizer over 1000 W1 steps) and CLI config
-# suites, the replica and checkpoint tests, the hand-written AVX-512 GEMM's and the matrix products' tests
-# (masked loads and stores at every tail, against exact-size buffers), plus the four fuzz targets, which pull in
+# suites, the replica and checkpoint tests, the tests of the hand-written AVX-512 GEMM, convolutions and 2x2 max
+# pool and of the kernels that call them (masked loads and stores at every tail, against exact-size buffers), plus the four fuzz targets, which pull in
 # the rest of the libraries (executor, training, cli) but not the other suites, examples or benchmarks. It runs
 # those suites' binaries directly.
 #
@@ -31,7 +31,7 @@ fi
 subset_tests=("tests/test_graph:*" "tests/test_gradients:*" "tests/reliability/test_reliability:*"
               "tests/cli/test_cli:Config*:MalformedCli.*"
               "tests/test_training:*Replicat*:TrainEpoch.*:Checkpoint.*"
-              "tests/test_executor:*OwnSgemm*:*MatMul*:*Gemm*:*Conv*")
+              "tests/test_executor:*OwnSgemm*:*MatMul*:*Gemm*:*Conv*:*Pool*")
 subset=""
 if [ "${1:-}" = --subset ]; then
   subset=1
