@@ -1041,16 +1041,16 @@ inline Window2x2 windows_2x2(const float* top, const float* bottom, int64_t n) {
   return w;
 }
 
-// Calls f(top row, bottom row, output row) for each pair of rows of every plane in [p0, p1).
-template <class F> void for_each_row_pair(const Geo& g, int64_t planes, F&& f) {
-  const int64_t W = g.in[2], rows = g.out[0] * g.out[1], isz = g.in_size(), osz = g.out_size();
+// Calls f(top row, bottom row, output row), offsets into the tensors, for each pair of rows of every plane.
+template <class F> void for_each_row_pair(const Geo& g, F&& f) {
+  const int64_t W = g.in[2], rows = g.out[0] * g.out[1], isz = g.in_size(), osz = g.out_size(), planes = g.N * g.C;
   cpu::parallel_for(planes, planes * isz > (1 << 15), [&](int64_t p) {
     for (int64_t h = 0; h < rows; ++h) f(p * isz + 2 * h * W, p * isz + (2 * h + 1) * W, p * osz + h * g.out[2]);
   });
 }
 
 void max_pool_2x2_avx512(const Geo& g, const float* x, float* y) {
-  for_each_row_pair(g, g.N * g.C, [&](int64_t top, int64_t bottom, int64_t out) {
+  for_each_row_pair(g, [&](int64_t top, int64_t bottom, int64_t out) {
     for (int64_t w0 = 0; w0 < g.out[2]; w0 += 16) {
       const int64_t n = std::min<int64_t>(16, g.out[2] - w0);
       const Window2x2 w = windows_2x2(x + top + 2 * w0, x + bottom + 2 * w0, n);
@@ -1063,7 +1063,7 @@ void max_pool_2x2_avx512(const Geo& g, const float* x, float* y) {
 void max_pool_grad_2x2_avx512(const Geo& g, const float* dy, const float* x, float* dx) {
   const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
-  for_each_row_pair(g, g.N * g.C, [&](int64_t top, int64_t bottom, int64_t out) {
+  for_each_row_pair(g, [&](int64_t top, int64_t bottom, int64_t out) {
     for (int64_t w0 = 0; w0 < g.out[2]; w0 += 16) {
       const int64_t n = std::min<int64_t>(16, g.out[2] - w0);
       const Window2x2 w = windows_2x2(x + top + 2 * w0, x + bottom + 2 * w0, n);
@@ -1079,6 +1079,13 @@ void max_pool_grad_2x2_avx512(const Geo& g, const float* dy, const float* x, flo
     }
   });
 }
+#endif
+
+// Which 2x2 path a dtype takes: the one pass above (float32 on AVX-512), or the passes before it, with scratch.
+#if defined(__AVX512F__)
+template <class T> constexpr bool kOnePass2x2 = std::is_same_v<T, float>;
+#else
+template <class T> constexpr bool kOnePass2x2 = false;
 #endif
 
 // Per-thread scratch for the 2x2 passes, sized at plan time for omp_get_max_threads() threads (run() allocates
@@ -1120,8 +1127,9 @@ template <class F> void with_tile(const Geo& g, F&& f) {
 
 template <class T> class MaxPoolKernel final : public Kernel {
  public:
-  MaxPoolKernel(Geo g, bool indices, bool col_major) : g_(g), indices_(indices), col_major_(col_major) {
-    if (!indices_ && is_even_2x2(g_)) scratch_ = pool2x2_scratch(g_, std::is_same_v<T, double>, false);
+  MaxPoolKernel(Geo g, bool indices, bool col_major)
+      : g_(g), indices_(indices), col_major_(col_major), even_2x2_(!indices && is_even_2x2(g)) {
+    if (even_2x2_ && !kOnePass2x2<T>) scratch_ = pool2x2_scratch(g_, std::is_same_v<T, double>, false);
   }
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
@@ -1129,11 +1137,10 @@ template <class T> class MaxPoolKernel final : public Kernel {
     T* y = out[0]->ptr<T>();
     int64_t* idx = indices_ ? out[1]->ptr<int64_t>() : nullptr;
     const Geo g = g_;
+    if (even_2x2_) {
 #if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float>)
-      if (!scratch_.empty()) return max_pool_2x2_avx512(g, x, y);
+      if constexpr (kOnePass2x2<T>) return max_pool_2x2_avx512(g, x, y);
 #endif
-    if (!scratch_.empty()) {
       const int64_t isz = g.in_size(), osz = g.out_size();
       return for_each_plane(g, scratch_, [&](int64_t p, Pool2x2Scratch& s) { max_pool_2x2(x + p * isz, y + p * osz, g, s); });
     }
@@ -1169,7 +1176,8 @@ template <class T> class MaxPoolKernel final : public Kernel {
 
   Geo g_;
   bool indices_, col_major_;
-  std::vector<Pool2x2Scratch> scratch_;  // the 2x2 path's, when it applies
+  bool even_2x2_;                        // the 2x2/2 pool on even sides, without Indices
+  std::vector<Pool2x2Scratch> scratch_;  // its passes' scratch, where the one-pass path does not run
 };
 
 // onnxtrain.MaxPoolGrad(dY, X) -> dX, with MaxPool's attributes: each dY goes to its window's first maximum,
@@ -1177,8 +1185,8 @@ template <class T> class MaxPoolKernel final : public Kernel {
 // recomputes MaxPool's Indices and scatters dY into zeros with ScatterElements.
 template <class T> class MaxPoolGradKernel final : public Kernel {
  public:
-  explicit MaxPoolGradKernel(Geo g) : g_(g) {
-    if (is_even_2x2(g_)) scratch_ = pool2x2_scratch(g_, std::is_same_v<T, double>, true);
+  explicit MaxPoolGradKernel(Geo g) : g_(g), even_2x2_(is_even_2x2(g)) {
+    if (even_2x2_ && !kOnePass2x2<T>) scratch_ = pool2x2_scratch(g_, std::is_same_v<T, double>, true);
     // One row of maxima and offsets per thread, so run() allocates nothing.
     const size_t threads = static_cast<size_t>(std::max(1, omp_get_max_threads()));
     best_.resize(threads * static_cast<size_t>(g_.out[2]));
@@ -1190,11 +1198,10 @@ template <class T> class MaxPoolGradKernel final : public Kernel {
     const T* x = in[1]->ptr<T>();
     T* dx = out[0]->ptr<T>();
     const Geo g = g_;
+    if (even_2x2_) {
 #if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float>)
-      if (!scratch_.empty()) return max_pool_grad_2x2_avx512(g, dy, x, dx);
+      if constexpr (kOnePass2x2<T>) return max_pool_grad_2x2_avx512(g, dy, x, dx);
 #endif
-    if (!scratch_.empty()) {
       const int64_t isz = g.in_size(), osz = g.out_size();
       return for_each_plane(g, scratch_, [&](int64_t p, Pool2x2Scratch& s) {
         max_pool_grad_2x2(dy + p * osz, x + p * isz, dx + p * isz, g, s);
@@ -1230,9 +1237,10 @@ template <class T> class MaxPoolGradKernel final : public Kernel {
 
  private:
   Geo g_;
+  bool even_2x2_;  // the 2x2/2 pool on even sides
   std::vector<T> best_;
   std::vector<int64_t> arg_;
-  std::vector<Pool2x2Scratch> scratch_;  // the 2x2 path's, when it applies
+  std::vector<Pool2x2Scratch> scratch_;  // its passes' scratch, where the one-pass path does not run
 };
 
 template <class T> class AvgPoolKernel final : public Kernel {

@@ -578,22 +578,21 @@ void DirectConv::backward(const float* dy, const float* x, const float* w, float
   // as it is.
   const bool flip = dx && flips(g), scatter = dx && !flip;
   Dims3 q = g.out, begin{0, 0, 0};
-  if (depthwise_ && dx) {
-    pack_depthwise(g, w, flip, packed_);
-  } else if (scatter) {
-    // A pointwise product per pixel: dY's channels against every (tap, X channel) column of the group.
-    pack_weights(g.G, taps * cg, mg, 1, [&](int64_t grp, int64_t o, int64_t i, int64_t) {
-      return w[((grp * mg + i) * cg + o % cg) * taps + o / cg];
-    }, packed_);
-  }
   if (flip) {
     q = flipped_extent(g);
     for (int i = 0; i < kMaxSpatial; ++i) begin[i] = (g.k[i] - 1) * g.d[i] - g.pb[i];
   }
-  if (flip && !depthwise_) {
+  if (dx && depthwise_) {
+    pack_depthwise(g, w, flip, packed_);
+  } else if (flip) {
     // The flipped kernel with the roles of the channels swapped: dX's channel c is an output, dY's m an input.
     pack_weights(g.G, cg, mg, taps, [&](int64_t grp, int64_t o, int64_t i, int64_t t) {
       return w[((grp * mg + i) * cg + o) * taps + (taps - 1 - t)];
+    }, packed_);
+  } else if (scatter) {
+    // A pointwise product per pixel: dY's channels against every (tap, X channel) column of the group.
+    pack_weights(g.G, taps * cg, mg, 1, [&](int64_t grp, int64_t o, int64_t i, int64_t) {
+      return w[((grp * mg + i) * cg + o % cg) * taps + o / cg];
     }, packed_);
   }
   const int64_t dy_s1 = q[2] * g.M, dy_s0 = q[1] * dy_s1, dy_at = begin[0] * dy_s0 + begin[1] * dy_s1 + begin[2] * g.M;
