@@ -107,7 +107,7 @@ void check_replicas(const RunConfig& cfg) {
   if (world()->size() > 1)
     fail(cfg.source.string() + ": replicas", std::to_string(cfg.replicas) + " replicas cannot be combined with " +
                                                  std::to_string(world()->size()) + " MPI ranks; use one or the other");
-  if (cfg.device != "cpu") fail(cfg.source.string() + ": replicas", "replicas run on the CPU; device is '" + cfg.device + "'");
+  if (cfg.device != "cpu" && cfg.device != "guarded") fail(cfg.source.string() + ": replicas", "replicas run on the CPU; device is '" + cfg.device + "'");
 }
 
 }  // namespace
@@ -163,7 +163,7 @@ int cmd_resume(const std::vector<std::string>& argv) {
   if (a.positional.size() != 1) throw UsageError("expected one checkpoint file");
   static const std::vector<std::string> changeable = {"train.epochs", "train.max_steps", "train.max_skipped_steps", "checkpoint.every", "checkpoint.keep_last",
                                                       "early_stopping.patience", "early_stopping.min_delta", "log.progress",
-                                                      "threads", "replicas", "output"};
+                                                      "threads", "replicas", "output", "device"};
   for (const std::string& kv : a.sets) {
     const std::string key = kv.substr(0, kv.find('='));
     if (std::find(changeable.begin(), changeable.end(), key) == changeable.end()) {
@@ -193,11 +193,11 @@ int cmd_resume(const std::vector<std::string>& argv) {
     if (cfg.replicas > 1) {
       check_replicas(cfg);
       ReplicatedSession r(static_cast<int>(cfg.replicas), [&](const DataParallelSpec& spec) {
-        return TrainingSession::from_checkpoint(ckpt, path, spec);
+        return TrainingSession::from_checkpoint(ckpt, path, spec, cfg.device);
       });
       return run_training(cfg, r.replica0(), data, &ckpt, path, &r);
     }
-    TrainingSession s = TrainingSession::from_checkpoint(ckpt, path, {world()});
+    TrainingSession s = TrainingSession::from_checkpoint(ckpt, path, {world()}, cfg.device);
     return run_training(cfg, s, data, &ckpt, path);
   });
 }
@@ -221,7 +221,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
     }
     const std::string model_path = a.options.count("--model") ? a.options["--model"] : cfg.resolve(cfg.model).string();
     Model m = load_model(model_path);
-    TrainingSession s = metadata_value(m, "onnxtrain.format") ? TrainingSession::from_checkpoint(m, model_path)
+    TrainingSession s = metadata_value(m, "onnxtrain.format") ? TrainingSession::from_checkpoint(m, model_path, {}, cfg.device)
                                                               : session_for(cfg, std::move(m), 1);
     DataLoader dl(make_feeds(cfg, s, rows, "evaluation"), cfg.eval_batch_size > 0 ? cfg.eval_batch_size : cfg.batch_size);
     Evaluator ev(s, cfg.training.prediction, cfg.training.loss.kind);

@@ -126,7 +126,7 @@ const std::vector<Key>& keys() {
       {"model", "null", "the ONNX model to train (required)", [](const Ctx& c, RunConfig& r) { r.model = c.str(); }},
       {"output", "runs/<config file name>", "folder for model.onnx, checkpoints/ and the metrics file",
        [](const Ctx& c, RunConfig& r) { r.output = c.str(); }},
-      {"device", "cpu", "cpu, cuda or cuda:N (checked now: a missing CUDA fails here, saying what is missing)",
+      {"device", "cpu", "cpu, cuda or cuda:N (checked now: a missing CUDA fails here, saying what is missing); unset: $ONNXTRAIN_DEVICE, else cpu",
        [](const Ctx& c, RunConfig& r) {
          r.device = c.str();
          try {

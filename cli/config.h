@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "executor/device.h"
 #include "training/session.h"
 
 namespace onnxtrain::cli {
@@ -30,7 +31,7 @@ struct RunConfig {
   std::string text;              // the YAML after --set overrides, as stored in checkpoints
   std::string model;
   std::string output;
-  std::string device = "cpu";
+  std::string device = default_device_name();  // $ONNXTRAIN_DEVICE, else "cpu"
   int64_t threads = 0;
   int64_t replicas = 1;  // one-thread replicas that split each batch (training/replicas.h); 1 = one session
   std::vector<std::string> trainable, frozen;

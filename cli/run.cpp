@@ -254,8 +254,8 @@ int run_training(const RunConfig& cfg, TrainingSession& session, const RunData& 
   if (replicas)
     std::printf("replicas: %d one-thread replicas, each on a part of every batch of %lld\n", replicas->replicas(),
                 static_cast<long long>(cfg.batch_size));
-  std::printf("training %s: %zu trainable tensors, %lld training rows%s, batch %lld, %s lr %g, %lld epochs\n",
-              cfg.model.c_str(), session.trainable().size(), static_cast<long long>(data.train_rows),
+  std::printf("training %s on %s: %zu trainable tensors, %lld training rows%s, batch %lld, %s lr %g, %lld epochs\n",
+              cfg.model.c_str(), cfg.device.c_str(), session.trainable().size(), static_cast<long long>(data.train_rows),
               val ? (", " + std::to_string(val->size()) + " validation rows").c_str() : "",
               static_cast<long long>(cfg.batch_size), cfg.training.optimizer.kind.c_str(), session.learning_rate(),
               static_cast<long long>(cfg.epochs));

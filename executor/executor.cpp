@@ -29,7 +29,7 @@ Executor::Executor(Graph g, std::map<std::string, int64_t> opsets, std::shared_p
   stream_ = make_stream(opts_.device);  // throws a clear error when CUDA is missing
   if (!opts_.functions.empty()) {
     const KernelRegistry& reg = *opts_.registry;
-    const Device dev = opts_.device;
+    const Device dev = kernel_device(opts_.device);
     const bool always = opts_.prefer_function_bodies;
     inline_functions(graph_, opts_.functions, [&](const Node& n) {
       if (always) return true;
@@ -108,8 +108,6 @@ std::span<const Tensor* const> Executor::run(std::span<const Tensor* const> feed
     const TypeInfo& want = feed_types_[i];
     if (want.dtype != DType::Undefined && f.dtype != want.dtype)
       fail("input '" + feed_names_[i] + "'", "expected dtype " + dtype_name(want.dtype) + ", got " + dtype_name(f.dtype));
-    if (f.device != opts_.device)
-      fail("input '" + feed_names_[i] + "'", "expected a " + device_name(opts_.device) + " tensor, got " + device_name(f.device));
     if (want.shape) {
       bool ok = want.shape->size() == f.shape.size();
       for (size_t d = 0; ok && d < f.shape.size(); ++d)
@@ -119,6 +117,7 @@ std::span<const Tensor* const> Executor::run(std::span<const Tensor* const> feed
     }
   }
   StreamScope on_stream(stream_.get());
+  feeds = stage(feeds);
   ExecutionPlan& plan = plan_for(feeds);
   std::span<const Tensor* const> outs = plan.run(feeds);
   const size_t n_user = output_names_.size();
@@ -146,10 +145,30 @@ std::span<const Tensor* const> Executor::run(std::span<const Tensor* const> feed
   return outs.first(n_user);
 }
 
+std::span<const Tensor* const> Executor::stage(std::span<const Tensor* const> feeds) {
+  const Device dev = opts_.device;
+  if (std::all_of(feeds.begin(), feeds.end(), [&](const Tensor* f) { return f->device == dev; })) return feeds;
+  staging_buffers_.resize(feeds.size());
+  staging_.resize(feeds.size());
+  staged_.assign(feeds.begin(), feeds.end());
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    const Tensor& f = *feeds[i];
+    if (f.device == dev) continue;
+    Tensor& buf = staging_buffers_[i];
+    if (buf.nbytes() < f.nbytes()) buf = Tensor::empty(DType::UInt8, {static_cast<int64_t>(f.nbytes())}, dev);
+    Tensor& v = staging_[i];  // fields assigned, not a fresh view: the shape keeps its capacity between runs
+    v.dtype = f.dtype;
+    v.device = dev;
+    v.shape.assign(f.shape.begin(), f.shape.end());
+    v.data = buf.data;
+    copy_bytes(buf.data, dev, f.data, f.device, f.nbytes());
+    staged_[i] = &staging_[i];
+  }
+  return staged_;
+}
+
 std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds) {
   std::vector<const Tensor*> ordered;
-  std::vector<Tensor> uploaded;  // host feeds of a device executor, copied to the device here at the edge
-  uploaded.reserve(feed_names_.size());
   for (const std::string& name : feed_names_) {
     auto it = feeds.find(name);
     if (it == feeds.end()) {
@@ -157,12 +176,7 @@ std::vector<Tensor> Executor::run(const std::map<std::string, Tensor>& feeds) {
       for (const std::string& n : feed_names_) all += (all.empty() ? "" : ", ") + n;
       fail("input '" + name + "'", "missing; the graph expects: " + all);
     }
-    if (it->second.device != opts_.device) {
-      uploaded.push_back(it->second.to(opts_.device));
-      ordered.push_back(&uploaded.back());
-    } else {
-      ordered.push_back(&it->second);
-    }
+    ordered.push_back(&it->second);
   }
   for (const auto& [name, t] : feeds)
     if (std::find(feed_names_.begin(), feed_names_.end(), name) == feed_names_.end())

@@ -48,10 +48,12 @@ class Executor {
   const std::vector<std::string>& output_names() const { return output_names_; }
 
   // Validates dtypes and ranks/dims against the graph (errors name the input and what was expected), picks
-  // or compiles the plan for these shapes, runs it, applies updates. Views valid until the next run.
+  // or compiles the plan for these shapes, runs it, applies updates. A feed on another device (host arrays
+  // for a device executor) is copied into a staging buffer of this executor, reused while it is large enough.
+  // The results are views on this executor's device, valid until the next run: read them across the edge
+  // (executor/transfer.h) unless the executor runs on the CPU.
   std::span<const Tensor* const> run(std::span<const Tensor* const> feeds);
-  // Owning copies, by name. On a CUDA executor, host feeds are uploaded and the results are host tensors:
-  // this is a session edge.
+  // Owning host copies, by name: this is a session edge.
   std::vector<Tensor> run(const std::map<std::string, Tensor>& feeds);
 
   const Graph& graph() const { return graph_; }
@@ -64,6 +66,7 @@ class Executor {
 
  private:
   ExecutionPlan& plan_for(std::span<const Tensor* const> feeds);
+  std::span<const Tensor* const> stage(std::span<const Tensor* const> feeds);
   Graph graph_;
   std::map<std::string, int64_t> opsets_;
   std::shared_ptr<TensorStore> store_;
@@ -78,6 +81,10 @@ class Executor {
   ExecutionPlan* last_ = nullptr;
   size_t last_index_ = 0;
   std::shared_ptr<void> stream_;  // the CUDA stream every run of this executor launches on; empty on the CPU
+  // Per feed: a buffer on this executor's device for feeds that arrive from another device, and the view of it
+  // that the plan reads; staged_ is the feed list with those views substituted.
+  std::vector<Tensor> staging_buffers_, staging_;
+  std::vector<const Tensor*> staged_;
 };
 
 }  // namespace onnxtrain

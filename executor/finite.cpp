@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "executor/device.h"
+
 namespace onnxtrain {
 
 namespace {
@@ -37,12 +39,18 @@ bool any_all_ones_exponent(const Tensor& t, Bits mask) {
 }
 
 double element_as_double(const Tensor& t, int64_t i) {
+  // One element across the edge (copy_bytes), wherever the tensor lives.
+  auto at = [&]<class T>(T) {
+    T v{};
+    copy_bytes(&v, Device::CPU, static_cast<const char*>(t.data) + static_cast<size_t>(i) * sizeof(T), t.device, sizeof(T));
+    return v;
+  };
   switch (t.dtype) {
-    case DType::Float32: return t.ptr<float>()[i];
-    case DType::Float64: return t.ptr<double>()[i];
+    case DType::Float32: return at(float{});
+    case DType::Float64: return at(double{});
     default: {
       // Half formats are only ever reported here when non-finite: the sign and the mantissa decide.
-      const uint16_t b = t.ptr<uint16_t>()[i];
+      const uint16_t b = at(uint16_t{});
       const uint16_t mant = t.dtype == DType::Float16 ? (b & 0x03FF) : (b & 0x007F);
       if (mant) return std::nan("");
       return (b & 0x8000) ? -INFINITY : INFINITY;
@@ -53,7 +61,10 @@ double element_as_double(const Tensor& t, int64_t i) {
 }  // namespace
 
 NonFiniteCount count_non_finite(const Tensor& t) {
-  if (t.device != Device::CPU || !t.data) return {};
+  if (!t.data || !is_floating(t.dtype)) return {};
+  // A device tensor is scanned on the host: exact, and device-neutral. It costs one download per guarded value
+  // per step (docs/gpu.md says what this costs on a GPU).
+  if (!host_accessible(t.device)) return count_non_finite(t.to(Device::CPU));
   switch (t.dtype) {
     case DType::Float32: if (!any_all_ones_exponent<float, uint32_t>(t, 0x7F800000u)) return {}; break;
     case DType::Float64: if (!any_all_ones_exponent<double, uint64_t>(t, 0x7FF0000000000000ull)) return {}; break;

@@ -24,11 +24,12 @@ struct NonFiniteCount {
   int64_t count = 0;  // NaN and Inf elements
   int64_t first = -1;  // flat index of the first one
 };
-// Counts the NaN/Inf elements of a floating-point host tensor (float16/bfloat16/float32/float64); other
-// dtypes and device tensors count as finite. Allocates nothing.
+// Counts the NaN/Inf elements of a floating-point tensor (float16/bfloat16/float32/float64) on any device;
+// other dtypes count as finite. On the host it allocates nothing; a device tensor is first copied to the host.
 NonFiniteCount count_non_finite(const Tensor& t);
 
-// "3 of 16384 elements are NaN or Inf (the first at flat index 17 is nan)".
+// "3 of 16384 elements are NaN or Inf (the first at flat index 17 is nan)". Reads the element named, on any
+// device.
 std::string describe_non_finite(const Tensor& t, const NonFiniteCount& c);
 
 }  // namespace onnxtrain

@@ -37,6 +37,7 @@ void KernelRegistry::add(KernelDef def) {
 const KernelDef* KernelRegistry::find(const std::string& domain, const std::string& op, int64_t opset, Device device,
                                       DType dtype) const {
   const std::string& dom = domain == "ai.onnx" ? std::string() : domain;
+  device = kernel_device(device);
   for (const KernelDef& d : defs_) {
     if (d.op_type != op || d.domain != dom || d.device != device) continue;
     if (opset < d.since_version || opset > d.end_version) continue;
@@ -48,6 +49,7 @@ const KernelDef* KernelRegistry::find(const std::string& domain, const std::stri
 
 std::vector<std::pair<std::string, std::string>> KernelRegistry::ops(Device device) const {
   std::vector<std::pair<std::string, std::string>> r;
+  device = kernel_device(device);
   for (const KernelDef& d : defs_)
     if (d.device == device) r.emplace_back(d.domain, d.op_type);
   std::sort(r.begin(), r.end());

@@ -62,10 +62,14 @@ struct KernelDef {
   bool shape_only = false;
 };
 
+// The device whose kernels run a plan for d: the guarded test device runs the CPU kernels (on its own memory,
+// opened by KernelScope), every other device its own.
+inline Device kernel_device(Device d) { return d == Device::Guarded ? Device::CPU : d; }
+
 class KernelRegistry {
  public:
   void add(KernelDef def);
-  // The kernel for a node at the model's opset on a device; nullptr if none. dtype is the first present
+  // The kernel for a node at the model's opset on a device (kernel_device(device)'s); nullptr if none. dtype is the first present
   // input's dtype (Undefined when the node has none).
   const KernelDef* find(const std::string& domain, const std::string& op, int64_t opset, Device device,
                         DType dtype) const;

@@ -10,6 +10,7 @@
 
 #include "executor/cpu/fused_elementwise.h"
 #include "executor/cpu/fused_update.h"
+#include "executor/device.h"
 #include "executor/finite.h"
 #include "executor/plan_fusion.h"
 #include "graph/error.h"
@@ -41,6 +42,7 @@ bool never_fold(const Node& n) {
 class PlanCompiler {
  public:
   explicit PlanCompiler(const PlanSpec& s) : spec_(s), plan_(new ExecutionPlan()) {
+    plan_->device_ = s.device;
     // Constant state is known at plan time exactly like a folded value.
     for (const std::string& c : s.constants)
       if (auto it = s.state.find(c); it != s.state.end()) folded_.insert(it->second);
@@ -211,6 +213,7 @@ class PlanCompiler {
         t->owner = owned.owner;
         folded_.insert(t);
       }
+      KernelScope on_device(spec_.device);
       kernel->run(ins, outs);
       return;
     }
@@ -408,6 +411,7 @@ bool ExecutionPlan::hand_over(size_t output, Tensor& state) {
 
 std::span<const Tensor* const> ExecutionPlan::run(std::span<const Tensor* const> feeds) {
   for (size_t i = 0; i < feed_slots_.size(); ++i) feed_slots_[i]->data = feeds[i]->data;
+  KernelScope on_device(device_);
   if (!profile_ && checked_steps_.empty()) {
     for (Step& s : steps_) s.kernel->run(s.in, s.out);
   } else {

@@ -78,6 +78,7 @@ class ExecutionPlan {
     std::vector<Tensor*> out;
   };
   ExecutionPlan() = default;
+  Device device_ = Device::CPU;  // whose kernels run the steps (KernelScope)
   std::vector<Step> steps_;
   std::vector<StepTime> times_;  // per step: its description and op, and with profile_ its calls and time
   bool profile_ = false;

@@ -9,11 +9,19 @@
 #include <sstream>
 
 #include "executor/device.h"
+#include "executor/guarded.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
 
-std::string device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+std::string device_name(Device d) {
+  switch (d) {
+    case Device::CPU: return "cpu";
+    case Device::CUDA: return "cuda";
+    case Device::Guarded: return "guarded";
+  }
+  return "unknown";
+}
 
 int64_t numel_of(std::span<const int64_t> shape) {
   return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
@@ -57,6 +65,8 @@ Tensor Tensor::empty(DType t, std::vector<int64_t> shape, Device d) {
   if (d == Device::CPU) {
     r.owner = allocate_host(bytes);
     if (!r.owner) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes for " + r.describe());
+  } else if (d == Device::Guarded) {
+    r.owner = std::shared_ptr<void>(guarded_allocate(bytes), [](void* q) { guarded_free(q); });
   } else {
     void* p = cuda_allocate(bytes);
     r.owner = std::shared_ptr<void>(p, [](void* q) { cuda_free(q); });

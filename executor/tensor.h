@@ -12,8 +12,12 @@
 
 namespace onnxtrain {
 
-enum class Device : uint8_t { CPU = 0, CUDA = 1 };
-std::string device_name(Device d);
+// Guarded is the test device (executor/guarded.h): host memory that only kernels and copies may touch, running
+// the CPU kernels, so that CI without a GPU catches host code that would dereference device memory.
+enum class Device : uint8_t { CPU = 0, CUDA = 1, Guarded = 2 };
+std::string device_name(Device d);  // "cpu", "cuda", "guarded"
+// Whether host code may read and write the memory of d directly (only the CPU's).
+inline bool host_accessible(Device d) { return d == Device::CPU; }
 
 struct Tensor {
   DType dtype = DType::Undefined;
@@ -36,7 +40,7 @@ struct Tensor {
   static Tensor view(DType t, std::vector<int64_t> shape, void* data, Device d = Device::CPU);
   static Tensor from_data(const TensorData& d);  // owning host copy
   template <class T> static Tensor from_vector(std::vector<int64_t> shape, const std::vector<T>& v) {
-    Tensor t = empty(dtype_of<T>(), std::move(shape));
+    Tensor t = empty(dtype_of<T>(), std::move(shape));  // host memory: written directly
     std::copy(v.begin(), v.end(), t.ptr<T>());
     return t;
   }

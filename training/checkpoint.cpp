@@ -1,5 +1,7 @@
 #include "training/checkpoint.h"
 
+#include "executor/transfer.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
@@ -11,6 +13,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "executor/transfer.h"
 #include "graph/proto.h"
 
 #include "gradients/builder.h"
@@ -437,14 +440,15 @@ void save_model_large(const Model& m, const fs::path& path, const SaveOptions& o
   remove_stale_data_files(path, location);
 }
 
-TrainingSession TrainingSession::from_checkpoint(const std::filesystem::path& path, DataParallelSpec parallel) {
+TrainingSession TrainingSession::from_checkpoint(const std::filesystem::path& path, DataParallelSpec parallel,
+                                                 std::string device) {
   // load_model names the file in its errors (unreadable, truncated, not a model); ours do too.
   Model m = load_model(path);
-  return from_checkpoint(m, path.string(), std::move(parallel));
+  return from_checkpoint(m, path.string(), std::move(parallel), std::move(device));
 }
 
 TrainingSession TrainingSession::from_checkpoint(const Model& ckpt, const std::string& source,
-                                                 DataParallelSpec parallel) {
+                                                 DataParallelSpec parallel, std::string device) {
   const std::map<std::string, std::string> meta = metadata_map(ckpt.metadata, source);
   Reader r{meta, source};
   const std::string* format = r.get("format");
@@ -458,6 +462,7 @@ TrainingSession TrainingSession::from_checkpoint(const Model& ckpt, const std::s
     fail(source, "checkpoint has no onnxtrain training step (training_info[0].algorithm '" + kAlgorithmName + "')");
   TrainingConfig config = read_config(r);
   config.parallel = std::move(parallel);
+  config.device = std::move(device);
 
   // The inference model as the session first saw it: our metadata, functions and training info removed.
   Model model = ckpt;
@@ -487,7 +492,7 @@ TrainingSession TrainingSession::from_checkpoint(const Model& ckpt, const std::s
     if (src.dtype != dst.dtype || src.dims != dst.shape)
       fail(source, "optimizer state '" + name + "' is " + dtype_name(src.dtype) + " " + to_string(shape_of(src.dims)) +
                        ", expected " + dst.describe());
-    std::memcpy(dst.data, src.bytes.data(), dst.nbytes());
+    copy_into(dst, src, source + ": optimizer state '" + name + "'");
   }
   if (r.get("micro_batches")) {
     int64_t micro = 0;
@@ -659,7 +664,7 @@ void TrainingInfoRunner::initialize() {
     if (src.dtype != dst.dtype || src.shape != dst.shape)
       fail("initialization_binding '" + key + "'", "initialization produced " + src.describe() + ", expected " +
                                                       dst.describe());
-    std::memcpy(dst.data, src.data, dst.nbytes());
+    copy_into(dst, src, "initialization_binding '" + key + "'");
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include "executor/device.h"
 #include "executor/finite.h"
+#include "executor/transfer.h"
 #include "gradients/builder.h"
 #include "gradients/fused.h"
 #include "graph/error.h"
@@ -23,12 +24,8 @@ namespace onnxtrain {
 
 namespace {
 
-float scalar_of(const Tensor& t, const std::string& what) {
-  if (t.numel() != 1) fail(what, "expected a scalar, got " + t.describe());
-  if (t.dtype == DType::Float32) return *t.ptr<float>();
-  if (t.dtype == DType::Float64) return static_cast<float>(*t.ptr<double>());
-  fail(what, "expected a floating-point scalar, got " + t.describe());
-}
+// The loss a step returns, read across the edge (it is a view on the session's device).
+float scalar_of(const Tensor& t, const std::string& what) { return static_cast<float>(read_number(t, what)); }
 
 }  // namespace
 
@@ -186,7 +183,9 @@ std::vector<std::string> TrainingSession::describe_guarded(const std::string& lo
 void TrainingSession::reduce_gradients(Graph& step_graph, std::map<std::string, std::string>& grads) const {
   const DataParallelSpec& dp = config_.parallel;
   if (!dp.active()) return;
-  if (dp.communicator->device() != device_)
+  // The AllReduce kernel hands the communicator the buffers its device's kernels see (the guarded test device's
+  // kernels see host memory).
+  if (dp.communicator->device() != kernel_device(device_))
     fail("parallel.communicator", "uses " + device_name(dp.communicator->device()) + " buffers but the session runs on " +
                                       device_name(device_));
   // A summed loss sums its gradients over the ranks' samples, as one process would over the whole batch.
@@ -223,8 +222,16 @@ void TrainingSession::synchronize_initial_state() {
   for (const std::string& name : state_names_) mix(name + ":" + store_->at(name).describe());
   for (const Node& n : train_->graph().nodes) mix(n.op_type);
   check_same_on_all_ranks(comm, h, "the model, trainable weights or training configuration");
-  for (const std::string& name : trainable_) comm.broadcast(store_->at(name), 0);
-  for (const std::string& name : state_names_) comm.broadcast(store_->at(name), 0);
+  // Outside kernels, so through the edge where the store's memory is not the communicator's kind.
+  auto broadcast = [&](const std::string& name) {
+    Tensor& t = store_->at(name);
+    if (t.device == comm.device()) return comm.broadcast(t, 0);
+    Tensor staged = t.to(comm.device());
+    comm.broadcast(staged, 0);
+    copy_into(t, staged, "'" + name + "' broadcast from rank 0");
+  };
+  for (const std::string& name : trainable_) broadcast(name);
+  for (const std::string& name : state_names_) broadcast(name);
 }
 
 // By-name lookup into a reused pointer buffer, then the plan's own views: a steady-state step allocates nothing.
@@ -301,16 +308,17 @@ void TrainingSession::set_weight(const std::string& name, const Tensor& value) {
   set_trainable(*store_, trainable_, name, value);
 }
 
-double TrainingSession::learning_rate() const { return *store_->at(lr_name_).ptr<double>(); }
+double TrainingSession::learning_rate() const { return read_scalar<double>(store_->at(lr_name_), "learning rate"); }
 
 void TrainingSession::set_learning_rate(double lr) {
   if (!(lr >= 0) || !std::isfinite(lr)) fail("learning_rate", "expected a finite number >= 0, got " + std::to_string(lr));
   const OptimizerSpec& o = config_.optimizer;
-  *store_->at(lr_name_).ptr<double>() = lr;
+  write_scalar<double>(store_->at(lr_name_), lr, "learning rate");
   for (size_t k = 0; k < group_lr_names_.size(); ++k) {
     const double base = o.groups[k].learning_rate.value_or(o.learning_rate);
     // Exactly the configured rate when lr is the configured default: no rounding from the ratio.
-    *store_->at(group_lr_names_[k]).ptr<double>() = lr == o.learning_rate ? base : base * (lr / o.learning_rate);
+    write_scalar<double>(store_->at(group_lr_names_[k]), lr == o.learning_rate ? base : base * (lr / o.learning_rate),
+                         "learning rate of parameter group " + std::to_string(k));
   }
 }
 
@@ -320,24 +328,14 @@ void TrainingSession::end_epoch(double mean_loss) {
 
 bool TrainingSession::stop_requested() const { return schedule_ && schedule_->stop_requested(); }
 
-int64_t TrainingSession::step() const { return *store_->at(step_name_).ptr<int64_t>(); }
-
-namespace {
-// A scalar of the store on either device.
-template <class T> T read_scalar(const TensorStore& store, const std::string& name) {
-  const Tensor& t = store.at(name);
-  T v{};
-  copy_bytes(&v, Device::CPU, t.data, t.device, sizeof(T));
-  return v;
-}
-}  // namespace
+int64_t TrainingSession::step() const { return read_scalar<int64_t>(store_->at(step_name_), "optimizer step"); }
 
 float TrainingSession::loss_scale() const {
-  return config_.mixed_precision.active() ? read_scalar<float>(*store_, kLossScale) : 0.0f;
+  return config_.mixed_precision.active() ? read_scalar<float>(store_->at(kLossScale), kLossScale) : 0.0f;
 }
 
 int64_t TrainingSession::overflow_steps() const {
-  return config_.mixed_precision.active() ? read_scalar<int64_t>(*store_, kOverflowSteps) : 0;
+  return config_.mixed_precision.active() ? read_scalar<int64_t>(store_->at(kOverflowSteps), kOverflowSteps) : 0;
 }
 
 Tensor TrainingSession::state(const std::string& name) const {
@@ -346,7 +344,7 @@ Tensor TrainingSession::state(const std::string& name) const {
     for (const std::string& n : state_names_) all += (all.empty() ? "" : ", ") + n;
     fail("optimizer state '" + name + "'", "does not exist; this session has: " + all);
   }
-  return store_->at(name).clone();
+  return store_->at(name).to(Device::CPU);
 }
 
 Model TrainingSession::export_inference() const {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "distributed/allreduce.h"
+#include "executor/device.h"
 #include "executor/executor.h"
 #include "graph/ir.h"
 #include "losses/loss.h"
@@ -39,9 +40,10 @@ struct TrainingConfig {
   // The learning rate per optimizer step, written into "optim.lr" before each update. "constant" (the
   // default) leaves the rate alone, so set_learning_rate() keeps working; any other kind overrides it.
   ScheduleSpec schedule;
-  // Where the session runs: "cpu", "cuda" or "cuda:N", read by parse_device() (executor/device.h) when the
-  // session is built; a CUDA name fails there, saying whether CUDA is not compiled in or no device is visible.
-  std::string device = "cpu";
+  // Where the session runs: "cpu", "cuda" or "cuda:N" (or "guarded", the test device), read by parse_device()
+  // (executor/device.h) when the session is built; a CUDA name fails there, saying whether CUDA is not compiled
+  // in or no device is visible. Defaults to $ONNXTRAIN_DEVICE, else "cpu" (default_device_name()).
+  std::string device = default_device_name();
   // Data-parallel training (docs/distributed.md): with a communicator of more than one rank, rank 0's weights
   // and optimizer state are broadcast at construction, and each step averages the gradients (summed for
   // loss.reduction "sum") and the loss across ranks before the optimizer. Every rank must then call
@@ -85,10 +87,13 @@ class TrainingSession {
 
   const std::vector<std::string>& trainable() const { return trainable_; }
   const std::string& target_name() const { return target_; }
-  Tensor get_weight(const std::string& name) const;  // a copy
-  // The live value of a trainable weight, not a copy: every step updates it in place (read it between steps).
+  // The session's edge (docs/gpu.md): weights, state and every result below come back as host tensors, and
+  // set_weight and feeds take tensors on any device, whatever device the session runs on.
+  Tensor get_weight(const std::string& name) const;  // a host copy
+  // The live value of a trainable weight, not a copy, on the session's device: every step updates it in place
+  // (read it between steps, through executor/transfer.h unless the session runs on the CPU).
   const Tensor& weight_value(const std::string& name) const;
-  std::map<std::string, Tensor> weights() const;     // copies of every trainable weight
+  std::map<std::string, Tensor> weights() const;     // host copies of every trainable weight
   void set_weight(const std::string& name, const Tensor& value);
   // The default group's learning rate. Setting it scales every parameter group's rate by the same factor
   // (as torch's schedulers do), so groups keep their ratio to the default.
@@ -111,7 +116,7 @@ class TrainingSession {
   // the schedule wants training to stop.
   void end_epoch(double mean_loss);
   bool stop_requested() const;
-  // A copy of an optimizer state tensor by its documented name ("fc1.weight.exp_avg", "optim.step", ...).
+  // A host copy of an optimizer state tensor by its documented name ("fc1.weight.exp_avg", "optim.step", ...).
   Tensor state(const std::string& name) const;
   const std::vector<std::string>& state_names() const { return state_names_; }
   // The inference model with the current weights (no training_info, no optimizer state).
@@ -126,10 +131,12 @@ class TrainingSession {
   void save_checkpoint(const std::filesystem::path& path) const;
   // Rebuilds the session a checkpoint was saved from; training continues bit-for-bit on CPU. Errors name the
   // file (or `source`).
-  // `parallel` resumes data-parallel (every rank reads the same checkpoint).
-  static TrainingSession from_checkpoint(const std::filesystem::path& path, DataParallelSpec parallel = {});
+  // `parallel` resumes data-parallel (every rank reads the same checkpoint). `device` is where the resumed
+  // session runs, whatever device saved it (checkpoints hold host copies of every tensor).
+  static TrainingSession from_checkpoint(const std::filesystem::path& path, DataParallelSpec parallel = {},
+                                         std::string device = default_device_name());
   static TrainingSession from_checkpoint(const Model& checkpoint, const std::string& source,
-                                         DataParallelSpec parallel = {});
+                                         DataParallelSpec parallel = {}, std::string device = default_device_name());
   // A standard ONNX model of the gradients graph with the current weights: inputs are the model's plus the
   // target, outputs are the loss and "<weight>_grad" per trainable weight. Fused gradient ops ship as
   // model-local functions with standard-op bodies, so any ONNX runtime can run it.

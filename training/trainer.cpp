@@ -8,6 +8,7 @@
 #include <regex>
 #include <set>
 
+#include "executor/transfer.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
@@ -92,6 +93,7 @@ Evaluator::Evaluator(const TrainingSession& session, std::string prediction, std
   auto opsets = m.opset_imports;
   opsets.emplace("onnxtrain", 1);
   ExecutorOptions eo;
+  eo.device = session.device();  // validation runs where training does; only the metrics' inputs come back
   eo.variables.insert(session.trainable().begin(), session.trainable().end());
   exec_ = std::make_unique<Executor>(std::move(g), opsets, store_, eo);
 }
@@ -104,10 +106,9 @@ std::map<std::string, double> Evaluator::evaluate(const TrainingSession& session
       for (const std::string& v : metric_kinds()) all += (all.empty() ? "" : ", ") + v;
       fail("metric '" + k + "'", "unknown; valid metrics: " + all);
     }
-  for (const auto& [name, w] : session.weights()) {
-    Tensor& dst = store_->at(name);
-    std::memcpy(dst.data, w.data, w.nbytes());
-  }
+  // Device to device: the session's live weights into this executor's copy.
+  for (const std::string& name : session.trainable())
+    copy_into(store_->at(name), session.weight_value(name), "weight '" + name + "'");
   auto wants = [&](const char* k) { return std::find(metrics.begin(), metrics.end(), k) != metrics.end(); };
   const bool logits = loss_kind_ == "bce_with_logits";
   MetricSums m;
@@ -117,7 +118,7 @@ std::map<std::string, double> Evaluator::evaluate(const TrainingSession& session
     std::vector<Tensor> out = exec_->run(f);
     const int64_t n = out[1].rank() ? out[1].shape[0] : 1;
     const Tensor& loss = out[0];
-    m.loss += (loss.dtype == DType::Float64 ? *loss.ptr<double>() : *loss.ptr<float>()) * n;
+    m.loss += read_number(loss, "validation loss") * n;  // a host tensor: run() returned copies
     m.rows += n;
     if (!wants("accuracy") && !wants("mse") && !wants("mae") && !wants("r2")) continue;
     const Tensor p = convert(out[1], DType::Float64);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "executor/transfer.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
@@ -19,21 +20,18 @@ Tensor& find_trainable(TensorStore& store, const std::vector<std::string>& train
 }  // namespace
 
 Tensor get_trainable(const TensorStore& store, const std::vector<std::string>& trainable, const std::string& name) {
-  return find_trainable(const_cast<TensorStore&>(store), trainable, name).clone();
+  return find_trainable(const_cast<TensorStore&>(store), trainable, name).to(Device::CPU);
 }
 
 std::map<std::string, Tensor> copy_trainable(const TensorStore& store, const std::vector<std::string>& trainable) {
   std::map<std::string, Tensor> r;
-  for (const std::string& w : trainable) r[w] = store.at(w).clone();
+  for (const std::string& w : trainable) r[w] = store.at(w).to(Device::CPU);
   return r;
 }
 
 void set_trainable(TensorStore& store, const std::vector<std::string>& trainable, const std::string& name,
                    const Tensor& value) {
-  Tensor& dst = find_trainable(store, trainable, name);
-  if (value.dtype != dst.dtype || value.shape != dst.shape)
-    fail("weight '" + name + "'", "expected " + dst.describe() + ", got " + value.describe());
-  std::memcpy(dst.data, value.data, dst.nbytes());
+  copy_into(find_trainable(store, trainable, name), value, "weight '" + name + "'");
 }
 
 }  // namespace onnxtrain

@@ -21,15 +21,11 @@ void select_cuda_device(int index) { throw Error("device 'cuda:" + std::to_strin
 void* cuda_allocate(size_t) { throw Error(std::string("device 'cuda' requested, but ") + kNoCuda); }
 void cuda_free(void*) {}
 
-void copy_bytes(void* dst, Device dd, const void* src, Device sd, size_t n) {
-  if (dd != Device::CPU || sd != Device::CPU) throw Error(std::string("copy to or from a CUDA tensor: ") + kNoCuda);
-  if (n) std::memmove(dst, src, n);
+void cuda_copy_bytes(void*, Device, const void*, Device, size_t) {
+  throw Error(std::string("copy to or from a CUDA tensor: ") + kNoCuda);
 }
 
-std::shared_ptr<void> make_stream(Device d) {
-  if (d != Device::CPU) throw Error(std::string("a CUDA stream was requested, but ") + kNoCuda);
-  return nullptr;
-}
+std::shared_ptr<void> cuda_make_stream() { throw Error(std::string("a CUDA stream was requested, but ") + kNoCuda); }
 StreamScope::StreamScope(void*) : previous_(nullptr) {}
 StreamScope::~StreamScope() = default;
 void synchronize(void*) {}

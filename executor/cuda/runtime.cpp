@@ -129,12 +129,8 @@ void* cuda_allocate(size_t bytes) {
 }
 void cuda_free(void* p) { allocator().release(p); }
 
-void copy_bytes(void* dst, Device dd, const void* src, Device sd, size_t n) {
-  if (n == 0) return;
-  if (dd == Device::CPU && sd == Device::CPU) {
-    std::memmove(dst, src, n);
-    return;
-  }
+// copy_bytes (executor/device.cpp) for every pair that involves CUDA memory.
+void cuda_copy_bytes(void* dst, Device dd, const void* src, Device sd, size_t n) {
   const cudaMemcpyKind kind = dd == Device::CPU ? cudaMemcpyDeviceToHost
                               : sd == Device::CPU ? cudaMemcpyHostToDevice
                                                   : cudaMemcpyDeviceToDevice;
@@ -144,8 +140,7 @@ void copy_bytes(void* dst, Device dd, const void* src, Device sd, size_t n) {
   if (kind != cudaMemcpyDeviceToDevice) cuda::check(cudaStreamSynchronize(t_stream), "cudaStreamSynchronize after a copy");
 }
 
-std::shared_ptr<void> make_stream(Device d) {
-  if (d == Device::CPU) return nullptr;
+std::shared_ptr<void> cuda_make_stream() {
   const std::string why = cuda_unavailable_reason();
   if (!why.empty()) throw Error("a CUDA stream was requested, but " + why);
   cudaStream_t s = nullptr;

@@ -131,10 +131,13 @@ def make_penalty(penalty: Union[None, PenaltySpec, Mapping[str, float], Sequence
     raise TypeError(f"penalty: expected None, Elastic(l1, l2), a dict or a pair, got {penalty!r}")
 
 
-def _device(device: Union[str, Device]) -> str:
-    """The device name TrainingConfig.device holds; the session checks it (parse_device) when it is built."""
+def _device(device: Union[str, Device, None]) -> str | None:
+    """The device name TrainingConfig.device holds; the session checks it (parse_device) when it is built. None:
+    the default device ($ONNXTRAIN_DEVICE, else 'cpu')."""
+    if device is None:
+        return None
     if isinstance(device, Device):
-        return "cpu" if device == Device.CPU else "cuda"
+        return {Device.CPU: "cpu", Device.CUDA: "cuda", Device.GUARDED: "guarded"}[device]
     if not isinstance(device, str):
         raise TypeError(f"device: expected 'cpu', 'cuda', 'cuda:N' or onnxtrain.Device, got {type(device).__name__}")
     return device
@@ -148,7 +151,7 @@ def make_mixed_precision(mixed_precision: Union[None, str, MixedPrecisionSpec, M
 
 def make_config(*, trainable: Iterable[str] | None = None, loss: Any = "mse", optimizer: Any = "sgd",
                 learning_rate: float | None = None, schedule: Any = None, penalty: Any = None,
-                prediction: str | None = None, device: Union[str, Device] = "cpu",
+                prediction: str | None = None, device: Union[str, Device, None] = None,
                 inputs_requiring_grad: Iterable[str] | None = None, mixed_precision: Any = None,
                 on_non_finite: str = "raise", check_every_value: bool = False,
                 profile: bool = False) -> TrainingConfig:
@@ -166,7 +169,8 @@ def make_config(*, trainable: Iterable[str] | None = None, loss: Any = "mse", op
     cfg.optimizer = make_optimizer(optimizer, learning_rate=learning_rate)
     cfg.schedule = make_schedule(schedule)
     cfg.penalty = make_penalty(penalty)
-    cfg.device = _device(device)
+    if device is not None:  # else TrainingConfig's default: $ONNXTRAIN_DEVICE, else "cpu"
+        cfg.device = _device(device)
     cfg.mixed_precision = make_mixed_precision(mixed_precision)
     return cfg
 
@@ -242,7 +246,7 @@ class TrainingSession:
 
     def __init__(self, model: ModelLike, *, trainable: Iterable[str] | None = None, loss: Any = "mse",
                  optimizer: Any = "sgd", learning_rate: float | None = None, schedule: Any = None,
-                 penalty: Any = None, prediction: str | None = None, device: Union[str, Device] = "cpu",
+                 penalty: Any = None, prediction: str | None = None, device: Union[str, Device, None] = None,
                  inputs_requiring_grad: Iterable[str] | None = None, config: TrainingConfig | None = None,
                  parallel: Union[None, bool, Communicator] = None, mixed_precision: Any = None,
                  on_non_finite: str = "raise", check_every_value: bool = False, profile: bool = False,

@@ -18,6 +18,7 @@ class OnnxtrainError(ValueError):
 class Device(enum.Enum):
     CPU = 0
     CUDA = 1
+    GUARDED = 2
 
 class LossSpec:
     kind: str
@@ -201,7 +202,7 @@ class TrainingSession:
 
 class ForwardBackwardSession:
     def __init__(self, model: ModelLike, trainable: Sequence[str] = ..., inputs_requiring_grad: Sequence[str] = ...,
-                 device: Union[str, Device] = ...) -> None: ...
+                 device: Union[str, Device, None] = ...) -> None: ...
     def run_forward(self, feeds: Mapping[str, Any]) -> list[np.ndarray]: ...
     def run_backward(self, output_grads: Sequence[np.ndarray | None]) -> dict[str, np.ndarray]: ...
     def bind_weight(self, name: str, value: Any) -> None: ...

@@ -425,7 +425,9 @@ class TrainModule(nn.Module):
         floating = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
         differentiable = [t in floating and i < n_user for i, t in enumerate(out_types)]
         try:
-            session = _onnxtrain.ForwardBackwardSession(model.SerializeToString(), [o for o, _ in trainable], requiring)
+            # The CPU, whatever the default device: parameters are bound in place, and they are CPU tensors (docs/gpu.md).
+            session = _onnxtrain.ForwardBackwardSession(model.SerializeToString(), [o for o, _ in trainable], requiring,
+                                                        device="cpu")
         except OnnxtrainError as e:
             where = _module_of_node(str(e))
             at = f" (in submodule '{where}')" if where else ""

@@ -23,6 +23,7 @@ namespace {
 
 // Every device name goes through parse_device (executor/device.h), which also reports a missing CUDA.
 Device device_from(const py::handle& d) {
+  if (d.is_none()) return parse_device(default_device_name());
   if (py::isinstance<Device>(d)) return parse_device(device_name(d.cast<Device>()));
   if (py::isinstance<py::str>(d)) return parse_device(d.cast<std::string>());
   raise_type_error("device: expected 'cpu', 'cuda', 'cuda:N' or onnxtrain.Device, got " + std::string(py::str(d.get_type())));
@@ -122,6 +123,9 @@ struct PyForwardBackward : Locked<ForwardBackwardSession> {
       Tensor& slot = store->at(name);
       if (view.shape != slot.shape)
         fail("weight '" + name + "'", "expected " + slot.describe() + ", got " + view.describe());
+      if (view.device != slot.device)
+        fail("weight '" + name + "'", "the session runs on " + device_name(slot.device) + "; bound memory must be there too, got " +
+                                          device_name(view.device) + " memory");
       // Plans hold the slot's address and read its data pointer at run time, so updating the slot in place
       // rebinds every compiled plan.
       slot = view;
@@ -413,7 +417,7 @@ model output (None = zeros) and returns the gradient of every trainable weight a
            return p;
          }),
          py::arg("model"), py::arg("trainable") = std::vector<std::string>{},
-         py::arg("inputs_requiring_grad") = std::vector<std::string>{}, py::arg("device") = "cpu")
+         py::arg("inputs_requiring_grad") = std::vector<std::string>{}, py::arg("device") = py::none())
       .def("run_forward", [](PyForwardBackward& self, const py::handle& feeds) {
              Feeds f = to_feeds(feeds, self.io.feed_types, "run_forward");
              return to_numpy(self.run([&](ForwardBackwardSession& s) { return s.run_forward(f.tensors); }));

@@ -102,7 +102,8 @@ class SpecClass {
 void bind_specs(py::module_& m) {
   py::enum_<Device>(m, "Device", "Where a session runs.")
       .value("CPU", Device::CPU)
-      .value("CUDA", Device::CUDA);
+      .value("CUDA", Device::CUDA)
+      .value("GUARDED", Device::Guarded);
 
   SpecClass<LossSpec>(m, "LossSpec", "A loss appended to the model's prediction (docs/losses.md).")
       .field("kind", &LossSpec::kind, "square (alias mse), absolute, elastic, huber, neg_log, cross_entropy, nll, "

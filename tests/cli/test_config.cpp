@@ -61,7 +61,7 @@ TEST(Config, ErrorsNameLineKeyExpectationAndChoices) {
   EXPECT_NE(kind.find("cross_entropy"), std::string::npos) << kind;
   EXPECT_NE(kind.find("(did you mean 'cross_entropy'?)"), std::string::npos) << kind;
   EXPECT_EQ(error_of(kBase + "device: gpu\n"),
-            "dir/run.yaml:4: device 'gpu': expected \"cpu\", \"cuda\" or \"cuda:N\" (N a device index >= 0)");
+            "dir/run.yaml:4: device 'gpu': expected \"cpu\", \"cuda\", \"cuda:N\" (N a device index >= 0) or \"guarded\" (the test device)");
   EXPECT_EQ(error_of(kBase + "device: [cuda]\n"), "dir/run.yaml:4: device: expected a string, got a list");
 }
 

@@ -233,7 +233,7 @@ def test_bad_configuration_and_models(model, tmp_path):
         ot.LossSpec(kind="huber", dleta=1.0)
     with pytest.raises(TypeError, match="OptimizerSpec.momentum: cannot take 'high'"):
         ot.OptimizerSpec(momentum="high")
-    with pytest.raises(ValueError, match="device 'tpu': expected \"cpu\", \"cuda\" or \"cuda:N\""):
+    with pytest.raises(ValueError, match="device 'tpu': expected \"cpu\", \"cuda\", \"cuda:N\""):
         ot.TrainingSession(model, device="tpu")
     s = ot.TrainingSession(model)
     with pytest.raises(TypeError, match="weight 'fc1.bias': expected dtype float32, got float64"):

@@ -338,7 +338,7 @@ TEST(SessionDevice, CudaNameFailsWithTheReasonWhenCudaIsMissing) {
   TrainingConfig c = config("none");
   c.device = "gpu";
   EXPECT_EQ(test::error_of([&] { TrainingSession s(mlp32(1), c); }),
-            "device 'gpu': expected \"cpu\", \"cuda\" or \"cuda:N\" (N a device index >= 0)");
+            "device 'gpu': expected \"cpu\", \"cuda\", \"cuda:N\" (N a device index >= 0) or \"guarded\" (the test device)");
   c.device = "cpu";
   EXPECT_EQ(TrainingSession(mlp32(1), c).device(), Device::CPU);
   if (cuda_available()) GTEST_SKIP() << "a CUDA device is present; the missing-CUDA error cannot be observed here";

@@ -41,8 +41,8 @@ TrainingConfig config(const std::string& loss, const std::string& reduction = "m
 // |a - b| <= tol * (1 + |b|), element by element, for every trainable weight.
 void expect_close_weights(const TrainingSession& a, const TrainingSession& b, double tol) {
   for (const std::string& w : b.trainable()) {
-    const Tensor& wa = a.weight_value(w);
-    const Tensor& wb = b.weight_value(w);
+    const Tensor wa = a.get_weight(w);  // host copies: the sessions may run on a device
+    const Tensor wb = b.get_weight(w);
     ASSERT_EQ(wa.numel(), wb.numel());
     for (int64_t i = 0; i < wa.numel(); ++i) {
       const double x = wa.ptr<float>()[i], y = wb.ptr<float>()[i];

@@ -143,7 +143,7 @@ class _BaseMLP(SessionEstimator):
         "beta_2": [Interval(Real, 0, 1, closed="left")],
         "epsilon": [Interval(Real, 0, None, closed="neither")],
         "n_iter_no_change": [Interval(Integral, 1, None, closed="left"), Options(Real, {np.inf})],
-        "device": [str],  # checked by the session (parse_device): "cpu", "cuda", "cuda:N"
+        "device": [str, None],  # checked by the session (parse_device): "cpu", "cuda", "cuda:N"; None: the default
         "on_non_finite": [StrOptions({"raise", "skip"})],
         "replicas": [Interval(Integral, 1, 64, closed="both")],
     }
@@ -287,7 +287,7 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
     """Multi-layer perceptron regressor, trained by onnxtrain (scikit-learn's MLPRegressor API).
 
     Same parameters and defaults as ``sklearn.neural_network.MLPRegressor`` except ``solver``: 'adam' or 'sgd'
-    ('lbfgs' is not available) and ``loss``: 'squared_error' only. ``device``: 'cpu', 'cuda' or 'cuda:N'.
+    ('lbfgs' is not available) and ``loss``: 'squared_error' only. ``device``: 'cpu', 'cuda' or 'cuda:N' (None: $ONNXTRAIN_DEVICE, else 'cpu').
     ``on_non_finite``: 'raise' (default: a NaN/Inf loss or gradient raises OnnxtrainError naming the step and the
     tensor) or 'skip' (that batch's update is not applied, a NonFiniteStepWarning names it, ``n_skipped_steps_``
     counts it and ``loss_`` averages the other batches). ``replicas``: split each batch over that many one-thread
@@ -302,7 +302,7 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
                  alpha=0.0001, batch_size="auto", learning_rate="constant", learning_rate_init=0.001, power_t=0.5,
                  max_iter=200, shuffle=True, random_state=None, tol=1e-4, verbose=False, warm_start=False,
                  momentum=0.9, nesterovs_momentum=True, early_stopping=False, validation_fraction=0.1, beta_1=0.9,
-                 beta_2=0.999, epsilon=1e-8, n_iter_no_change=10, device="cpu", on_non_finite="raise", replicas=1):
+                 beta_2=0.999, epsilon=1e-8, n_iter_no_change=10, device=None, on_non_finite="raise", replicas=1):
         store_params(self, locals())
 
     def _validate_input(self, X, y, incremental, reset):
@@ -340,7 +340,7 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
     """Multi-layer perceptron classifier, trained by onnxtrain (scikit-learn's MLPClassifier API).
 
     Same parameters and defaults as ``sklearn.neural_network.MLPClassifier`` except ``solver``: 'adam' or 'sgd'
-    ('lbfgs' is not available). ``device``: 'cpu', 'cuda' or 'cuda:N'. ``on_non_finite`` and ``replicas``: as
+    ('lbfgs' is not available). ``device``: 'cpu', 'cuda' or 'cuda:N' (None: $ONNXTRAIN_DEVICE, else 'cpu'). ``on_non_finite`` and ``replicas``: as
     MLPRegressor's.
     Multiclass trains softmax cross-entropy on the logits,
     binary and multilabel the logistic log-loss on the logits (the gradients scikit-learn uses). The fitted
@@ -351,7 +351,7 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
                  batch_size="auto", learning_rate="constant", learning_rate_init=0.001, power_t=0.5, max_iter=200,
                  shuffle=True, random_state=None, tol=1e-4, verbose=False, warm_start=False, momentum=0.9,
                  nesterovs_momentum=True, early_stopping=False, validation_fraction=0.1, beta_1=0.9, beta_2=0.999,
-                 epsilon=1e-8, n_iter_no_change=10, device="cpu", on_non_finite="raise", replicas=1):
+                 epsilon=1e-8, n_iter_no_change=10, device=None, on_non_finite="raise", replicas=1):
         store_params(self, locals())
 
     def _validate_input(self, X, y, incremental, reset):

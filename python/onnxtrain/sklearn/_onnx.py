@@ -75,7 +75,7 @@ class _OnnxEstimator(SessionEstimator):
     def __init__(self, model, *, loss=None, optimizer="sgd", learning_rate=0.001, momentum=None, penalty=None,
                  max_iter=100, batch_size="auto", shuffle=True, random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10, tol=1e-4, trainable=None,
-                 prediction=None, device="cpu", verbose=False, on_non_finite="raise"):
+                 prediction=None, device=None, verbose=False, on_non_finite="raise"):
         store_params(self, locals())
 
 
@@ -208,7 +208,7 @@ class OnnxRegressor(RegressorMixin, _OnnxEstimator):
         validation_fraction, n_iter_no_change, tol: as scikit-learn's MLP.
         trainable: None (every float initializer), a list of names, or a regular expression.
         prediction: the output the loss reads (default: the first float output).
-        device: 'cpu', 'cuda' or 'cuda:N'. verbose: print the loss after each epoch.
+        device: 'cpu', 'cuda' or 'cuda:N' (None: $ONNXTRAIN_DEVICE, else 'cpu'). verbose: print the loss after each epoch.
         on_non_finite: 'raise' (default: a NaN/Inf loss or gradient raises OnnxtrainError naming the step and the
         tensor) or 'skip' (that batch's update is not applied, a NonFiniteStepWarning names it, n_skipped_steps_
         counts it, and loss_ averages the other batches).
