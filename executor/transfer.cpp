@@ -2,11 +2,11 @@
 
 namespace onnxtrain {
 
-double read_number(const Tensor& t, const std::string& what) {
-  if (t.numel() != 1) fail(what, "expected a scalar, got " + t.describe());
+double read_number(const Tensor& t, std::string_view what) {
+  if (t.numel() != 1) fail(std::string(what), "expected a scalar, got " + t.describe());
   if (t.dtype == DType::Float32) return read_scalar<float>(t, what);
   if (t.dtype == DType::Float64) return read_scalar<double>(t, what);
-  fail(what, "expected a floating-point scalar, got " + t.describe());
+  fail(std::string(what), "expected a floating-point scalar, got " + t.describe());
 }
 
 void copy_into(Tensor& dst, const Tensor& src, const std::string& what) {

@@ -4,6 +4,7 @@
 // loss it returns). Each goes through copy_bytes, so it is right on the CPU, on CUDA and on the guarded test
 // device alike. Host code never dereferences Tensor::data of a store tensor itself.
 #include <string>
+#include <string_view>
 
 #include "executor/device.h"
 #include "executor/tensor.h"
@@ -11,25 +12,26 @@
 
 namespace onnxtrain {
 
-// The one element of a scalar tensor of dtype T. `what` names it in errors.
+// The one element of a scalar tensor of dtype T. `what` names it in errors (a view: a training step calls these,
+// and must not allocate).
 template <class T>
-T read_scalar(const Tensor& t, const std::string& what) {
+T read_scalar(const Tensor& t, std::string_view what) {
   if (t.dtype != dtype_of<T>() || t.numel() != 1)
-    fail(what, "expected a " + dtype_name(dtype_of<T>()) + " scalar, got " + t.describe());
+    fail(std::string(what), "expected a " + dtype_name(dtype_of<T>()) + " scalar, got " + t.describe());
   T v{};
   copy_bytes(&v, Device::CPU, t.data, t.device, sizeof(T));
   return v;
 }
 
 template <class T>
-void write_scalar(Tensor& t, T v, const std::string& what) {
+void write_scalar(Tensor& t, T v, std::string_view what) {
   if (t.dtype != dtype_of<T>() || t.numel() != 1)
-    fail(what, "expected a " + dtype_name(dtype_of<T>()) + " scalar, got " + t.describe());
+    fail(std::string(what), "expected a " + dtype_name(dtype_of<T>()) + " scalar, got " + t.describe());
   copy_bytes(t.data, t.device, &v, Device::CPU, sizeof(T));
 }
 
 // A float32 or float64 scalar as a double (a loss, a metric).
-double read_number(const Tensor& t, const std::string& what);
+double read_number(const Tensor& t, std::string_view what);
 
 // Copies src's bytes into dst (the same dtype and shape, checked: errors name `what`), across any two devices.
 void copy_into(Tensor& dst, const Tensor& src, const std::string& what);

@@ -318,7 +318,7 @@ void TrainingSession::set_learning_rate(double lr) {
     const double base = o.groups[k].learning_rate.value_or(o.learning_rate);
     // Exactly the configured rate when lr is the configured default: no rounding from the ratio.
     write_scalar<double>(store_->at(group_lr_names_[k]), lr == o.learning_rate ? base : base * (lr / o.learning_rate),
-                         "learning rate of parameter group " + std::to_string(k));
+                         group_lr_names_[k]);
   }
 }
 

@@ -45,7 +45,7 @@ std::string read_file(const std::filesystem::path& p) {
 std::filesystem::path example(const std::string& folder, const std::string& name) {
   auto dir = test::temp_dir(name);
   const auto src = test::source_dir() / "examples" / folder;
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + (src / ("make_" + folder + ".py")).string() + " " +
+  std::string cmd = test::python() + " " + (src / ("make_" + folder + ".py")).string() + " " +
                     (dir / "data").string() + " > /dev/null";
   if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
   std::filesystem::copy_file(src / "config.yaml", dir / "config.yaml");
@@ -76,7 +76,7 @@ TEST(Cli, DigitsExampleFineTunesTheHead) {
   // Only the head moved.
   CliRun info = run("info " + (dir / "data/run/model.onnx").string());
   ASSERT_EQ(info.code, 0);
-  std::string cmp = std::string(ONNXTRAIN_PYTHON) + " -c 'import onnx, numpy as np, sys\n"
+  std::string cmp = test::python() + " -c 'import onnx, numpy as np, sys\n"
                     "w = [{t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(p).graph.initializer} for p in sys.argv[1:]]\n"
                     "assert all((w[0][k] == w[1][k]).all() for k in (\"body.weight\", \"body.bias\"))\n"
                     "assert not (w[0][\"head.weight\"] == w[1][\"head.weight\"]).all()' " +
@@ -190,7 +190,7 @@ TEST(Cli, CtrlCSavesACheckpointAndResumes) {
 
 TEST(Cli, CsvColumnsAndJsonLinesLog) {
   auto dir = test::temp_dir("cli_csv");
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + (test::source_dir() / "examples/make_mlp.py").string() + " " +
+  std::string cmd = test::python() + " " + (test::source_dir() / "examples/make_mlp.py").string() + " " +
                     (dir / "mlp.onnx").string() + " --sizes 3 16 1 > /dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   {
@@ -230,7 +230,7 @@ TEST(Cli, CsvColumnsAndJsonLinesLog) {
 // CastLike: an op with a kernel but no gradient rule (Mod was one until it got a rule).
 TEST(Cli, InfoReportsOpsWithoutGradientRule) {
   auto dir = test::temp_dir("cli_info");
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " -c 'import onnx, numpy as np; from onnx import helper as h, TensorProto as T\n"
+  std::string cmd = test::python() + " -c 'import onnx, numpy as np; from onnx import helper as h, TensorProto as T\n"
                     "g = h.make_graph([h.make_node(\"Mul\", [\"x\", \"w\"], [\"m\"]), h.make_node(\"Det\", [\"m\"], [\"y\"])], \"g\",\n"
                     "  [h.make_tensor_value_info(\"x\", T.FLOAT, [\"n\", 3, 3])], [h.make_tensor_value_info(\"y\", T.FLOAT, [\"n\"])],\n"
                     "  [onnx.numpy_helper.from_array(np.ones(3, np.float32), \"w\")])\n"
@@ -282,7 +282,7 @@ TEST(Cli, CnnExampleTrainsFromScratch) {
   EXPECT_NE(r.out.find("trained model: " + (dir / "data/run/model.onnx").string()), std::string::npos) << r.out;
   EXPECT_GT(metric(r.out, "validation accuracy: "), 0.9) << r.out;
   // Without `trainable:` every weight trains: conv1, whose input is data, too (its gradient skips dX).
-  std::string cmp = std::string(ONNXTRAIN_PYTHON) + " -c 'import onnx, sys\n"
+  std::string cmp = test::python() + " -c 'import onnx, sys\n"
                     "w = [{t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(p).graph.initializer}\n"
                     "     for p in sys.argv[1:]]\n"
                     "names = [l + s for l in (\"conv1\", \"conv2\", \"head\") for s in (\".weight\", \".bias\")]\n"

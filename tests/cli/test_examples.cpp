@@ -28,7 +28,7 @@ double last_accuracy(const std::string& out) {
 
 TEST(Examples, OwnLoopAndTrainerFineTuneDigits) {
   auto dir = test::temp_dir("examples_cpp");
-  std::string gen = std::string(ONNXTRAIN_PYTHON) + " " + (test::source_dir() / "examples/digits/make_digits.py").string() +
+  std::string gen = test::python() + " " + (test::source_dir() / "examples/digits/make_digits.py").string() +
                     " " + (dir / "data").string() + " > /dev/null";
   ASSERT_EQ(std::system(gen.c_str()), 0);
   std::string own = run_example("own_loop", dir / "data", (dir / "own.onnx").string());

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <stdexcept>
 
@@ -10,11 +11,22 @@
 
 namespace onnxtrain::test {
 
-std::filesystem::path source_dir() { return ONNXTRAIN_SOURCE_DIR; }
+namespace {
+// $name when set and not empty, else the compiled-in fallback: a build copied to another machine (scripts/gpu_check.sh)
+// finds its checkout and Python there.
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+}  // namespace
+
+std::string python() { return env_or("ONNXTRAIN_PYTHON", ONNXTRAIN_PYTHON); }
+
+std::filesystem::path source_dir() { return env_or("ONNXTRAIN_SOURCE_DIR", ONNXTRAIN_SOURCE_DIR); }
 
 std::filesystem::path onnx_node_test_dir() {
   static const std::filesystem::path dir = [] {
-    std::string cmd = std::string(ONNXTRAIN_PYTHON) +
+    std::string cmd = python() +
                       " -c \"import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "
                       "'backend', 'test', 'data', 'node'))\" 2>/dev/null";
     std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), pclose);
@@ -38,7 +50,7 @@ std::filesystem::path temp_dir(const std::string& name) {
 
 std::filesystem::path make_mlp(const std::filesystem::path& dir, const std::string& sizes) {
   auto path = dir / "mlp.onnx";
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + (source_dir() / "examples/make_mlp.py").string() + " " +
+  std::string cmd = python() + " " + (source_dir() / "examples/make_mlp.py").string() + " " +
                     path.string() + " --sizes " + sizes + " > /dev/null";
   if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
   return path;

@@ -20,7 +20,11 @@ namespace onnxtrain::test {
 
 inline constexpr bool kUnderAsan = ONNXTRAIN_TEST_UNDER_ASAN != 0;
 
+// The checkout ($ONNXTRAIN_SOURCE_DIR, else the one the tests were built from) and the project venv's Python
+// ($ONNXTRAIN_PYTHON, else the compiled-in one): overridable so that a build copied to another machine (a GPU
+// machine, scripts/gpu_check.sh) finds its data and tools there.
 std::filesystem::path source_dir();
+std::string python();
 // The onnx Python package's backend node tests (onnx/backend/test/data/node) from the project venv; empty
 // when the venv has no onnx.
 std::filesystem::path onnx_node_test_dir();

@@ -96,7 +96,7 @@ class CliMpirun : public ::testing::Test {
     test::make_mlp(dir_, "16 32 8 1");
     // 200 rows: with 16 rows per step an epoch is 12 full steps and one of 8 (4 per rank), so 20 steps cross
     // an epoch boundary and a partial batch.
-    const std::string data = std::string(ONNXTRAIN_PYTHON) + " -c 'import numpy as np, sys\n"
+    const std::string data = test::python() + " -c 'import numpy as np, sys\n"
                              "r = np.random.default_rng(5); x = r.normal(size=(200, 16)).astype(np.float32)\n"
                              "y = (np.sin(x[:, :4]).sum(1, keepdims=True) + 0.1 * x[:, 4:5]).astype(np.float32)\n"
                              "np.savez(sys.argv[1], x=x, y=y)' " + (dir_ / "data.npz").string();

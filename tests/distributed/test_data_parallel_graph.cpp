@@ -51,7 +51,7 @@ class Mirror final : public Communicator {
 std::filesystem::path make_mlp(const std::string& name, const std::string& sizes) {
   auto dir = test::temp_dir(name);
   auto path = dir / "mlp.onnx";
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + (test::source_dir() / "examples/make_mlp.py").string() + " " +
+  std::string cmd = test::python() + " " + (test::source_dir() / "examples/make_mlp.py").string() + " " +
                     path.string() + " --sizes " + sizes + " > /dev/null";
   if (std::system(cmd.c_str()) != 0) throw Error("make_mlp.py failed");
   return path;

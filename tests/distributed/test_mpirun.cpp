@@ -35,7 +35,7 @@ class Mpirun : public ::testing::Test {
   std::filesystem::path model(const std::string& name) {
     dir_ = test::temp_dir(name);
     const auto path = dir_ / "mlp.onnx";
-    const std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + (test::source_dir() / "examples/make_mlp.py").string() +
+    const std::string cmd = test::python() + " " + (test::source_dir() / "examples/make_mlp.py").string() +
                             " " + path.string() + " --sizes 16 32 8 1 > /dev/null";
     EXPECT_EQ(std::system(cmd.c_str()), 0);
     return path;

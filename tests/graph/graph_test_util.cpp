@@ -16,7 +16,7 @@ std::filesystem::path generated_models() {
       std::error_code ec;
       std::filesystem::remove_all(cleanup, ec);
     });
-    const std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " +
+    const std::string cmd = test::python() + " " +
                             (source_dir() / "tests" / "graph" / "make_models.py").string() + " " + d.string() +
                             " > " + (d / "make_models.log").string() + " 2>&1";
     if (std::system(cmd.c_str()) != 0) return std::filesystem::path();

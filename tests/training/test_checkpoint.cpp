@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 
 fs::path make_mlp(const fs::path& dir, const std::string& sizes) {
   auto path = dir / "mlp.onnx";
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + (test::source_dir() / "examples/make_mlp.py").string() + " " +
+  std::string cmd = test::python() + " " + (test::source_dir() / "examples/make_mlp.py").string() + " " +
                     path.string() + " --sizes " + sizes + " > /dev/null";
   if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
   return path;
@@ -395,7 +395,7 @@ template <class T> std::vector<T> read_raw(const fs::path& p) {
 // spec and the weights match numpy running onnx's reference update rules.
 void check_training_info(const std::string& kind) {
   auto dir = test::temp_dir("training_info_" + kind);
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " +
+  std::string cmd = test::python() + " " +
                     (test::source_dir() / "tests/training/training_info_reference.py").string() + " " + dir.string() +
                     " " + kind;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;

@@ -15,7 +15,7 @@ namespace onnxtrain {
 namespace {
 
 void python(const std::string& code) {
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " -c '" + code + "'";
+  std::string cmd = test::python() + " -c '" + code + "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 

@@ -272,6 +272,29 @@ TEST_P(DeviceSession, TrainerValidatesAndCheckpointsOnTheDevice) {
   std::filesystem::remove_all(dir);
 }
 
+// Mixed precision on the device: half-precision products, a dynamic loss scale kept in the store. float16 and
+// bfloat16 products round differently from run to run only where the summation order differs (cuBLAS against
+// the CPU's GEMM), so the losses agree to the half type's precision.
+TEST_P(DeviceSession, MixedPrecisionAgreesWithTheCpu) {
+  for (const std::string dtype : {"float16", "bfloat16"}) {
+    SCOPED_TRACE(dtype);
+    TrainingConfig cd = adam_cosine("cross_entropy", device()), cc = adam_cosine("cross_entropy", "cpu");
+    cd.mixed_precision.dtype = cc.mixed_precision.dtype = dtype;
+    TrainingSession dev(classifier(), cd), cpu(classifier(), cc);
+    Data d = make_data(16, true, 8);
+    const Feeds f{{"x", d.x}, {cpu.target_name(), d.y}};
+    const float tol = dtype == "float16" ? 2e-3f : 1.6e-2f;
+    for (int i = 0; i < 4; ++i) {
+      const float a = cpu.train_step(f), g = dev.train_step(f);
+      EXPECT_NEAR(g, a, tol * (1 + std::abs(a))) << "step " << i;
+    }
+    EXPECT_EQ(dev.loss_scale(), cpu.loss_scale());
+    EXPECT_EQ(dev.overflow_steps(), cpu.overflow_steps());
+    EXPECT_EQ(dev.step(), cpu.step());
+    expect_same_weights(dev, cpu, 10 * tol);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, DeviceSession, ::testing::Values("guarded", "cuda:0"),
                          [](const ::testing::TestParamInfo<std::string>& i) {
                            return i.param == "guarded" ? std::string("Guarded") : std::string("Cuda0");

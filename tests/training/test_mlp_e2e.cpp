@@ -54,7 +54,7 @@ TEST(MlpEndToEnd, FirstStepGradientsMatchNumpy) {
   write_npy(dir / "loss.npy", Tensor::from_vector<float>({}, {g.loss}));
   ASSERT_EQ(g.grads.size(), 6u);
   for (const auto& [name, t] : g.grads) write_npy(dir / (name + "_grad.npy"), t);
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " +
+  std::string cmd = test::python() + " " +
                     (test::source_dir() / "tests/python/mlp_reference.py").string() + " " + dir.string();
   EXPECT_EQ(std::system(cmd.c_str()), 0) << "numpy disagrees with onnxtrain's gradients (see output above)";
   // gradients() must not update anything.

@@ -401,7 +401,7 @@ Classification classification(int64_t n_train, int64_t n_test, int64_t f, unsign
 }
 
 int convergence_reference(const std::filesystem::path& dir) {
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " +
+  std::string cmd = test::python() + " " +
                     (test::source_dir() / "tests/training/convergence_reference.py").string() + " " + dir.string();
   return std::system(cmd.c_str());
 }

@@ -27,7 +27,7 @@ constexpr double kTolerance = 1e-4;
 std::string script() { return (source_dir() / "tests/python/torch_parity_models.py").string(); }
 
 void run_python(const std::string& args) {
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + script() + " " + args + " 2>&1";
+  std::string cmd = test::python() + " " + script() + " " + args + " 2>&1";
   if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
 }
 

@@ -192,8 +192,8 @@ TEST(Schedules, MatchTorchLrSchedulerStepByStep) {
 }
 
 TEST(Schedules, MatchScikitLearnInvscalingAndAdaptive) {
-  if (!python_has(ONNXTRAIN_PYTHON, "sklearn")) GTEST_SKIP() << ONNXTRAIN_PYTHON << " has no scikit-learn";
-  check_against(ONNXTRAIN_PYTHON, "sklearn", sklearn_cases());
+  if (!python_has(test::python(), "sklearn")) GTEST_SKIP() << test::python() << " has no scikit-learn";
+  check_against(test::python(), "sklearn", sklearn_cases());
 }
 
 // The adaptive cases above must actually exercise the rule: divisions, and (for the small rate) the stop.

@@ -134,7 +134,7 @@ TEST_P(SteadyState, TrainStepAllocatesNothing) {
   if (!kCounting) GTEST_SKIP() << kNoCountingUnderAsan;
   auto dir = test::temp_dir(std::string("steady_") + GetParam().name);  // ctest runs cases in parallel
   auto path = dir / "mlp.onnx";
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + (test::source_dir() / "examples/make_mlp.py").string() + " " +
+  std::string cmd = test::python() + " " + (test::source_dir() / "examples/make_mlp.py").string() + " " +
                     path.string() + " --sizes 16 32 1 > /dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   TrainingConfig cfg;
@@ -167,7 +167,7 @@ TEST(SteadyStateReplicas, ReplicatedStepAllocatesNothing) {
   if (!kCounting) GTEST_SKIP() << kNoCountingUnderAsan;
   auto dir = test::temp_dir("steady_replicas");
   auto path = dir / "mlp.onnx";
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + (test::source_dir() / "examples/make_mlp.py").string() + " " +
+  std::string cmd = test::python() + " " + (test::source_dir() / "examples/make_mlp.py").string() + " " +
                     path.string() + " --sizes 16 32 1 > /dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   TrainingConfig cfg;
@@ -308,7 +308,7 @@ model = h.make_model(h.make_graph(nodes, "g", inputs, outputs, inits), opset_imp
 onnx.checker.check_model(model)
 onnx.save(model, sys.argv[1])
 )";
-  const std::string cmd = std::string(ONNXTRAIN_PYTHON) + " " + script.string() + " " + path.string();
+  const std::string cmd = test::python() + " " + script.string() + " " + path.string();
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   return path;
 }

@@ -176,7 +176,7 @@ TEST(Trainer, MetricsMatchScikitLearn) {
   write_npy(dir / "rpred.npy", r.infer({{"x", rx}}).at(0));
   write_npy(dir / "ry.npy", ry);
   const std::string out = (dir / "ref.txt").string();
-  std::string cmd = std::string(ONNXTRAIN_PYTHON) + " -c 'import numpy as np, os; from sklearn import metrics as M\n"
+  std::string cmd = test::python() + " -c 'import numpy as np, os; from sklearn import metrics as M\n"
                     "os.chdir(\"" + dir.string() + "\")\n"
                     "p, y = np.load(\"pred.npy\"), np.load(\"y.npy\"); rp, ry = np.load(\"rpred.npy\").astype(np.float64), np.load(\"ry.npy\")\n"
                     "print(M.accuracy_score(y, p.argmax(1)), M.mean_squared_error(ry, rp), M.mean_absolute_error(ry, rp), M.r2_score(ry, rp))' > " + out;
