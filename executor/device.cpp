@@ -23,8 +23,7 @@ void copy_bytes(void* dst, Device dd, const void* src, Device sd, size_t n) {
     return;
   }
   if (dd == Device::Guarded || sd == Device::Guarded) {
-    GuardedAccess open;
-    std::memmove(dst, src, n);
+    guarded_copy(dst, src, n);
     return;
   }
   std::memmove(dst, src, n);

@@ -12,6 +12,10 @@ namespace onnxtrain {
 void* guarded_allocate(size_t bytes);
 void guarded_free(void* p);
 
+// memmove where either side may be guarded memory (copy_bytes' guarded path): only the buffers involved are
+// opened, for the copy's duration.
+void guarded_copy(void* dst, const void* src, size_t n);
+
 // The same as a pair of calls (KernelScope uses them; every open needs its close).
 void open_guarded_memory();
 void close_guarded_memory() noexcept;

@@ -9,6 +9,12 @@ status=0
 ctest --test-dir "$build" --output-on-failure -j"${JOBS:-2}" --timeout 600 || status=1
 if compgen -G "$here/tests/python/test_*.py" >/dev/null; then
   ONNXTRAIN_BUILD_DIR="$build" "$here/.venv/bin/python" -m pytest -q "$here/tests/python" || status=1
+  # The Python sessions and estimators once more on the guarded test device (docs/gpu.md, "The guarded device"):
+  # every session they build defaults to it, so host code touching device memory dies here as on a GPU. The files
+  # are the `python` line of tests/device_suites.txt (ctest's Guarded.* run the C++ lines).
+  guarded=()
+  for f in $(awk '$1 == "python" {print $3}' "$here/tests/device_suites.txt" | tr , ' '); do guarded+=("$here/tests/python/$f"); done
+  ONNXTRAIN_DEVICE=guarded ONNXTRAIN_BUILD_DIR="$build" "$here/.venv/bin/python" -m pytest -q "${guarded[@]}" || status=1
 fi
 # Reliability (docs/reliability.md, "Sanitizers"), in the instrumented clang tree build/asan (ASan + UBSan + LSan):
 #   ONNXTRAIN_SANITIZE unset or "subset" (default, what CI runs): the input-parsing suites (graph, gradients,

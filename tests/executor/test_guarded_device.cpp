@@ -35,6 +35,13 @@ TEST(GuardedDevice, HostAccessFaultsOutsideKernelsAndCopies) {
   copy_bytes(&back, Device::CPU, t.ptr<float>() + 2, Device::Guarded, sizeof(float));
   EXPECT_EQ(back, 2.5f);
   EXPECT_FALSE(guarded_memory_open());
+  // The copy opened only its buffer, and closed it again.
+  EXPECT_DEATH(
+      {
+        volatile float v = t.ptr<float>()[2];
+        (void)v;
+      },
+      "");
 }
 
 TEST(GuardedDevice, BuffersAreZeroedAndFreed) {

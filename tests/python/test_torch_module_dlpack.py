@@ -39,7 +39,7 @@ def test_torch_tensors_are_fed_through_dlpack(linear_model):
 
 def test_bound_weight_is_read_in_place(linear_model):
     m, model = linear_model
-    s = ot.ForwardBackwardSession(model)
+    s = ot.ForwardBackwardSession(model, device="cpu")  # bound memory is the torch tensor's: host memory
     w = m.weight.detach().clone()
     s.bind_weight("weight", w)
     x = torch.randn(4, 3)
@@ -63,3 +63,7 @@ def test_bind_weight_errors(linear_model):
         s.bind_weight("weight", torch.zeros(2, 3, dtype=torch.float64))
     with pytest.raises(ot.OnnxtrainError, match="weight 'bias': is not a trainable weight"):
         s.bind_weight("bias", torch.zeros(2))
+    # A session on another device cannot read host memory in place (on the guarded test device as on a GPU).
+    g = ot.ForwardBackwardSession(model, trainable=["weight"], device="guarded")
+    with pytest.raises(ot.OnnxtrainError, match="weight 'weight': the session runs on guarded; bound memory must be there"):
+        g.bind_weight("weight", torch.zeros(2, 3))
