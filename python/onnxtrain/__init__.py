@@ -318,7 +318,7 @@ class TrainingSession:
 
     def train_epoch(self, data: Feeds, batch_size: int, *, order: Any = None, sample_weight: Any = None,
                     sample_weight_feed: str | None = None, weights_sum_to_one: bool = False,
-                    squares_of: Iterable[str] = ()) -> dict[str, np.ndarray]:
+                    squares_of: Iterable[str] = (), interrupt_at_step: int = -1) -> dict[str, np.ndarray]:
         """One epoch of ``train_step`` calls over whole-data-set arrays, looped natively with the GIL released.
 
         ``data`` maps every feed (model inputs and target) to an array with one row per sample. Batches are
@@ -331,10 +331,12 @@ class TrainingSession:
         Returns per-batch arrays: ``loss`` (as train_step returns), ``rows``, ``weight_sum`` (the raw weights
         summed; rows without weights) and ``squares`` (empty without ``squares_of``). A batch skipped under
         ``on_non_finite="skip"`` has a NaN loss and is warned about as by ``train_step``. An exception in a step
-        (or Ctrl-C) ends the epoch there, the steps before it applied."""
+        (or Ctrl-C) ends the epoch there, the steps before it applied. ``interrupt_at_step=k`` delivers a Ctrl-C
+        (``signal.raise_signal``'s equivalent) right before step k of the epoch, as if the user had pressed it
+        then: the tests' deterministic Ctrl-C, and a way for code to stop an epoch at a known step."""
         try:
             return self._s.train_epoch(dict(data), int(batch_size), order, sample_weight, sample_weight_feed or "",
-                                       bool(weights_sum_to_one), list(squares_of))
+                                       bool(weights_sum_to_one), list(squares_of), int(interrupt_at_step))
         finally:
             self._warn_skipped()  # on_non_finite="skip": a skipped batch's loss is NaN
 

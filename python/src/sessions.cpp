@@ -186,7 +186,7 @@ py::array_t<T> array_of(const std::vector<T>& v) {
 
 py::dict py_train_epoch(PyTraining& self, const py::handle& data, int64_t batch_size, const py::handle& order,
                         const py::handle& sample_weight, const std::string& sample_weight_feed,
-                        bool weights_sum_to_one, std::vector<std::string> squares_of) {
+                        bool weights_sum_to_one, std::vector<std::string> squares_of, int64_t interrupt_at_step) {
   // Every array is converted once per epoch; each batch is then a view or a gathered copy made natively.
   Feeds f = to_feeds(data, self.io.feed_types, "train_epoch");
   EpochSpec spec;
@@ -207,10 +207,15 @@ py::dict py_train_epoch(PyTraining& self, const py::handle& data, int64_t batch_
   if (!sample_weight.is_none()) weights = to_tensor(sample_weight, DType::Undefined, "sample_weight", f.keep);
   // Ctrl-C: the signal handler only flags it; look at most every 50 ms (taking the GIL each step would make the
   // loop wait for any other Python thread). The steps before it stay applied, as when a Python loop is stopped.
+  // interrupt_at_step: a Ctrl-C delivered at a known step (PyErr_SetInterrupt is what the SIGINT handler does),
+  // then checked at once; from there on it is the real path.
   auto last = std::chrono::steady_clock::now();
-  spec.before_step = [&last] {
+  int64_t step = 0;
+  spec.before_step = [&last, &step, interrupt_at_step] {
+    const bool interrupt = step++ == interrupt_at_step;
+    if (interrupt) PyErr_SetInterrupt();
     const auto now = std::chrono::steady_clock::now();
-    if (now - last < std::chrono::milliseconds(50)) return;
+    if (!interrupt && now - last < std::chrono::milliseconds(50)) return;
     last = now;
     py::gil_scoped_acquire gil;
     if (PyErr_CheckSignals() != 0) throw PythonSignal{};
@@ -303,6 +308,7 @@ The feeds of train_step/gradients are the model's inputs plus the loss target (t
       .def("train_epoch", &py_train_epoch, py::arg("data"), py::arg("batch_size"), py::arg("order") = py::none(),
            py::arg("sample_weight") = py::none(), py::arg("sample_weight_feed") = "",
            py::arg("weights_sum_to_one") = false, py::arg("squares_of") = std::vector<std::string>{},
+           py::arg("interrupt_at_step") = -1,
            "One epoch of train_step over whole-data-set arrays, looped natively without the GIL; returns per-batch\n"
            "arrays: loss, rows, weight_sum, squares (docs/python.md, 'Epochs in one call').")
       .def("infer", [](PyTraining& self, const py::handle& feeds) {
