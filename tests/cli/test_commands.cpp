@@ -113,6 +113,34 @@ TEST(Cli, ResumeFromACheckpointEqualsOneRun) {
   EXPECT_NE(bad.out.find("--set optimizer.learning_rate: cannot change when resuming"), std::string::npos) << bad.out;
 }
 
+// A run moves between devices at a checkpoint: trained on the guarded test device (a device whose memory host code
+// cannot touch, docs/gpu.md), resumed on the CPU, evaluated on both with the same numbers.
+TEST(Cli, ResumesOnAnotherDeviceAndEvaluatesOnEither) {
+  auto dir = digits("cli_devices");
+  const std::string cfg = (dir / "config.yaml").string();
+  const std::string common = " --set early_stopping.patience=0 --set log.progress=none --set train.epochs=2";
+  CliRun part = run("train " + cfg + common + " --set device=guarded --set train.max_steps=23 --set output=moved");
+  ASSERT_EQ(part.code, 0) << part.out;
+  EXPECT_NE(part.out.find("on guarded: "), std::string::npos) << part.out;
+  CliRun rest = run("resume " + (dir / "moved/checkpoints/step-23.onnx").string() +
+                    " --set train.max_steps=0 --set device=cpu");
+  ASSERT_EQ(rest.code, 0) << rest.out;
+  EXPECT_NE(rest.out.find("on cpu: "), std::string::npos) << rest.out;
+  EXPECT_NE(rest.out.find("resuming at epoch 1, batch 23, step 23"), std::string::npos) << rest.out;
+  const std::string model = " --model " + (dir / "moved/checkpoints/step-58.onnx").string();
+  CliRun on_cpu = run("eval " + cfg + model + " --set device=cpu");
+  CliRun on_guarded = run("eval " + cfg + model + " --set device=guarded");
+  ASSERT_EQ(on_cpu.code, 0) << on_cpu.out;
+  ASSERT_EQ(on_guarded.code, 0) << on_guarded.out;
+  auto metric = [](const std::string& out, const std::string& name) {
+    const size_t at = out.find(name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(out.substr(at + name.size() + 1));
+  };
+  EXPECT_GT(metric(on_cpu.out, "accuracy"), 0.5) << on_cpu.out;
+  EXPECT_EQ(metric(on_guarded.out, "accuracy"), metric(on_cpu.out, "accuracy")) << on_guarded.out;
+  EXPECT_NEAR(metric(on_guarded.out, "loss"), metric(on_cpu.out, "loss"), 1e-5) << on_guarded.out;
+}
+
 // The loss column of a metrics.csv's step rows.
 std::vector<double> step_losses(const std::string& csv) {
   std::vector<double> out;
