@@ -124,7 +124,7 @@ std::span<const Tensor* const> Executor::run(std::span<const Tensor* const> feed
   const size_t n_guarded = n_user + opts_.updates.size();
   for (size_t i = 0; i < opts_.must_be_finite.size(); ++i) {
     const Tensor& t = *outs[n_guarded + i];
-    if (NonFiniteCount c = count_non_finite(t); c.count)
+    if (NonFiniteCount c = count_non_finite(host_copy_of(t)); c.count)
       throw NonFiniteError("value '" + opts_.must_be_finite[i] + "' " + t.describe() + " is not finite: " +
                                describe_non_finite(t, c) + "; no update of this run was applied",
                            opts_.must_be_finite[i]);
@@ -143,6 +143,17 @@ std::span<const Tensor* const> Executor::run(std::span<const Tensor* const> feed
   // sharing the store) sees the updated state without cross-stream ordering.
   synchronize(stream_.get());
   return outs.first(n_user);
+}
+
+const Tensor& Executor::host_copy_of(const Tensor& t) {
+  if (host_accessible(t.device)) return t;
+  if (guard_scratch_.nbytes() < t.nbytes())
+    guard_scratch_ = Tensor::empty(DType::UInt8, {static_cast<int64_t>(t.nbytes())});
+  guard_view_.dtype = t.dtype;
+  guard_view_.shape.assign(t.shape.begin(), t.shape.end());
+  guard_view_.data = guard_scratch_.data;
+  copy_bytes(guard_view_.data, Device::CPU, t.data, t.device, t.nbytes());
+  return guard_view_;
 }
 
 std::span<const Tensor* const> Executor::stage(std::span<const Tensor* const> feeds) {

@@ -67,6 +67,9 @@ class Executor {
  private:
   ExecutionPlan& plan_for(std::span<const Tensor* const> feeds);
   std::span<const Tensor* const> stage(std::span<const Tensor* const> feeds);
+  // t itself on the CPU, else a host copy in a buffer this executor reuses (the non-finite guard reads it every
+  // step, and a step allocates nothing once the buffer is large enough).
+  const Tensor& host_copy_of(const Tensor& t);
   Graph graph_;
   std::map<std::string, int64_t> opsets_;
   std::shared_ptr<TensorStore> store_;
@@ -85,6 +88,7 @@ class Executor {
   // that the plan reads; staged_ is the feed list with those views substituted.
   std::vector<Tensor> staging_buffers_, staging_;
   std::vector<const Tensor*> staged_;
+  Tensor guard_scratch_, guard_view_;
 };
 
 }  // namespace onnxtrain
