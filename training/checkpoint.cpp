@@ -1,7 +1,5 @@
 #include "training/checkpoint.h"
 
-#include "executor/transfer.h"
-
 #include <algorithm>
 #include <charconv>
 #include <cstdio>

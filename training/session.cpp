@@ -25,7 +25,7 @@ namespace onnxtrain {
 namespace {
 
 // The loss a step returns, read across the edge (it is a view on the session's device).
-float scalar_of(const Tensor& t, const std::string& what) { return static_cast<float>(read_number(t, what)); }
+float scalar_of(const Tensor& t, std::string_view what) { return static_cast<float>(read_number(t, what)); }
 
 }  // namespace
 
