@@ -44,7 +44,9 @@ const std::map<std::string, const char*>& usages() {
                  "Writes the checkpoint's inference model: current weights, no training info, no optimizer state.\n"},
       {"info", "usage: onnxtrain info MODEL\n\n"
                "Inputs, outputs, floating-point initializers (trainable candidates) with sizes, and the ops without a\n"
-               "gradient rule or CPU kernel, so you know before training whether the model can be trained.\n"},
+               "gradient rule or CPU kernel, so you know before training whether the model can be trained.\n\n"
+               "Exit status: 0 trainable, 3 not trainable (ops without a CPU kernel), 4 partly trainable (ops without a\n"
+               "gradient rule on a weight's path: freeze the weights before them), 2 not a valid model.\n"},
       {"config", "usage: onnxtrain config\n\nPrints the reference config: every key with its default and meaning.\n"},
       {"ops", "usage: onnxtrain ops\n\nLists every op with a CPU kernel or a gradient rule, as markdown (docs/ops.md).\n"},
       {"gradient-graph", "usage: onnxtrain gradient-graph MODEL -o OUT [--trainable a,b,...]\n\n"

@@ -10,6 +10,10 @@
 namespace onnxtrain::cli {
 
 inline constexpr int kExitFailure = 1, kExitUsage = 2, kExitInterrupted = 130;
+// `onnxtrain info`: the model cannot be trained as it is, because an op has no CPU kernel (kExitNotTrainable) or
+// an op on a weight's path has no gradient rule (kExitPartlyTrainable: freeze the weights before it). An invalid
+// model is kExitUsage.
+inline constexpr int kExitNotTrainable = 3, kExitPartlyTrainable = 4;
 
 // Command-line arguments: positionals, "-o X"/"--name X" options and repeated "--set k=v".
 struct Args {

@@ -135,7 +135,7 @@ int cmd_info(const std::vector<std::string>& argv) {
     m = load_model(a.positional[0]);
   } catch (const Error& e) {
     std::fprintf(stderr, "onnxtrain info: %s\n", e.what());
-    return kExitFailure;
+    return kExitUsage;  // not a valid model: a script gating on info must not read it as "not trainable"
   }
   const Graph& g = m.graph;
   std::printf("model: %s (opset %lld, %zu nodes)\n", a.positional[0].c_str(), static_cast<long long>(m.opset("")), g.nodes.size());
@@ -205,7 +205,7 @@ int cmd_info(const std::vector<std::string>& argv) {
   }
   if (!blocking && !no_kernel) std::printf("trainable: yes (every op has a CPU kernel, every op on a weight's path a gradient rule)\n");
   else std::printf("trainable: %s\n", no_kernel ? "no (ops without a CPU kernel)" : "partly (freeze the weights before ops without a rule)");
-  return 0;
+  return no_kernel ? kExitNotTrainable : blocking ? kExitPartlyTrainable : 0;
 }
 
 }  // namespace onnxtrain::cli

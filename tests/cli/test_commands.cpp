@@ -265,12 +265,33 @@ TEST(Cli, InfoReportsOpsWithoutGradientRule) {
                     "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid(\"\", 18)]), \"" + (dir / "det.onnx").string() + "\")'";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   CliRun r = run("info " + (dir / "det.onnx").string());
-  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(r.code, 3) << r.out;  // not trainable: an op without a CPU kernel
   EXPECT_NE(r.out.find("  x: float32 [n, 3, 3]"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("  w: float32 [3] 3"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("no gradient rule: Det (1 nodes) -- on a weight's path"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("no CPU kernel: Det (1 nodes)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("trainable: no (ops without a CPU kernel)"), std::string::npos) << r.out;
+  // An op with a kernel but no rule on a weight's path: partly trainable, its own exit status.
+  cmd = test::python() + " -c 'import onnx, numpy as np; from onnx import helper as h, TensorProto as T\n"
+        "g = h.make_graph([h.make_node(\"Mul\", [\"x\", \"w\"], [\"m\"]),\n"
+        "  h.make_node(\"GeluGrad\", [\"x\", \"m\"], [\"y\"], domain=\"onnxtrain\")], \"g\",\n"
+        "  [h.make_tensor_value_info(\"x\", T.FLOAT, [\"n\", 3])], [h.make_tensor_value_info(\"y\", T.FLOAT, [\"n\", 3])],\n"
+        "  [onnx.numpy_helper.from_array(np.ones(3, np.float32), \"w\")])\n"
+        "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid(\"\", 18), h.make_opsetid(\"onnxtrain\", 1)]), \"" +
+        (dir / "partly.onnx").string() + "\")'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  CliRun partly = run("info " + (dir / "partly.onnx").string());
+  EXPECT_EQ(partly.code, 4) << partly.out;
+  EXPECT_NE(partly.out.find("trainable: partly"), std::string::npos) << partly.out;
+  // Not a model at all: 2, with the reason.
+  std::ofstream(dir / "bad.onnx") << "not a protobuf";
+  CliRun bad = run("info " + (dir / "bad.onnx").string());
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("not a valid ONNX model"), std::string::npos) << bad.out;
+  // A model that trains: 0.
+  CliRun ok = run("info " + test::make_mlp(dir, "4 8 1").string());
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("trainable: yes"), std::string::npos) << ok.out;
 }
 
 TEST(Cli, ExitCodesAndHelp) {
