@@ -3,18 +3,32 @@
 # documented subset of the C++ suites again under sanitizers plus a short fuzz run (ONNXTRAIN_SANITIZE below).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Each stage's wall time and outcome, printed at the end so CI's duration can be watched stage by stage.
+times=()
+record() {  # name seconds rc
+  times+=("$(printf '  %-16s %5d s  %s' "$1" "$2" "$([ "$3" = 0 ] && echo ok || echo "failed (exit $3)")")")
+}
+stage() {  # name command...
+  local name=$1 t0=$SECONDS rc=0
+  shift
+  "$@" || rc=$?
+  record "$name" $((SECONDS - t0)) $rc
+  [ $rc = 0 ] || status=1
+}
+t0=$SECONDS
 build="$(bash "$here/scripts/build.sh" | tail -n 1)"
+record "setup + build" $((SECONDS - t0)) 0
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 status=0
-ctest --test-dir "$build" --output-on-failure -j"${JOBS:-2}" --timeout 600 || status=1
+stage ctest ctest --test-dir "$build" --output-on-failure -j"${JOBS:-2}" --timeout 600
 if compgen -G "$here/tests/python/test_*.py" >/dev/null; then
-  ONNXTRAIN_BUILD_DIR="$build" "$here/.venv/bin/python" -m pytest -q "$here/tests/python" || status=1
+  stage pytest env ONNXTRAIN_BUILD_DIR="$build" "$here/.venv/bin/python" -m pytest -q "$here/tests/python"
   # The Python sessions and estimators once more on the guarded test device (docs/gpu.md, "The guarded device"):
   # every session they build defaults to it, so host code touching device memory dies here as on a GPU. The files
   # are the `python` line of tests/device_suites.txt (ctest's Guarded.* run the C++ lines).
   guarded=()
   for f in $(awk '$1 == "python" {print $3}' "$here/tests/device_suites.txt" | tr , ' '); do guarded+=("$here/tests/python/$f"); done
-  ONNXTRAIN_DEVICE=guarded ONNXTRAIN_BUILD_DIR="$build" "$here/.venv/bin/python" -m pytest -q "${guarded[@]}" || status=1
+  stage "pytest (guarded)" env ONNXTRAIN_DEVICE=guarded ONNXTRAIN_BUILD_DIR="$build" "$here/.venv/bin/python" -m pytest -q "${guarded[@]}"
 fi
 # Reliability (docs/reliability.md, "Sanitizers"), in the instrumented clang tree build/asan (ASan + UBSan + LSan):
 #   ONNXTRAIN_SANITIZE unset or "subset" (default, what CI runs): the input-parsing suites (graph, gradients,
@@ -26,11 +40,13 @@ fi
 #   "0": neither.
 case "${ONNXTRAIN_SANITIZE:-subset}" in
   0) ;;
-  full | 1) JOBS="${JOBS:-2}" bash "$here/scripts/sanitize.sh" || status=1 ;;
-  subset) JOBS="${JOBS:-2}" bash "$here/scripts/sanitize.sh" --subset || status=1 ;;
+  full | 1) stage sanitizers env JOBS="${JOBS:-2}" bash "$here/scripts/sanitize.sh" ;;
+  subset) stage sanitizers env JOBS="${JOBS:-2}" bash "$here/scripts/sanitize.sh" --subset ;;
   *) echo "ONNXTRAIN_SANITIZE: expected subset, full or 0, got '$ONNXTRAIN_SANITIZE'" >&2; exit 2 ;;
 esac
 if [ "${ONNXTRAIN_SANITIZE:-subset}" != 0 ]; then
-  JOBS="${JOBS:-2}" bash "$here/scripts/fuzz.sh" "${FUZZ_SECONDS:-0}" || status=1
+  stage fuzz env JOBS="${JOBS:-2}" bash "$here/scripts/fuzz.sh" "${FUZZ_SECONDS:-0}"
 fi
+echo "== test.sh stages (wall time, $((SECONDS / 60)) min in all):"
+printf '%s\n' "${times[@]}"
 exit $status
