@@ -109,7 +109,8 @@ void check_replicas(const RunConfig& cfg) {
   if (world()->size() > 1)
     fail(cfg.source.string() + ": replicas", std::to_string(cfg.replicas) + " replicas cannot be combined with " +
                                                  std::to_string(world()->size()) + " MPI ranks; use one or the other");
-  if (cfg.device != "cpu" && cfg.device != "guarded") fail(cfg.source.string() + ": replicas", "replicas run on the CPU; device is '" + cfg.device + "'");
+  if (!replicas_run_on(cfg.device))
+    fail(cfg.source.string() + ": replicas", "replicas run on the CPU; device is '" + cfg.device + "'");
 }
 
 }  // namespace
@@ -223,8 +224,9 @@ int cmd_eval(const std::vector<std::string>& argv) {
     }
     const std::string model_path = a.options.count("--model") ? a.options["--model"] : cfg.resolve(cfg.model).string();
     Model m = load_model(model_path);
-    TrainingSession s = metadata_value(m, "onnxtrain.format") ? TrainingSession::from_checkpoint(m, model_path, {}, cfg.device)
-                                                              : session_for(cfg, std::move(m), 1);
+    TrainingSession s = metadata_value(m, "onnxtrain.format")
+                            ? TrainingSession::from_checkpoint(m, model_path, {}, cfg.device)
+                            : session_for(cfg, std::move(m), 1);
     DataLoader dl(make_feeds(cfg, s, rows, "evaluation"), cfg.eval_batch_size > 0 ? cfg.eval_batch_size : cfg.batch_size);
     Evaluator ev(s, cfg.training.prediction, cfg.training.loss.kind);
     for (const auto& [k, v] : ev.evaluate(s, dl, cfg.metrics)) std::printf("%s %.6g\n", k.c_str(), v);

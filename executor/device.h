@@ -12,8 +12,9 @@
 namespace onnxtrain {
 
 // The one parser for device names everywhere (C++ API, Python, sklearn estimators, CLI config): "cpu",
-// "cuda", "cuda:N", or "guarded" (the test device of executor/guarded.h). A CUDA name checks that CUDA is compiled in and device N is present, makes it the
-// current device, and otherwise throws an Error that says which of the two is missing.
+// "cuda", "cuda:N", or "guarded" (the test device of executor/guarded.h). A CUDA name checks that CUDA is
+// compiled in and device N is present, makes it the current device, and otherwise throws an Error that says
+// which of the two is missing.
 Device parse_device(std::string_view spec);
 
 // The device of a session whose configuration names none: $ONNXTRAIN_DEVICE when set (any name parse_device

@@ -7,8 +7,8 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
-#include <string>
 #include <map>
+#include <string>
 
 #include "graph/error.h"
 
@@ -16,8 +16,9 @@ namespace onnxtrain {
 
 namespace {
 
-// Every live buffer with its mapped length, and how many GuardedAccess scopes are open. One mutex guards both,
-// so a buffer allocated or freed while another thread opens or closes the memory is never left in between.
+// Every live buffer with its mapped length, and how many scopes (GuardedAccess, KernelScope) have it open. One
+// mutex guards both, so a buffer allocated or freed while another thread opens or closes the memory is never left
+// in between.
 struct Registry {
   std::mutex mu;
   std::map<char*, size_t> buffers;  // ordered: neighbouring mappings are protected with one call
@@ -44,6 +45,16 @@ bool protect_all(const Registry& r, int prot) {
     ok = ::mprotect(begin, static_cast<size_t>(end - begin), prot) == 0 && ok;
   }
   return ok;
+}
+
+// The pages of the buffer holding [p, p + n), or nothing when p is not guarded memory.
+std::pair<char*, size_t> pages_of(const Registry& r, const void* p, size_t n) {
+  auto it = r.buffers.upper_bound(static_cast<char*>(const_cast<void*>(p)));
+  if (it == r.buffers.begin()) return {nullptr, 0};
+  --it;
+  const char* q = static_cast<const char*>(p);
+  if (q + n > it->first + it->second) return {nullptr, 0};
+  return {it->first, it->second};
 }
 
 }  // namespace
@@ -84,16 +95,6 @@ void close_guarded_memory() noexcept {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   if (--r.open == 0) protect_all(r, PROT_NONE);  // called from destructors: must not throw
-}
-
-// The pages of the buffer holding [p, p + n), or nothing when p is not guarded memory.
-std::pair<char*, size_t> pages_of(const Registry& r, const void* p, size_t n) {
-  auto it = r.buffers.upper_bound(static_cast<char*>(const_cast<void*>(p)));
-  if (it == r.buffers.begin()) return {nullptr, 0};
-  --it;
-  const char* q = static_cast<const char*>(p);
-  if (q + n > it->first + it->second) return {nullptr, 0};
-  return {it->first, it->second};
 }
 
 void guarded_copy(void* dst, const void* src, size_t n) {

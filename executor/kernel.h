@@ -69,8 +69,8 @@ inline Device kernel_device(Device d) { return d == Device::Guarded ? Device::CP
 class KernelRegistry {
  public:
   void add(KernelDef def);
-  // The kernel for a node at the model's opset on a device (kernel_device(device)'s); nullptr if none. dtype is the first present
-  // input's dtype (Undefined when the node has none).
+  // The kernel for a node at the model's opset on a device (kernel_device(device)'s); nullptr if none. dtype is
+  // the first present input's dtype (Undefined when the node has none).
   const KernelDef* find(const std::string& domain, const std::string& op, int64_t opset, Device device,
                         DType dtype) const;
   const std::vector<KernelDef>& all() const { return defs_; }

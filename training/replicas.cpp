@@ -115,14 +115,15 @@ ReplicatedSession::ReplicatedSession(int replicas, const Factory& make) {
   }
 }
 
+bool replicas_run_on(const std::string& device) { return device == "cpu" || device == "guarded"; }
+
 namespace {
 
 TrainingConfig checked(const TrainingConfig& config) {
   if (config.parallel.communicator)
     fail("replicas", "the training config already has a communicator (" + config.parallel.communicator->describe() +
                          "); replicas bring their own, so leave config.parallel empty");
-  // The guarded test device runs the CPU kernels, so replicas run there too (it is how CI checks their edges).
-  if (config.device != "cpu" && config.device != "guarded")
+  if (!replicas_run_on(config.device))
     fail("replicas", "replicas run on the CPU; the config asks for device '" + config.device + "'");
   return config;
 }

@@ -25,6 +25,10 @@
 
 namespace onnxtrain {
 
+// Whether replicas can run on a device: they average gradients in host memory from inside their kernels, so they
+// run where the CPU kernels run, on "cpu" and on the guarded test device (which is how CI checks their edges).
+bool replicas_run_on(const std::string& device);
+
 class ReplicatedSession {
  public:
   // Builds replica r as make(parallel_r), each on its own thread (replica 0 on the caller's), at the same time:

@@ -131,11 +131,8 @@ def make_penalty(penalty: Union[None, PenaltySpec, Mapping[str, float], Sequence
     raise TypeError(f"penalty: expected None, Elastic(l1, l2), a dict or a pair, got {penalty!r}")
 
 
-def _device(device: Union[str, Device, None]) -> str | None:
-    """The device name TrainingConfig.device holds; the session checks it (parse_device) when it is built. None:
-    the default device ($ONNXTRAIN_DEVICE, else 'cpu')."""
-    if device is None:
-        return None
+def _device(device: Union[str, Device]) -> str:
+    """The device name TrainingConfig.device holds; the session checks it (parse_device) when it is built."""
     if isinstance(device, Device):
         return {Device.CPU: "cpu", Device.CUDA: "cuda", Device.GUARDED: "guarded"}[device]
     if not isinstance(device, str):

@@ -162,6 +162,12 @@ TEST(ReplicatedSession, BadBatchesAreClearErrors) {
   EXPECT_EQ(e.find("replica 1 stopped"), std::string::npos) << e;
   e = test::error_of([&] { ReplicatedSession(load_model(model), config("mse"), 0); });
   EXPECT_NE(e.find("expected 1 to 64 replicas, got 0"), std::string::npos) << e;
+  // Replicas run where the CPU kernels run: the CPU and the guarded test device, not CUDA.
+  TrainingConfig on_gpu = config("mse");
+  on_gpu.device = "cuda:0";
+  e = test::error_of([&] { ReplicatedSession(load_model(model), on_gpu, 2); });
+  EXPECT_NE(e.find("replicas run on the CPU; the config asks for device 'cuda:0'"), std::string::npos) << e;
+  EXPECT_TRUE(replicas_run_on("guarded"));
 }
 
 // A NaN in one replica's rows reaches every replica through the averaged gradients: all raise at the same

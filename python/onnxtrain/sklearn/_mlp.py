@@ -287,7 +287,8 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
     """Multi-layer perceptron regressor, trained by onnxtrain (scikit-learn's MLPRegressor API).
 
     Same parameters and defaults as ``sklearn.neural_network.MLPRegressor`` except ``solver``: 'adam' or 'sgd'
-    ('lbfgs' is not available) and ``loss``: 'squared_error' only. ``device``: 'cpu', 'cuda' or 'cuda:N' (None: $ONNXTRAIN_DEVICE, else 'cpu').
+    ('lbfgs' is not available) and ``loss``: 'squared_error' only. ``device``: 'cpu', 'cuda' or 'cuda:N' (None:
+    $ONNXTRAIN_DEVICE, else 'cpu').
     ``on_non_finite``: 'raise' (default: a NaN/Inf loss or gradient raises OnnxtrainError naming the step and the
     tensor) or 'skip' (that batch's update is not applied, a NonFiniteStepWarning names it, ``n_skipped_steps_``
     counts it and ``loss_`` averages the other batches). ``replicas``: split each batch over that many one-thread
@@ -340,8 +341,8 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
     """Multi-layer perceptron classifier, trained by onnxtrain (scikit-learn's MLPClassifier API).
 
     Same parameters and defaults as ``sklearn.neural_network.MLPClassifier`` except ``solver``: 'adam' or 'sgd'
-    ('lbfgs' is not available). ``device``: 'cpu', 'cuda' or 'cuda:N' (None: $ONNXTRAIN_DEVICE, else 'cpu'). ``on_non_finite`` and ``replicas``: as
-    MLPRegressor's.
+    ('lbfgs' is not available). ``device``: 'cpu', 'cuda' or 'cuda:N' (None: $ONNXTRAIN_DEVICE, else 'cpu').
+    ``on_non_finite`` and ``replicas``: as MLPRegressor's.
     Multiclass trains softmax cross-entropy on the logits,
     binary and multilabel the logistic log-loss on the logits (the gradients scikit-learn uses). The fitted
     network is ``model_`` (ONNX: input "X", outputs "label" and "probabilities").

@@ -208,7 +208,8 @@ class OnnxRegressor(RegressorMixin, _OnnxEstimator):
         validation_fraction, n_iter_no_change, tol: as scikit-learn's MLP.
         trainable: None (every float initializer), a list of names, or a regular expression.
         prediction: the output the loss reads (default: the first float output).
-        device: 'cpu', 'cuda' or 'cuda:N' (None: $ONNXTRAIN_DEVICE, else 'cpu'). verbose: print the loss after each epoch.
+        device: 'cpu', 'cuda' or 'cuda:N' (None: $ONNXTRAIN_DEVICE, else 'cpu').
+        verbose: print the loss after each epoch.
         on_non_finite: 'raise' (default: a NaN/Inf loss or gradient raises OnnxtrainError naming the step and the
         tensor) or 'skip' (that batch's update is not applied, a NonFiniteStepWarning names it, n_skipped_steps_
         counts it, and loss_ averages the other batches).
