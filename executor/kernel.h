@@ -106,5 +106,7 @@ void register_cpu_norm(KernelRegistry& r);           // Batch/Instance/Layer/Gro
 void register_cpu_conv(KernelRegistry& r);           // Conv, ConvTranspose, pooling (oneDNN)
 void register_cpu_misc(KernelRegistry& r);           // Einsum, Dropout, CumSum, loss ops, ...
 void register_cpu_resize(KernelRegistry& r);         // Resize (nearest, linear, cubic)
+void register_cpu_recurrent(KernelRegistry& r);      // LSTM, GRU, RNN
+void register_cpu_spatial(KernelRegistry& r);        // GridSample, Col2Im, MaxRoiPool, MaxUnpool
 
 }  // namespace onnxtrain

@@ -80,6 +80,8 @@ const GradientRegistry& default_rules() {
     register_conv_rules(r);
     register_misc_rules(r);
     register_resize_rules(r);
+    register_recurrent_rules(r);
+    register_spatial_rules(r);
     return r;
   }();
   return registry;

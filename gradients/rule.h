@@ -73,6 +73,8 @@ void register_norm_rules(GradientRegistry& r);
 void register_conv_rules(GradientRegistry& r);
 void register_misc_rules(GradientRegistry& r);
 void register_resize_rules(GradientRegistry& r);
+void register_recurrent_rules(GradientRegistry& r);  // LSTM, GRU, RNN
+void register_spatial_rules(GradientRegistry& r);    // GridSample, Col2Im, MaxRoiPool, MaxUnpool
 
 // Ops whose outputs never carry a gradient (comparisons, Shape, ...): the engine stops there without a rule.
 bool is_non_differentiable_op(const std::string& domain, const std::string& op_type);

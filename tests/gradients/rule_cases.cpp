@@ -616,6 +616,9 @@ std::vector<RuleCase> build() {
                            TensorData::from<int32_t>({3, 2}, std::span<const int32_t>(i32))));
   }
   v.push_back(with_const(make("CastLike_f64", "CastLike", {{2, 3}, {}}), 1, f64_scalar(0.0)));
+  add_recurrent_cases(v);
+  add_spatial_cases(v);
+  add_normalization_cases(v);
   return v;
 }
 

@@ -36,4 +36,9 @@ struct RuleCase {
 
 const std::vector<RuleCase>& rule_cases();
 
+// Cases of op families kept beside their rules' own tests; rule_cases() appends them.
+void add_recurrent_cases(std::vector<RuleCase>& v);      // rule_cases_recurrent.cpp
+void add_spatial_cases(std::vector<RuleCase>& v);        // rule_cases_spatial.cpp
+void add_normalization_cases(std::vector<RuleCase>& v);  // rule_cases_normalization.cpp
+
 }  // namespace onnxtrain::test

