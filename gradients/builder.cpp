@@ -318,13 +318,45 @@ YieldSplit split_at_yield(const Graph& g) {
         if (auto it = g.initializers.find(in); it != g.initializers.end()) out.initializers.emplace(*it);
   };
 
-  // Saved values: whatever a backward node reads that the forward part defines (initializers excepted).
-  std::set<std::string> seen;
+  // Forward values computed from Constant nodes alone (an axis, a Concat of constant scales): the backward part
+  // recomputes them rather than receiving them as saved activations, so its plan knows their values (kernels
+  // such as CumSum and Resize need them at plan time) and the caller never holds them.
+  std::unordered_set<std::string> constants;
+  std::vector<size_t> constant_nodes;
+  for (size_t i = 0; i < *at; ++i) {
+    const Node& n = g.nodes[i];
+    const bool std_domain = n.domain.empty() || n.domain == "ai.onnx";
+    const bool random = n.op_type.rfind("Random", 0) == 0 || n.op_type == "Bernoulli" || n.op_type == "Multinomial";
+    if (!std_domain || random || n.outputs.empty() || is_control_flow(n)) continue;
+    if (!std::all_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& in) { return in.empty() || constants.count(in); }))
+      continue;
+    for (const std::string& o : n.outputs)
+      if (!o.empty()) constants.insert(o);
+    constant_nodes.push_back(i);
+  }
+
+  // Saved values: whatever a backward node reads that the forward part defines (initializers and constants
+  // excepted).
+  std::set<std::string> seen, recomputed;
   for (size_t i = *at + 1; i < g.nodes.size(); ++i)
     for (const std::string& in : g.nodes[i].inputs) {
       if (in.empty() || g.initializers.count(in) || bwd_values.count(in) || !fwd_values.count(in)) continue;
+      if (constants.count(in)) {
+        recomputed.insert(in);
+        continue;
+      }
       if (seen.insert(in).second) r.saved.push_back(in);
     }
+  // The constant nodes the recomputed values need, transitively, in forward order.
+  std::vector<Node> recompute;
+  for (auto it = constant_nodes.rbegin(); it != constant_nodes.rend(); ++it) {
+    const Node& n = g.nodes[*it];
+    if (std::none_of(n.outputs.begin(), n.outputs.end(), [&](const std::string& o) { return recomputed.count(o); }))
+      continue;
+    for (const std::string& in : n.inputs)
+      if (!in.empty()) recomputed.insert(in);
+    recompute.insert(recompute.begin(), n);
+  }
 
   Graph& f = r.forward;
   f.name = g.name + "_forward";
@@ -346,7 +378,8 @@ YieldSplit split_at_yield(const Graph& g) {
   b.name = g.name + "_backward";
   for (const std::string& v : r.saved) b.inputs.push_back({v, type_of(v)});
   for (const std::string& v : r.yield_outputs) b.inputs.push_back({v, type_of(v)});
-  b.nodes.assign(g.nodes.begin() + static_cast<std::ptrdiff_t>(*at) + 1, g.nodes.end());
+  b.nodes = std::move(recompute);
+  b.nodes.insert(b.nodes.end(), g.nodes.begin() + static_cast<std::ptrdiff_t>(*at) + 1, g.nodes.end());
   for (const ValueInfo& o : g.outputs)
     if (bwd_values.count(o.name)) b.outputs.push_back(o);
   used_initializers(b.nodes, b);

@@ -40,6 +40,8 @@ std::optional<TensorData> evaluate(const Node& n, const TypeInfo& type, const st
   }
 }
 
+constexpr int64_t kMaxFoldedFloats = 4096;
+
 using PartialShape = std::vector<std::optional<int64_t>>;
 
 PartialShape shape_dims(const Node& n, const Shape& s) {
@@ -82,7 +84,7 @@ size_t fold_static_shapes(Model& m) {
     }
     if (n.outputs.size() != 1 || n.outputs[0].empty() || has_subgraph(n) || is_random(n.op_type)) continue;
     const TypeInfo* type = g.type_of(n.outputs[0]);
-    if (!type || type->dtype == DType::Undefined || type->dtype == DType::String || is_floating(type->dtype)) continue;
+    if (!type || type->dtype == DType::Undefined || type->dtype == DType::String) continue;
 
     std::optional<TensorData> value;
     if (n.op_type == "Shape") {
@@ -102,7 +104,10 @@ size_t fold_static_shapes(Model& m) {
     } else if (std::all_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& i) { return i.empty() || known.count(i); })) {
       value = evaluate(n, *type, known, m.opset_imports);
     }
-    if (!value) continue;
+    // A floating-point value computed from constants alone lies on no gradient path (trained weights are never
+    // known here); folding it lets Resize read scales that torch writes as Concat(Constant, Constant). Large ones
+    // stay to run time, so folding never copies a weight-sized table into the graph.
+    if (!value || (is_floating(value->dtype) && value->numel() > kMaxFoldedFloats)) continue;
     known[n.outputs[0]] = *value;
     Node c;
     c.name = n.name;

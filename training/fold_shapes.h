@@ -9,11 +9,13 @@
 
 namespace onnxtrain {
 
-// Replaces with a Constant node every node of m's main graph whose output is an integer or boolean tensor
-// computed only from constants (Constant nodes, non-floating initializers) and from dims the value types
-// know statically: Shape of a value whose shape is fully known, or Gather of known positions from Shape of a
-// partly known one. Floating-point values are never folded (they may lie on a gradient path), nor random
-// ops, nodes with subgraphs, or nodes of other domains. The values are computed by the CPU kernels. Needs
+// Replaces with a Constant node every node of m's main graph whose output is computed only from constants
+// (Constant nodes, non-floating initializers) and from dims the value types know statically: Shape of a value
+// whose shape is fully known, or Gather of known positions from Shape of a partly known one. Floating-point
+// initializers are never read as constants (they may be trained), so a folded floating-point value (Resize
+// scales that torch writes as Concat(Constant, Constant)) lies on no gradient path; those over 4096 elements
+// stay to run time. Random ops, nodes with subgraphs and nodes of other domains are never folded. The values
+// are computed by the CPU kernels. Needs
 // the types infer_shapes fills in, and infers them again when it folds something. Returns how many nodes were
 // folded.
 size_t fold_static_shapes(Model& m);
