@@ -1,5 +1,7 @@
 #include "gradients/rule.h"
 
+#include <onnx/defs/schema.h>
+
 #include <algorithm>
 #include <set>
 
@@ -101,6 +103,26 @@ bool is_non_differentiable_op(const std::string& domain, const std::string& op_t
       "Hardmax",  // a one-hot of the argmax
   };
   return ops.count(op_type) != 0;
+}
+
+std::vector<std::string> schema_differentiable_ops(int64_t* opset) {
+  const auto& ranges = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  const int64_t newest = ranges.at(onnx::ONNX_DOMAIN).second;
+  if (opset) *opset = newest;
+  std::set<std::string> names;
+  for (const onnx::OpSchema& s : onnx::OpSchemaRegistry::get_all_schemas_with_history())
+    if (s.domain() == onnx::ONNX_DOMAIN && s.SinceVersion() <= newest) names.insert(s.Name());
+  std::vector<std::string> out;
+  for (const std::string& name : names) {
+    const onnx::OpSchema* s = onnx::OpSchemaRegistry::Schema(name, static_cast<int>(newest), onnx::ONNX_DOMAIN);
+    if (!s || s->Deprecated()) continue;
+    const auto& in = s->inputs();
+    if (std::any_of(in.begin(), in.end(), [](const onnx::OpSchema::FormalParameter& p) {
+          return p.GetDifferentiationCategory() == onnx::OpSchema::Differentiable;
+        }))
+      out.push_back(name);
+  }
+  return out;
 }
 
 }  // namespace onnxtrain

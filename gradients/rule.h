@@ -76,6 +76,11 @@ void register_resize_rules(GradientRegistry& r);
 void register_recurrent_rules(GradientRegistry& r);  // LSTM, GRU, RNN
 void register_spatial_rules(GradientRegistry& r);    // GridSample, Col2Im, MaxRoiPool, MaxUnpool
 
+// The ai.onnx ops whose ONNX schema (the latest version at or below the newest opset the linked ONNX knows)
+// is not deprecated and tags an input Differentiable, sorted; `opset` receives that newest opset. docs/ops.md's
+// coverage line counts how many of them have a rule or a stated zero gradient, so the number cannot drift.
+std::vector<std::string> schema_differentiable_ops(int64_t* opset = nullptr);
+
 // Ops whose outputs never carry a gradient (comparisons, Shape, ...): the engine stops there without a rule.
 bool is_non_differentiable_op(const std::string& domain, const std::string& op_type);
 
