@@ -95,6 +95,21 @@ std::unique_ptr<Kernel> make_thresholded_relu(PrepareContext& ctx) {
   return float_map(ctx, thresholded_relu_op(ctx.node), kCheapGrain);
 }
 
+// ---- Shrink: y = x - bias above lambd, x + bias below -lambd, 0 between ---------------------------------------
+
+struct ShrinkOp {
+  float lambd, bias;
+  template <class T> T operator()(T x) const {
+    const T l = static_cast<T>(lambd), b = static_cast<T>(bias);
+    return x < -l ? x + b : (x > l ? x - b : T(0));
+  }
+};
+
+std::unique_ptr<Kernel> make_shrink(PrepareContext& ctx) {
+  // ONNX also allows integer inputs; only float32/float64 are registered (the dtypes training uses).
+  return float_map(ctx, ShrinkOp{ctx.node.attr_float("lambd", 0.5f), ctx.node.attr_float("bias", 0.0f)}, kCheapGrain);
+}
+
 // ---- PRelu: y = x < 0 ? slope * x : x, slope broadcast (unidirectionally, opset 7+) onto x --------------------
 
 template <class T> class PReluKernel final : public Kernel {
@@ -225,6 +240,7 @@ void register_cpu_activation(KernelRegistry& r) {
   add(r, "ThresholdedRelu", 10, flt, make_thresholded_relu);
   add(r, "PRelu", 7, flt, make_prelu);
   add(r, "Hardmax", 1, flt, make_hardmax);
+  add(r, "Shrink", 9, flt, make_shrink);
 }
 
 }  // namespace onnxtrain

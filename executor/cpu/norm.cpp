@@ -538,6 +538,168 @@ std::unique_ptr<Kernel> make_layer_norm_grad(PrepareContext& ctx) {
   });
 }
 
+// ---- LpNormalization ---------------------------------------------------------------------------------------
+// y = x / ||x||_p along `axis` (p = 1 or 2), as the ONNX reference computes it: no epsilon, so an all-zero
+// vector gives 0/0 = NaN there too. The input is viewed as [outer, len, inner]; one (outer, inner) vector
+// per task.
+
+template <class T> class LpNormKernel final : public Kernel {
+ public:
+  LpNormKernel(int64_t outer, int64_t len, int64_t inner, int64_t p) : outer_(outer), len_(len), inner_(inner), p_(p) {}
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* x = in[0]->ptr<T>();
+    T* y = out[0]->ptr<T>();
+    const int64_t len = len_, inner = inner_, vectors = outer_ * inner_;
+    cpu::parallel_for(vectors, vectors * len > kParallelWork, [&](int64_t v) {
+      const int64_t base = (v / inner) * len * inner + v % inner;
+      double n = 0;
+      for (int64_t j = 0; j < len; ++j) {
+        const double e = x[base + j * inner];
+        n += p_ == 1 ? std::abs(e) : e * e;
+      }
+      if (p_ == 2) n = std::sqrt(n);
+      for (int64_t j = 0; j < len; ++j) y[base + j * inner] = static_cast<T>(x[base + j * inner] / n);
+    });
+  }
+
+ private:
+  int64_t outer_, len_, inner_, p_;
+};
+
+std::unique_ptr<Kernel> make_lp_norm(PrepareContext& ctx) {
+  const KernelInput& x = cpu::required_input(ctx, 0, "input");
+  const auto rank = static_cast<int64_t>(x.shape.size());
+  if (rank == 0) ctx.fail("input must have rank >= 1, got a scalar");
+  const int64_t axis = cpu::normalize_axis(ctx, ctx.node.attr_int("axis", -1), rank);
+  const int64_t p = ctx.node.attr_int("p", 2);
+  if (p != 1 && p != 2) ctx.fail("attribute 'p' must be 1 or 2, got " + std::to_string(p));
+  cpu::set_output(ctx, 0, x.dtype, x.shape);
+  const int64_t outer = prod(x.shape, 0, axis), len = x.shape[axis], inner = prod(x.shape, axis + 1, rank);
+  return float_kernel(ctx, x.dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
+    return std::make_unique<LpNormKernel<typename decltype(tag)::type>>(outer, len, inner, p);
+  });
+}
+
+// ---- MeanVarianceNormalization -----------------------------------------------------------------------------
+// y = (x - E[x]) / (sqrt(E[(x - E[x])^2]) + 1e-9) over `axes` (default [0, 2, 3]): the schema's function body
+// takes sqrt(E[x^2] - E[x]^2) and adds 1e-9 to the standard deviation; the variance is taken about the mean
+// here (the same value without the cancellation). Each element belongs to the group of its non-reduced
+// coordinates; group ids are computed once at plan time.
+
+template <class T> class MvnKernel final : public Kernel {
+ public:
+  MvnKernel(std::vector<int64_t> group, int64_t groups) : group_(std::move(group)), sum_(groups), sq_(groups), cnt_(groups) {}
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* x = in[0]->ptr<T>();
+    T* y = out[0]->ptr<T>();
+    const auto n = static_cast<int64_t>(group_.size());
+    std::fill(sum_.begin(), sum_.end(), 0.0);
+    std::fill(sq_.begin(), sq_.end(), 0.0);
+    std::fill(cnt_.begin(), cnt_.end(), 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+      sum_[group_[i]] += x[i];
+      cnt_[group_[i]] += 1;
+    }
+    for (size_t g = 0; g < sum_.size(); ++g) sum_[g] /= cnt_[g];  // the mean
+    for (int64_t i = 0; i < n; ++i) {
+      const double d = x[i] - sum_[group_[i]];
+      sq_[group_[i]] += d * d;
+    }
+    for (size_t g = 0; g < sq_.size(); ++g) sq_[g] = std::sqrt(sq_[g] / cnt_[g]) + 1e-9;  // the divisor
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>((x[i] - sum_[group_[i]]) / sq_[group_[i]]);
+  }
+
+ private:
+  std::vector<int64_t> group_;
+  std::vector<double> sum_, sq_, cnt_;
+};
+
+std::unique_ptr<Kernel> make_mvn(PrepareContext& ctx) {
+  const KernelInput& x = cpu::required_input(ctx, 0, "X");
+  const auto rank = static_cast<int64_t>(x.shape.size());
+  std::vector<int64_t> axes = ctx.node.has_attr("axes") ? ctx.node.attr_ints("axes") : std::vector<int64_t>{0, 2, 3};
+  std::vector<bool> reduced(rank, false);
+  for (int64_t a : axes) {
+    const int64_t n = cpu::normalize_axis(ctx, a, rank, "axes");
+    if (reduced[n]) ctx.fail("axis " + std::to_string(a) + " appears twice in 'axes'");
+    reduced[n] = true;
+  }
+  cpu::set_output(ctx, 0, x.dtype, x.shape);
+  // Group id = the flat index over the kept dims.
+  const int64_t total = prod(x.shape, 0, rank);
+  std::vector<int64_t> group(total);
+  int64_t groups = 1;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!reduced[d]) groups *= x.shape[d];
+  for (int64_t i = 0; i < total; ++i) {
+    int64_t rem = i, g = 0, scale = 1;
+    for (int64_t d = rank; d-- > 0;) {
+      const int64_t c = rem % x.shape[d];
+      rem /= x.shape[d];
+      if (!reduced[d]) {
+        g += c * scale;
+        scale *= x.shape[d];
+      }
+    }
+    group[i] = g;
+  }
+  return float_kernel(ctx, x.dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
+    return std::make_unique<MvnKernel<typename decltype(tag)::type>>(std::move(group), groups);
+  });
+}
+
+// ---- LRN ---------------------------------------------------------------------------------------------------
+// y = x / (bias + alpha / size * S)^beta, S[n, c, ...] = sum of x^2 over channels
+// [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)] clipped to [0, C). Input [N, C, D1, ...].
+
+template <class T> class LrnKernel final : public Kernel {
+ public:
+  LrnKernel(int64_t n, int64_t c, int64_t plane, int64_t size, double alpha, double beta, double bias)
+      : n_(n), c_(c), plane_(plane), size_(size), alpha_(alpha), beta_(beta), bias_(bias) {}
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* x = in[0]->ptr<T>();
+    T* y = out[0]->ptr<T>();
+    const int64_t c1 = (size_ - 1) / 2, c2 = size_ / 2;  // floor and ceil of (size - 1) / 2
+    const int64_t planes = n_ * c_;
+    cpu::parallel_for(planes, planes * plane_ > kParallelWork, [&](int64_t r) {
+      const int64_t b = r / c_, ch = r % c_;
+      const int64_t lo = std::max<int64_t>(0, ch - c1), hi = std::min(c_ - 1, ch + c2);
+      for (int64_t j = 0; j < plane_; ++j) {
+        double s = 0;
+        for (int64_t k = lo; k <= hi; ++k) {
+          const double v = x[(b * c_ + k) * plane_ + j];
+          s += v * v;
+        }
+        const int64_t i = r * plane_ + j;
+        y[i] = static_cast<T>(x[i] / std::pow(bias_ + alpha_ / static_cast<double>(size_) * s, beta_));
+      }
+    });
+  }
+
+ private:
+  int64_t n_, c_, plane_, size_;
+  double alpha_, beta_, bias_;
+};
+
+std::unique_ptr<Kernel> make_lrn(PrepareContext& ctx) {
+  const KernelInput& x = cpu::required_input(ctx, 0, "X");
+  if (x.shape.size() < 3) ctx.fail("input X must have rank >= 3 (N, C, D1, ...), got " + shape_string(x.shape));
+  if (!ctx.node.has_attr("size")) ctx.fail("attribute 'size' is required");
+  const int64_t size = ctx.node.attr_int("size", 1);
+  if (size <= 0) ctx.fail("attribute 'size' must be positive, got " + std::to_string(size));
+  cpu::set_output(ctx, 0, x.dtype, x.shape);
+  const double alpha = ctx.node.attr_float("alpha", 1e-4f), beta = ctx.node.attr_float("beta", 0.75f),
+               bias = ctx.node.attr_float("bias", 1.0f);
+  const int64_t plane = prod(x.shape, 2, x.shape.size());
+  return float_kernel(ctx, x.dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
+    return std::make_unique<LrnKernel<typename decltype(tag)::type>>(x.shape[0], x.shape[1], plane, size, alpha, beta,
+                                                                      bias);
+  });
+}
+
 }  // namespace
 
 void register_cpu_norm(KernelRegistry& r) {
@@ -546,6 +708,9 @@ void register_cpu_norm(KernelRegistry& r) {
   cpu::add(r, "InstanceNormalization", 6, flt, make_instance_norm);
   cpu::add(r, "GroupNormalization", 18, flt, make_group_norm);
   cpu::add(r, "BatchNormalization", 9, flt, make_batch_norm);
+  cpu::add(r, "LpNormalization", 1, flt, make_lp_norm);
+  cpu::add(r, "MeanVarianceNormalization", 9, flt, make_mvn);
+  cpu::add(r, "LRN", 1, flt, make_lrn);
   cpu::add(r, "onnxtrain", "LayerNormalizationGrad", 1, flt, make_layer_norm_grad);
   cpu::add(r, "onnxtrain", "BatchNormalizationGrad", 1, flt, make_batch_norm_grad);
 }

@@ -142,6 +142,12 @@ void register_activation_rules(GradientRegistry& r) {
     Expr pass = alpha >= 0 ? positive(c.Y(0)) : greater(c.X(0), scalar(c.builder(), c.X(0).dtype(), alpha));
     c.set_dX(0, where(pass, dy, zero(dy)));
   });
+  r.add("Shrink", [](RuleContext& c) {
+    // y = x -/+ bias outside [-lambd, lambd], 0 inside: slope 1 where |x| > lambd, else 0 (bias only shifts).
+    const double lambd = c.node().attr_float("lambd", 0.5f);
+    Expr x = c.X(0), dy = c.dY(0);
+    c.set_dX(0, where(greater(abs(x), scalar(c.builder(), x.dtype(), lambd)), dy, zero(dy)));
+  });
   r.add("PRelu", [](RuleContext& c) {
     // y = x < 0 ? slope * x : x; the engine sums dslope (in X's shape) back to the slope's shape.
     Expr x = c.X(0), dy = c.dY(0);

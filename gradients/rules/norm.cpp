@@ -275,6 +275,85 @@ void batch_norm(RuleContext& c) {
   c.set_dX(0, dx);
 }
 
+// LpNormalization: y = x / n, n = ||x||_p along axis (p = 1: sum |x|; p = 2: sqrt(sum x^2)). With
+// dn/dx = sign(x) (p = 1) or x / n = y (p = 2):
+//   dx = dy / n - dn/dx * sum(dy * x) / n^2 = (dy - dn/dx * sum(dy * y)) / n.
+void lp_norm(RuleContext& c) {
+  const int64_t p = c.node().attr_int("p", 2);
+  if (p != 1 && p != 2) c.fail("attribute 'p' must be 1 or 2, got " + std::to_string(p));
+  const std::vector<int64_t> axis{c.node().attr_int("axis", -1)};
+  Expr x = c.X(0), y = c.Y(0), dy = c.dY(0);
+  auto sum = [&](const Expr& v) { return rules::reduce_sum(v, axis, true, c.opset()); };
+  Expr n = p == 1 ? sum(abs(x)) : sqrt(sum(x * x));
+  Expr dn = p == 1 ? sign(x) : y;
+  c.set_dX(0, (dy - dn * sum(dy * y)) / n);
+}
+
+// MeanVarianceNormalization: y = xc / s over `axes`, xc = x - mean(x), s = sd + 1e-9, sd = sqrt(mean(xc^2))
+// (the schema's function body adds 1e-9 to the standard deviation, not to the variance). Since
+// d sd / dx = xc / (M sd) (mean(xc) = 0 removes the mean's term):
+//   dx = (dy - mean(dy)) / s - xc * mean(dy * xc) / (s^2 sd).
+// A constant input (sd = 0) divides by zero here as the forward nearly does (it returns 0 / 1e-9).
+void mean_variance_norm(RuleContext& c) {
+  Expr x = c.X(0), g = c.dY(0);
+  const int64_t r = rank_of(c, x, "X");
+  std::vector<int64_t> axes = c.node().has_attr("axes") ? c.node().attr_ints("axes") : std::vector<int64_t>{0, 2, 3};
+  for (int64_t& a : axes) {
+    if (a < -r || a >= r) c.fail("axis " + std::to_string(a) + " in 'axes' is out of range for rank " + std::to_string(r));
+    if (a < 0) a += r;
+  }
+  Expr inv_n = inv_count(c, x, axes);
+  auto mean = [&](const Expr& v) { return mean_over(c, v, axes, inv_n); };
+  Expr xc = x - mean(x);
+  Expr sd = sqrt(mean(xc * xc));
+  Expr s = sd + 1e-9;
+  c.set_dX(0, (g - mean(g)) / s - xc * mean(g * xc) / (s * s * sd));
+}
+
+// LRN: y = x * D^-beta, D = bias + alpha / size * W(x^2), where W sums over the channel window
+// [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)] (clipped to [0, C)). W is linear along the channel
+// axis: a C x C band matrix B applied there (B[k][c] = 1 when channel k is in c's window), as a MatMul with the
+// channels moved last. Its adjoint W^T applies B transposed. Then
+//   dx = dy * D^-beta - 2 alpha beta / size * x * W^T(dy * x * D^(-beta - 1)).
+void lrn(RuleContext& c) {
+  Expr x = c.X(0), dy = c.dY(0);
+  const int64_t r = rank_of(c, x, "X");
+  if (r < 3) c.fail("needs an input of rank >= 3 (N, C, D1, ...)");
+  const Dim& cdim = (*x.shape())[1];
+  if (!cdim.known()) c.fail("needs the channel count (dim 1 of X) to be known statically");
+  if (!c.node().has_attr("size")) c.fail("attribute 'size' is required");
+  const int64_t ch = cdim.value, size = c.node().attr_int("size", 1);
+  if (size <= 0) c.fail("attribute 'size' must be positive, got " + std::to_string(size));
+  const double alpha = c.node().attr_float("alpha", 1e-4f), beta = c.node().attr_float("beta", 0.75f),
+               bias = c.node().attr_float("bias", 1.0f);
+  const int64_t c1 = (size - 1) / 2, c2 = size / 2;
+  auto band = [&](bool transposed) {
+    std::vector<double> v(ch * ch, 0.0);
+    for (int64_t col = 0; col < ch; ++col)
+      for (int64_t k = std::max<int64_t>(0, col - c1); k <= std::min(ch - 1, col + c2); ++k)
+        (transposed ? v[col * ch + k] : v[k * ch + col]) = 1.0;
+    TensorData t;
+    if (x.dtype() == DType::Float32) {
+      std::vector<float> f(v.begin(), v.end());
+      t = TensorData::from<float>({ch, ch}, std::span<const float>(f));
+    } else {
+      t = TensorData::from<double>({ch, ch}, std::span<const double>(v));
+    }
+    return constant(c.builder(), t);
+  };
+  std::vector<int64_t> last{0}, back{0, r - 1};  // channels to the end, and back to axis 1
+  for (int64_t d = 2; d < r; ++d) last.push_back(d);
+  last.push_back(1);
+  for (int64_t d = 1; d < r - 1; ++d) back.push_back(d);
+  auto along_channels = [&](const Expr& v, bool transposed) {
+    return transpose(matmul(transpose(v, last), band(transposed)), back);
+  };
+  Expr d = bias + (alpha / static_cast<double>(size)) * along_channels(x * x, false);
+  auto power = [&](const Expr& v, double e) { return pow(v, scalar(c.builder(), v.dtype(), e)); };
+  c.set_dX(0, dy * power(d, -beta) -
+                  (2.0 * alpha * beta / static_cast<double>(size)) * x * along_channels(dy * x * power(d, -beta - 1.0), true));
+}
+
 }  // namespace
 
 void register_norm_rules(GradientRegistry& r) {
@@ -282,6 +361,9 @@ void register_norm_rules(GradientRegistry& r) {
   r.add("InstanceNormalization", instance_norm);
   r.add("GroupNormalization", group_norm);
   r.add("BatchNormalization", batch_norm);
+  r.add("LpNormalization", lp_norm);
+  r.add("MeanVarianceNormalization", mean_variance_norm);
+  r.add("LRN", lrn);
 }
 
 }  // namespace onnxtrain

@@ -230,6 +230,11 @@ TEST(OnnxNodeTests, EveryRegisteredOpPassesItsBackendTests) {
     for (const std::string& f : o.failed) ADD_FAILURE() << op << ": " << f;
     total_pass += o.passed;
     total_skip += static_cast<int>(o.skipped.size());
+    // Ops for which the onnx package ships no node test at all are checked by their own kernel tests instead
+    // (named here); an op listed here that gains node tests must pass them like any other.
+    static const std::map<std::string, std::string> no_node_tests = {
+        {"LpNormalization", "tests/executor/test_normalization_ops.cpp"}};
+    if (it == by_op.end() && no_node_tests.count(op)) continue;
     if (o.passed == 0) without_pass.push_back(op + (it == by_op.end() ? " (no node tests found)" : ""));
   }
   std::cout << "[node tests] total: " << total_pass << " passed, " << total_skip << " skipped\n";

@@ -1,8 +1,59 @@
-// Gradient-check cases of the normalization op family, appended to the table in rule_cases.cpp.
+// Gradient-check cases of the normalization op family (LRN, LpNormalization, MeanVarianceNormalization,
+// Det, Shrink, CenterCropPad, Compress), appended to the table in rule_cases.cpp.
 #include "gradients/rule_cases.h"
 
 namespace onnxtrain::test {
 
-void add_normalization_cases(std::vector<RuleCase>& /*v*/) {}
+namespace {
+
+using Shapes = std::vector<std::vector<int64_t>>;
+using Ranges = std::vector<std::pair<double, double>>;
+using Attrs = std::map<std::string, Attribute>;
+
+RuleCase make(std::string label, std::string op, Shapes shapes, Attrs attrs = {}, Ranges ranges = {},
+              int64_t opset = 17) {
+  RuleCase c;
+  c.label = std::move(label);
+  c.op = std::move(op);
+  c.input_shapes = std::move(shapes);
+  c.attrs = std::move(attrs);
+  c.ranges = std::move(ranges);
+  c.opset = opset;
+  return c;
+}
+
+RuleCase signed_(RuleCase c) {
+  c.random_sign = true;
+  return c;
+}
+
+}  // namespace
+
+void add_normalization_cases(std::vector<RuleCase>& v) {
+  using I = std::vector<int64_t>;
+  // Shrink's kinks (and, with a bias, jumps) sit at +-lambd: each case samples one side of them only.
+  v.push_back(signed_(make("Shrink_outside", "Shrink", {{3, 4}}, {{"lambd", 0.5f}, {"bias", 0.3f}}, {{0.6, 2.0}}, 9)));
+  v.push_back(make("Shrink_inside", "Shrink", {{3, 4}}, {{"lambd", 0.5f}, {"bias", 0.3f}}, {{-0.45, 0.45}}));
+  v.push_back(signed_(make("Shrink_default_soft", "Shrink", {{3, 4}}, {}, {{0.6, 2.0}})));
+
+  // LpNormalization: p = 1 has kinks at 0 (|x|), so its samples keep away from it.
+  v.push_back(make("LpNormalization_p2_last", "LpNormalization", {{2, 3, 4}}, {}, {}, 9));
+  v.push_back(make("LpNormalization_p2_axis1", "LpNormalization", {{2, 3, 4}}, {{"axis", int64_t{1}}, {"p", int64_t{2}}}));
+  v.push_back(signed_(make("LpNormalization_p1_axis0", "LpNormalization", {{3, 4}},
+                           {{"axis", int64_t{0}}, {"p", int64_t{1}}}, {{0.2, 1.0}}, 11)));
+
+  // MeanVarianceNormalization: default axes [0, 2, 3] (per channel), and explicit axes.
+  v.push_back(make("MeanVarianceNormalization_default", "MeanVarianceNormalization", {{2, 3, 2, 2}}, {}, {}, 9));
+  v.push_back(make("MeanVarianceNormalization_last", "MeanVarianceNormalization", {{2, 3, 4}}, {{"axes", I{-1}}}, {}, 13));
+  v.push_back(make("MeanVarianceNormalization_axes02", "MeanVarianceNormalization", {{3, 2, 4}}, {{"axes", I{0, 2}}}, {}, 18));
+
+  // LRN: odd and even windows (the even one is asymmetric: one more channel after c than before). Large alpha
+  // so the normalisation term matters.
+  v.push_back(make("LRN_size3", "LRN", {{2, 5, 2, 2}}, {{"size", int64_t{3}}, {"alpha", 0.5f}, {"beta", 0.75f}, {"bias", 1.0f}},
+                   {}, 13));
+  v.push_back(make("LRN_size2_opset1", "LRN", {{1, 4, 3}}, {{"size", int64_t{2}}, {"alpha", 1.0f}, {"beta", 0.6f}, {"bias", 2.0f}},
+                   {}, 12));
+  v.push_back(make("LRN_size5_wider_than_C", "LRN", {{2, 3, 2, 1}}, {{"size", int64_t{5}}, {"alpha", 0.8f}}, {}, 17));
+}
 
 }  // namespace onnxtrain::test

@@ -1,0 +1,111 @@
+// Kernel tests for LpNormalization (the onnx package ships no node test for it), and float64/error cases of
+// LRN, MeanVarianceNormalization and Shrink beyond the (float32) ONNX node tests. Expected values are worked
+// out by hand or by a reference loop written here from the ONNX definitions.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <span>
+
+#include "executor/kernel.h"
+#include "executor/kernel_test_util.h"
+#include "graph/error.h"
+
+namespace onnxtrain {
+namespace {
+
+using namespace test;
+
+template <class T> Tensor tensor(std::vector<int64_t> shape, const std::vector<double>& v) {
+  Tensor t = Tensor::empty(dtype_of<T>(), std::move(shape));
+  for (size_t i = 0; i < v.size(); ++i) t.span<T>()[i] = static_cast<T>(v[i]);
+  return t;
+}
+
+template <class T> void expect_values(const Tensor& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size()));
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(static_cast<double>(got.span<T>()[i]), want[i], tol) << i;
+}
+
+template <class T> class NormOps : public ::testing::Test {};
+using FloatTypes = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(NormOps, FloatTypes);
+
+TYPED_TEST(NormOps, LpNormalizationP2AlongLastAxis) {
+  using T = TypeParam;
+  // Rows (3, 4) and (0, -5): norms 5 and 5.
+  Tensor y = run_single(make_node("LpNormalization", 1), 1, {tensor<T>({2, 2}, {3, 4, 0, -5})});
+  expect_values<T>(y, {0.6, 0.8, 0.0, -1.0}, 1e-6);
+}
+
+TYPED_TEST(NormOps, LpNormalizationP1AlongAxis0) {
+  using T = TypeParam;
+  // Columns (1, -3) and (2, 2): L1 norms 4 and 4.
+  Node n = make_node("LpNormalization", 1, {{"axis", int64_t{0}}, {"p", int64_t{1}}});
+  Tensor y = run_single(n, 1, {tensor<T>({2, 2}, {1, 2, -3, 2})});
+  expect_values<T>(y, {0.25, 0.5, -0.75, 0.5}, 1e-6);
+}
+
+TYPED_TEST(NormOps, LpNormalizationMiddleAxisOfRank3) {
+  using T = TypeParam;
+  // [1, 2, 2]: axis 1 pairs (x[0,0,k], x[0,1,k]): (6, 8) -> norm 10, (1, 0) -> norm 1.
+  Node n = make_node("LpNormalization", 1, {{"axis", int64_t{1}}});
+  Tensor y = run_single(n, 1, {tensor<T>({1, 2, 2}, {6, 1, 8, 0})});
+  expect_values<T>(y, {0.6, 1.0, 0.8, 0.0}, 1e-6);
+}
+
+TEST(NormOpsErrors, LpNormalizationRefusesP3) {
+  Node n = make_node("LpNormalization", 1, {{"p", int64_t{3}}});
+  try {
+    run_single(n, 1, {tensor<double>({2}, {1, 2})});
+    FAIL() << "p = 3 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("n_LpNormalization"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'p' must be 1 or 2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(NormOpsErrors, LrnNeedsSize) {
+  try {
+    run_single(make_node("LRN", 1), 13, {tensor<double>({1, 2, 1}, {1, 2})});
+    FAIL() << "LRN without size was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'size' is required"), std::string::npos) << e.what();
+  }
+}
+
+TEST(NormOpsErrors, MvnDefaultAxesNeedRank4) {
+  // The default axes [0, 2, 3] do not exist in a rank-3 input.
+  EXPECT_THROW(run_single(make_node("MeanVarianceNormalization", 1), 13, {tensor<double>({1, 2, 2}, {1, 2, 3, 4})}),
+               Error);
+}
+
+TEST(NormOps64, LrnMatchesTheDefinition) {
+  // size 2 (even): the window of channel c is [c, c + 1] (floor(1/2) = 0 before, ceil(1/2) = 1 after).
+  const std::vector<double> x = {1.0, -2.0, 0.5, 3.0};  // [1, 4, 1]
+  const double alpha = 0.5, beta = 0.75, bias = 2.0;
+  Node n = make_node("LRN", 1, {{"size", int64_t{2}}, {"alpha", 0.5f}, {"beta", 0.75f}, {"bias", 2.0f}});
+  Tensor y = run_single(n, 13, {tensor<double>({1, 4, 1}, x)});
+  std::vector<double> want;
+  for (size_t c = 0; c < 4; ++c) {
+    double s = x[c] * x[c] + (c + 1 < 4 ? x[c + 1] * x[c + 1] : 0.0);
+    want.push_back(x[c] / std::pow(bias + alpha / 2 * s, beta));
+  }
+  expect_values<double>(y, want, 1e-12);
+}
+
+TEST(NormOps64, MvnOverLastAxis) {
+  // Rows (1, 2, 3) and (4, 4, 4): means 2 and 4; population sd sqrt(2/3) and 0 (giving 0 / 1e-9 = 0).
+  Node n = make_node("MeanVarianceNormalization", 1, {{"axes", std::vector<int64_t>{1}}});
+  Tensor y = run_single(n, 13, {tensor<double>({2, 3}, {1, 2, 3, 4, 4, 4})});
+  const double sd = std::sqrt(2.0 / 3.0) + 1e-9;
+  expect_values<double>(y, {-1 / sd, 0, 1 / sd, 0, 0, 0}, 1e-9);
+}
+
+TEST(NormOps64, ShrinkHardAndSoft) {
+  Node n = make_node("Shrink", 1, {{"lambd", 1.5f}, {"bias", 0.5f}});
+  Tensor y = run_single(n, 9, {tensor<double>({5}, {-2, -1, 0, 1.5, 3})});
+  expect_values<double>(y, {-1.5, 0, 0, 0, 2.5}, 1e-12);
+}
+
+}  // namespace
+}  // namespace onnxtrain
