@@ -1,0 +1,94 @@
+"""Gradients of Shrink, LpNormalization, LRN and MeanVarianceNormalization (issue 24) against torch autograd:
+one-node float64 ONNX models differentiated by onnxtrain's ForwardBackwardSession, the same maths through torch's
+own ops (F.hardshrink/softshrink, F.normalize, F.local_response_norm) or, for MVN (torch has no such op), its
+ONNX definition written in torch."""
+import numpy as np
+import onnx
+import pytest
+import torch
+import torch.nn.functional as F
+from onnx import TensorProto, helper
+
+import onnxtrain as ot
+
+
+def one_node(op, shape, opset, **attrs):
+    x = helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(shape))
+    y = helper.make_tensor_value_info("y", TensorProto.DOUBLE, list(shape))
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], "g", [x], [y])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def ours(model, x, dy):
+    fb = ot.ForwardBackwardSession(model.SerializeToString(), inputs_requiring_grad=["x"])
+    (y,) = fb.run_forward({"x": x})
+    return y, fb.run_backward([dy])["x"]
+
+
+def torch_ref(fn, x, dy):
+    t = torch.tensor(x, requires_grad=True)
+    y = fn(t)
+    y.backward(torch.tensor(dy))
+    return y.detach().numpy(), t.grad.numpy()
+
+
+def check(model, fn, x, seed=1):
+    dy = np.random.default_rng(seed).standard_normal(x.shape)
+    y, dx = ours(model, x, dy)
+    ry, rdx = torch_ref(fn, x, dy)
+    np.testing.assert_allclose(y, ry, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(dx, rdx, rtol=1e-9, atol=1e-12)
+    assert np.abs(rdx).max() > 0  # a zero gradient would agree vacuously
+
+
+def away_from(x, points, gap=0.05):
+    """x with entries within `gap` of a kink moved off it (finite-sample ties would make autograd pick a side)."""
+    for p in points:
+        near = np.abs(x - p) < gap
+        x[near] += 2 * gap
+    return x
+
+
+@pytest.mark.parametrize("lambd", [0.5, 1.0])
+def test_shrink_hard(lambd):
+    x = away_from(np.random.default_rng(0).uniform(-2, 2, (4, 5)), [-lambd, lambd])
+    check(one_node("Shrink", x.shape, 17, lambd=lambd), lambda t: F.hardshrink(t, lambd), x)
+
+
+def test_shrink_soft():
+    lambd = 0.75  # softshrink is Shrink with bias = lambd (values exact in float32: ONNX float attributes)
+    x = away_from(np.random.default_rng(2).uniform(-2, 2, (3, 6)), [-lambd, lambd])
+    check(one_node("Shrink", x.shape, 17, lambd=lambd, bias=lambd), lambda t: F.softshrink(t, lambd), x)
+
+
+@pytest.mark.parametrize("p,axis", [(2, -1), (2, 1), (1, 0), (1, -1)])
+def test_lp_normalization(p, axis):
+    x = np.random.default_rng(3).uniform(-2, 2, (3, 4, 5))
+    if p == 1:
+        x = away_from(x, [0.0])
+    # F.normalize clamps the norm at eps from below; with norms of order 1 that changes nothing.
+    check(one_node("LpNormalization", x.shape, 17, p=p, axis=axis), lambda t: F.normalize(t, p=p, dim=axis), x)
+
+
+# torch pads the channel window with size // 2 before c and (size - 1) // 2 after it; ONNX takes
+# floor((size - 1) / 2) before and ceil((size - 1) / 2) after. They agree for odd sizes only, so only odd
+# sizes are compared (even sizes are covered by the central-difference check in rule_cases_normalization.cpp).
+@pytest.mark.parametrize("size,shape", [(3, (2, 5, 3, 3)), (5, (2, 7, 4)), (1, (1, 3, 2, 2))])
+def test_lrn(size, shape):
+    alpha, beta, k = 0.25, 0.75, 1.5  # exact in float32, the type of ONNX float attributes
+    x = np.random.default_rng(4).uniform(-2, 2, shape)
+    m = one_node("LRN", shape, 13, size=size, alpha=alpha, beta=beta, bias=k)
+    check(m, lambda t: F.local_response_norm(t, size, alpha=alpha, beta=beta, k=k), x)
+
+
+@pytest.mark.parametrize("axes,shape,opset", [(None, (2, 3, 4, 2), 9), ([2], (2, 3, 4), 13), ([0, 2], (3, 2, 4), 13)])
+def test_mean_variance_normalization(axes, shape, opset):
+    dims = [0, 2, 3] if axes is None else axes
+
+    def mvn(t):  # the schema's body: (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9)
+        m = t.mean(dim=dims, keepdim=True)
+        return (t - m) / ((t * t).mean(dim=dims, keepdim=True) - m * m).sqrt().add(1e-9)
+
+    x = np.random.default_rng(5).uniform(-2, 2, shape)
+    attrs = {} if axes is None else {"axes": axes}
+    check(one_node("MeanVarianceNormalization", shape, opset, **attrs), mvn, x)
