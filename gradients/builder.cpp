@@ -32,6 +32,10 @@ bool schema_says_differentiable(const Node& n, size_t i, int64_t opset) {
   // Mod's divisor is tagged NonDifferentiable, yet fmod(A, B) is differentiable in B almost everywhere and
   // torch.fmod defines that gradient; we follow torch.
   if (n.domain.empty() && n.op_type == "Mod" && i == 1) return true;
+  // The recurrent ops tag initial_h (and initial_c) NonDifferentiable, yet the outputs depend smoothly on them
+  // (a learned initial state, or a state carried across sequences); torch differentiates h0 and c0, and so do we.
+  if (n.domain.empty() && (n.op_type == "LSTM" || n.op_type == "GRU" || n.op_type == "RNN") && (i == 5 || i == 6))
+    return true;
   const onnx::OpSchema* s = onnx::OpSchemaRegistry::Schema(n.op_type, static_cast<int>(opset), n.domain);
   if (!s || s->inputs().empty()) return true;
   const auto& params = s->inputs();
