@@ -1,0 +1,166 @@
+"""torch.nn.LSTM / GRU / RNN exported with torch.onnx.export (TorchScript exporter, opset 17, parameters kept as
+initializers named as in torch) and differentiated by onnxtrain (issue 24): the outputs, and the gradients of
+every parameter and of the inputs (x, h0, c0) for random incoming gradients of every output (output, h_n, c_n),
+match torch autograd in float32. The exported graphs hold the ONNX LSTM/GRU/RNN ops (two per model: two layers)
+with the torch parameters sliced and concatenated into W, R, B, so this also checks our gate orders against
+torch's (GRU exports linear_before_reset=1). `onnxtrain info` on an exported LSTM says it can be trained."""
+import subprocess
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from torch import nn
+
+import onnxtrain as ot
+
+CASES = [
+    ("LSTM", {}),
+    ("GRU", {}),
+    ("RNN", {"nonlinearity": "tanh"}),
+    ("RNN", {"nonlinearity": "relu"}),
+]
+
+
+def export(module, inputs, names, out_names, path):
+    with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, inputs, path, dynamo=False, opset_version=17,
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                          keep_initializers_as_inputs=False, input_names=names, output_names=out_names)
+    return onnx.load(path)
+
+
+def flatten(outs):
+    y, state = outs
+    return [y] + (list(state) if isinstance(state, tuple) else [state])
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("kind,kwargs", CASES, ids=[c[0] + "_" + "_".join(c[1].values()) for c in CASES])
+def test_matches_torch_autograd(tmp_path, kind, kwargs, batch_first):
+    torch.manual_seed(7)
+    seq, batch, inp, hidden, layers = 5, 3, 4, 6, 2
+    module = getattr(nn, kind)(inp, hidden, num_layers=layers, bidirectional=True, batch_first=batch_first, **kwargs)
+    x = torch.randn((batch, seq, inp) if batch_first else (seq, batch, inp))
+    h0 = torch.randn(2 * layers, batch, hidden)
+    c0 = torch.randn(2 * layers, batch, hidden)
+    lstm = kind == "LSTM"
+    state = (h0, c0) if lstm else h0
+    names = ["x", "h0", "c0"] if lstm else ["x", "h0"]
+    out_names = ["y", "hn", "cn"] if lstm else ["y", "hn"]
+    model = export(module, (x, state), names, out_names, tmp_path / "m.onnx")
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count(kind) == layers, ops
+    params = dict(module.named_parameters())
+    assert set(params) <= {i.name for i in model.graph.initializer}
+
+    # torch: outputs and gradients for random incoming gradients of every output.
+    leaves = {"x": x.clone().requires_grad_(), "h0": h0.clone().requires_grad_(), "c0": c0.clone().requires_grad_()}
+    outs = flatten(module(leaves["x"], (leaves["h0"], leaves["c0"]) if lstm else leaves["h0"]))
+    gen = torch.Generator().manual_seed(3)
+    dys = [torch.randn(o.shape, generator=gen) for o in outs]
+    torch.autograd.backward(outs, dys)
+    ref = {k: p.grad.numpy() for k, p in params.items()}
+    ref.update({k: leaves[k].grad.numpy() for k in names})
+
+    fb = ot.ForwardBackwardSession(model.SerializeToString(), inputs_requiring_grad=names)
+    feeds = {"x": x.numpy(), "h0": h0.numpy(), "c0": c0.numpy()}
+    ys = fb.run_forward({k: feeds[k] for k in names})
+    for ours, theirs in zip(ys, outs):
+        np.testing.assert_allclose(ours, theirs.detach().numpy(), rtol=1e-5, atol=1e-6)
+    grads = fb.run_backward([d.numpy() for d in dys])
+    assert set(ref) <= set(grads)
+    for k, v in ref.items():
+        scale = np.abs(v).max()
+        np.testing.assert_allclose(grads[k], v, rtol=1e-4, atol=1e-5 * scale, err_msg=k)
+
+
+def test_training_session_trains_exported_lstm(tmp_path, build_dir):
+    torch.manual_seed(0)
+    module = nn.LSTM(3, 5, num_layers=2, batch_first=True)
+    x = torch.randn(4, 6, 3)
+    path = tmp_path / "lstm.onnx"
+    export(module, (x,), ["x"], ["y", "hn", "cn"], path)
+    info = subprocess.run([build_dir / "cli" / "onnxtrain", "info", path], capture_output=True, text=True)
+    assert info.returncode == 0, info.stdout + info.stderr
+    # A few SGD steps on the exported model lower an MSE loss (the training graph runs end to end).
+    s = ot.TrainingSession(str(path), loss="mse", optimizer="sgd", learning_rate=0.5)
+    target = np.zeros((4, 6, 5), np.float32)
+    losses = [s.train_step({"x": x.numpy(), s.target_name: target}) for _ in range(5)]
+    assert losses[-1] < losses[0], losses
+
+
+# ---- forward values against onnxruntime, for the attributes torch never exports ----------------------------
+
+def one_node(op, d, attrs, with_lens, layout=0, opset=14):
+    from onnx import TensorProto, helper
+    seq, batch, inp, hidden = 4, 3, 2, 3
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    shapes = {"X": [batch, seq, inp] if layout else [seq, batch, inp], "W": [d, gates * hidden, inp],
+              "R": [d, gates * hidden, hidden], "B": [d, 2 * gates * hidden],
+              "initial_h": [batch, d, hidden] if layout else [d, batch, hidden]}
+    names = ["X", "W", "R", "B", "sequence_lens", "initial_h"]
+    if op == "LSTM":
+        shapes["initial_c"], shapes["P"] = shapes["initial_h"], [d, 3 * hidden]
+        names += ["initial_c", "P"]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()]
+    if with_lens:
+        inputs.append(helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, [batch]))
+    else:
+        names[4] = ""
+    outs = ["Y", "Y_h", "Y_c"][: 3 if op == "LSTM" else 2]
+    attrs = dict(attrs, **({"layout": layout} if layout else {}), **({"direction": "bidirectional"} if d == 2 else {}))
+    node = helper.make_node(op, names, outs, hidden_size=hidden, **attrs)
+    out_shapes = [[batch, seq, d, hidden] if layout else [seq, d, batch, hidden], shapes["initial_h"], shapes["initial_h"]]
+    g = helper.make_graph([node], "g", inputs,
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, s) for o, s in zip(outs, out_shapes)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    rng = np.random.default_rng(5)
+    feeds = {n: rng.uniform(-1, 1, s).astype(np.float32) for n, s in shapes.items()}
+    if with_lens:
+        feeds["sequence_lens"] = np.array([4, 2, 3], np.int32)
+    return model, feeds
+
+
+def ours_forward(model, feeds):
+    fb = ot.ForwardBackwardSession(model.SerializeToString(), inputs_requiring_grad=["X"])
+    return fb.run_forward(feeds)
+
+
+ORT_CASES = [
+    ("LSTM", 1, {}, True), ("LSTM", 2, {}, True), ("LSTM", 1, {"direction": "reverse"}, True),
+    ("LSTM", 1, {"clip": 0.3}, False), ("LSTM", 1, {"input_forget": 1}, True),
+    ("LSTM", 2, {"activations": ["HardSigmoid", "Softsign", "Tanh", "Sigmoid", "Relu", "Elu"],
+                 "activation_alpha": [0.3, 1.5], "activation_beta": [0.45]}, False),
+    ("GRU", 2, {}, True), ("GRU", 1, {"direction": "reverse", "linear_before_reset": 1}, True),
+    ("GRU", 1, {"clip": 0.3}, False), ("GRU", 1, {"activations": ["Relu", "LeakyRelu"], "activation_alpha": [0.2]}, True),
+    ("RNN", 2, {}, True), ("RNN", 1, {"direction": "reverse", "clip": 0.5}, True),
+    ("RNN", 1, {"activations": ["Relu"]}, False),
+]
+
+
+@pytest.mark.parametrize("op,d,attrs,with_lens", ORT_CASES)
+def test_forward_matches_onnxruntime(op, d, attrs, with_lens):
+    ort = pytest.importorskip("onnxruntime")
+    model, feeds = one_node(op, d, attrs, with_lens)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = sess.run(None, feeds)
+    for i, (a, b) in enumerate(zip(ours_forward(model, feeds), ref)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"output {i}")
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_layout1_is_layout0_transposed(op):
+    m0, f0 = one_node(op, 2, {}, True)
+    m1, _ = one_node(op, 2, {}, True, layout=1)
+    f1 = dict(f0)
+    f1["X"] = f0["X"].transpose(1, 0, 2).copy()
+    for k in ("initial_h", "initial_c"):
+        if k in f0:
+            f1[k] = f0[k].transpose(1, 0, 2).copy()
+    y0, y1 = ours_forward(m0, f0), ours_forward(m1, f1)
+    np.testing.assert_allclose(y1[0], y0[0].transpose(2, 0, 1, 3), rtol=1e-6)
+    for a, b in zip(y1[1:], y0[1:]):
+        np.testing.assert_allclose(a, b.transpose(1, 0, 2), rtol=1e-6)
