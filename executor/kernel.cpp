@@ -77,6 +77,8 @@ const KernelRegistry& default_kernels() {
     register_cpu_resize(r);
     register_cpu_recurrent(r);
     register_cpu_spatial(r);
+    register_cpu_control_flow(r);
+    register_cpu_linalg(r);
     register_cpu_gather_grad(r);
 #ifdef ONNXTRAIN_WITH_CUDA
     register_cuda_kernels(r);  // after the CPU kernels: each CUDA def copies its CPU twin's key

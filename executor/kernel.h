@@ -108,5 +108,7 @@ void register_cpu_misc(KernelRegistry& r);           // Einsum, Dropout, CumSum,
 void register_cpu_resize(KernelRegistry& r);         // Resize (nearest, linear, cubic)
 void register_cpu_recurrent(KernelRegistry& r);      // LSTM, GRU, RNN
 void register_cpu_spatial(KernelRegistry& r);        // GridSample, Col2Im, MaxRoiPool, MaxUnpool
+void register_cpu_control_flow(KernelRegistry& r);  // If, Loop, Scan (subgraphs run by nested executors)
+void register_cpu_linalg(KernelRegistry& r);         // Det
 
 }  // namespace onnxtrain

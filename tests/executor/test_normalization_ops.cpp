@@ -107,5 +107,34 @@ TEST(NormOps64, ShrinkHardAndSoft) {
   expect_values<double>(y, {-1.5, 0, 0, 0, 2.5}, 1e-12);
 }
 
+TYPED_TEST(NormOps, DetOfABatch) {
+  using T = TypeParam;
+  // [[1, 2], [3, 4]] -> -2; [[0, 1], [1, 0]] needs a row swap -> -1; [[1, 2], [2, 4]] is singular -> 0;
+  // [[2, 0], [0, 3]] -> 6.
+  Tensor x = tensor<T>({2, 2, 2, 2}, {1, 2, 3, 4, 0, 1, 1, 0, 1, 2, 2, 4, 2, 0, 0, 3});
+  Tensor y = run_single(make_node("Det", 1), 11, {x});
+  EXPECT_EQ(y.shape, (std::vector<int64_t>{2, 2}));
+  expect_values<T>(y, {-2, -1, 0, 6}, 1e-5);
+}
+
+TEST(NormOps64, Det3x3AndEmpty) {
+  // Expansion along the first row: 2 (1*0 - 3*4) - 1 (0*0 - 3*1) + 5 (0*4 - 1*1) = -24 + 3 - 5 = -26.
+  Tensor y = run_single(make_node("Det", 1), 11, {tensor<double>({3, 3}, {2, 1, 5, 0, 1, 3, 1, 4, 0})});
+  EXPECT_TRUE(y.shape.empty());
+  expect_values<double>(y, {-26}, 1e-12);
+  // A 0 x 0 matrix has determinant 1 (the empty product).
+  expect_values<double>(run_single(make_node("Det", 1), 11, {tensor<double>({2, 0, 0}, {})}), {1, 1}, 0);
+}
+
+TEST(NormOpsErrors, DetNeedsSquareMatrices) {
+  try {
+    run_single(make_node("Det", 1), 11, {tensor<double>({2, 3}, {1, 2, 3, 4, 5, 6})});
+    FAIL() << "a 2x3 matrix was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("n_Det"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("square"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace onnxtrain

@@ -54,6 +54,13 @@ void add_normalization_cases(std::vector<RuleCase>& v) {
   v.push_back(make("LRN_size2_opset1", "LRN", {{1, 4, 3}}, {{"size", int64_t{2}}, {"alpha", 1.0f}, {"beta", 0.6f}, {"bias", 2.0f}},
                    {}, 12));
   v.push_back(make("LRN_size5_wider_than_C", "LRN", {{2, 3, 2, 1}}, {{"size", int64_t{5}}, {"alpha", 0.8f}}, {}, 17));
+
+  // Det: entries in [0.5, 2] with random signs keep these small matrices away from singular ones on average;
+  // the checker's relative tolerance covers the rest. 1x1, 2x2, batched 3x3 and 4x4.
+  v.push_back(signed_(make("Det_1x1", "Det", {{1, 1}}, {}, {{0.5, 2.0}}, 11)));
+  v.push_back(signed_(make("Det_2x2", "Det", {{2, 2}}, {}, {{0.5, 2.0}}, 11)));
+  v.push_back(signed_(make("Det_batched_3x3", "Det", {{2, 3, 3}}, {}, {{0.5, 2.0}}, 13)));
+  v.push_back(signed_(make("Det_4x4", "Det", {{4, 4}}, {}, {{0.5, 2.0}}, 17)));
 }
 
 }  // namespace onnxtrain::test

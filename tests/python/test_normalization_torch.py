@@ -33,7 +33,8 @@ def torch_ref(fn, x, dy):
 
 
 def check(model, fn, x, seed=1):
-    dy = np.random.default_rng(seed).standard_normal(x.shape)
+    out_shape = fn(torch.tensor(x)).shape  # x's shape except for Det
+    dy = np.random.default_rng(seed).standard_normal(tuple(out_shape))
     y, dx = ours(model, x, dy)
     ry, rdx = torch_ref(fn, x, dy)
     np.testing.assert_allclose(y, ry, rtol=1e-10, atol=1e-12)
@@ -92,3 +93,33 @@ def test_mean_variance_normalization(axes, shape, opset):
     x = np.random.default_rng(5).uniform(-2, 2, shape)
     attrs = {} if axes is None else {"axes": axes}
     check(one_node("MeanVarianceNormalization", shape, opset, **attrs), mvn, x)
+
+
+def det_model(shape, opset=13):
+    x = helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(shape))
+    y = helper.make_tensor_value_info("y", TensorProto.DOUBLE, list(shape[:-2]))
+    g = helper.make_graph([helper.make_node("Det", ["x"], ["y"])], "g", [x], [y])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4), (5, 2, 2), (1, 1)])
+def test_det(shape):
+    x = np.random.default_rng(6).uniform(-2, 2, shape)
+    check(det_model(shape), torch.linalg.det, x)
+
+
+@pytest.mark.parametrize(
+    "a,cof",
+    [
+        # rank 1: the cofactor matrix [[d, -c], [-b, a]]
+        ([[1.0, 2.0], [2.0, 4.0]], [[4.0, -2.0], [-2.0, 1.0]]),
+        # rank 2: cofactors worked out by hand (each a signed 2x2 minor)
+        ([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]], [[-3.0, 6.0, -3.0], [6.0, -12.0, 6.0], [-3.0, 6.0, -3.0]]),
+    ],
+)
+def test_det_gradient_at_singular_matrices_is_the_cofactor_matrix(a, cof):
+    # d det / dA is the cofactor matrix everywhere, singular A included (there det * inverse^T does not exist).
+    a = np.array(a)
+    y, dx = ours(det_model(a.shape), a, np.array(1.0))
+    assert y == pytest.approx(0.0, abs=1e-12)
+    np.testing.assert_allclose(dx, np.array(cof), atol=1e-12)
