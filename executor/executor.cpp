@@ -100,6 +100,24 @@ ExecutionPlan& Executor::plan_for(std::span<const Tensor* const> feeds) {
   return *last_;
 }
 
+std::vector<KernelOutput> Executor::plan_outputs(const std::vector<KernelOutput>& feeds) {
+  if (feeds.size() != feed_names_.size())
+    fail("executor", "expected " + std::to_string(feed_names_.size()) + " inputs, got " + std::to_string(feeds.size()));
+  // plan_for reads only the feeds' dtypes and shapes, never their data.
+  std::vector<Tensor> specs(feeds.size());
+  std::vector<const Tensor*> ptrs;
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    specs[i].dtype = feeds[i].dtype;
+    specs[i].shape = feeds[i].shape;
+    specs[i].device = opts_.device;
+    ptrs.push_back(&specs[i]);
+  }
+  const ExecutionPlan& plan = plan_for(ptrs);
+  std::vector<KernelOutput> r;
+  for (size_t i = 0; i < output_names_.size(); ++i) r.push_back({plan.outputs()[i]->dtype, plan.outputs()[i]->shape});
+  return r;
+}
+
 std::span<const Tensor* const> Executor::run(std::span<const Tensor* const> feeds) {
   if (feeds.size() != feed_names_.size())
     fail("executor", "expected " + std::to_string(feed_names_.size()) + " inputs, got " + std::to_string(feeds.size()));

@@ -53,6 +53,9 @@ class Executor {
   // The results are views on this executor's device, valid until the next run: read them across the edge
   // (executor/transfer.h) unless the executor runs on the CPU.
   std::span<const Tensor* const> run(std::span<const Tensor* const> feeds);
+  // Compiles (and keeps) the plan for feeds of these dtypes and shapes without running it, and returns the
+  // dtypes and shapes of the outputs: a control-flow kernel plans its subgraphs this way at its own plan time.
+  std::vector<KernelOutput> plan_outputs(const std::vector<KernelOutput>& feeds);
   // Owning host copies, by name: this is a session edge.
   std::vector<Tensor> run(const std::map<std::string, Tensor>& feeds);
 

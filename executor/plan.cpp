@@ -88,12 +88,32 @@ class PlanCompiler {
   // (executor/plan_fusion.h). Checking every value keeps every node as written, so a non-finite value is
   // reported at the node that made it.
   const Graph& fused_graph() {
+    const Graph* src = with_outer_inputs();
     if (spec_.device != Device::CPU || !spec_.registry->extends_defaults() || spec_.check_every_value)
-      return *spec_.graph;
-    fused_.nodes = spec_.graph->nodes;
-    fused_.inputs = spec_.graph->inputs;
+      return *src;
+    fused_.nodes = src->nodes;
+    fused_.inputs = src->inputs;
     fold_transposes_into_matmuls(fused_.nodes, spec_.outputs, spec_.graph);
     return fused_;
+  }
+
+  // Control flow (If, Loop, Scan): the values a node's subgraphs read from this scope become extra inputs of
+  // its step, appended after the node's own in subgraph_outer_references' order (where the kernel finds them),
+  // so that the plan orders, feeds and keeps them alive like any input, and the Transpose folding above counts
+  // them as readers. The spec's graph itself is left as it is; a graph without subgraphs is not copied.
+  const Graph* with_outer_inputs() {
+    const Graph& g = *spec_.graph;
+    auto has_subgraph = [](const Node& n) {
+      return std::any_of(n.attributes.begin(), n.attributes.end(),
+                         [](const auto& a) { return std::holds_alternative<std::shared_ptr<Graph>>(a.second); });
+    };
+    if (std::none_of(g.nodes.begin(), g.nodes.end(), has_subgraph)) return &g;
+    explicit_.nodes = g.nodes;
+    explicit_.inputs = g.inputs;
+    for (Node& n : explicit_.nodes)
+      if (has_subgraph(n))
+        for (const std::string& v : subgraph_outer_references(n)) n.inputs.push_back(v);
+    return &explicit_;
   }
 
   const Tensor* lookup(const std::string& name) const {
@@ -379,6 +399,7 @@ class PlanCompiler {
 
   const PlanSpec& spec_;
   Graph fused_;  // nodes only (initializers are state)
+  Graph explicit_;  // nodes only: the graph with control flow's outer references as inputs (with_outer_inputs)
   bool fuse_ = false;  // elementwise fusion: the plan runs fused_ (CPU, built-in kernels, values not checked)
   std::vector<std::optional<EwOp>> step_ops_;  // per step: the fusable elementwise op it computes
   std::unique_ptr<ExecutionPlan> plan_;

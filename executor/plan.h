@@ -61,6 +61,8 @@ class ExecutionPlan {
   std::span<const Tensor* const> run(std::span<const Tensor* const> feeds);
 
   size_t arena_bytes() const { return arena_bytes_; }
+  // The values run() returns, with the dtypes and shapes planned for them (control-flow kernels read them).
+  const std::vector<const Tensor*>& outputs() const { return outputs_; }
   size_t num_steps() const { return steps_.size(); }
   // With PlanSpec::profile: every step in execution order, with its calls and time so far; empty otherwise.
   std::vector<StepTime> profile() const;

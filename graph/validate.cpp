@@ -233,6 +233,16 @@ std::vector<size_t> topological_order(const Graph& g, const std::vector<std::str
   return kahn(g, available);
 }
 
+std::vector<std::string> subgraph_outer_references(const Node& n) {
+  NameSet implicit;
+  for (const auto& [k, a] : n.attributes)
+    if (const auto* g = std::get_if<std::shared_ptr<Graph>>(&a); g && *g) outer_references(**g, implicit);
+  implicit.erase(std::string());
+  std::vector<std::string> sorted(implicit.begin(), implicit.end());
+  std::sort(sorted.begin(), sorted.end());
+  return sorted;
+}
+
 void sort_topologically(Graph& g) {
   const auto order = topological_order(g);
   std::vector<Node> sorted;

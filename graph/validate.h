@@ -19,4 +19,9 @@ void check_graph(const Graph& g, const std::string& source);
 std::vector<size_t> topological_order(const Graph& g, const std::vector<std::string>& outer_scope = {});
 void sort_topologically(Graph& g);
 
+// The values a node's subgraphs (If branches, Loop and Scan bodies, nested at any depth) read from the scope
+// around the node, sorted and each once: inputs of the node that its attributes hide. The executor plans them
+// as extra inputs of a control-flow step and the gradient engine routes gradients to them.
+std::vector<std::string> subgraph_outer_references(const Node& n);
+
 }  // namespace onnxtrain
