@@ -36,6 +36,9 @@ bool schema_says_differentiable(const Node& n, size_t i, int64_t opset) {
   // (a learned initial state, or a state carried across sequences); torch differentiates h0 and c0, and so do we.
   if (n.domain.empty() && (n.op_type == "LSTM" || n.op_type == "GRU" || n.op_type == "RNN") && (i == 5 || i == 6))
     return true;
+  // GridSample tags its grid NonDifferentiable, yet the output is piecewise smooth in it (spatial transformers
+  // learn it); torch differentiates the grid, and so do we.
+  if (n.domain.empty() && n.op_type == "GridSample" && i == 1) return true;
   const onnx::OpSchema* s = onnx::OpSchemaRegistry::Schema(n.op_type, static_cast<int>(opset), n.domain);
   if (!s || s->inputs().empty()) return true;
   const auto& params = s->inputs();
@@ -69,30 +72,8 @@ void inline_calls_without_rules(Graph& g, const std::map<std::string, int64_t>& 
 }
 
 // Values a node's subgraphs (If, Loop, Scan bodies) read from the enclosing scope: a trainable tensor can
-// reach a control-flow node that way without being one of its inputs.
-void collect_outer_references(const Graph& body, std::unordered_set<std::string>& out) {
-  std::unordered_set<std::string> local;
-  for (const ValueInfo& v : body.inputs) local.insert(v.name);
-  for (const auto& [name, t] : body.initializers) local.insert(name);
-  for (const Node& n : body.nodes)
-    for (const std::string& o : n.outputs) local.insert(o);
-  std::unordered_set<std::string> inner;
-  for (const Node& n : body.nodes) {
-    for (const std::string& in : n.inputs) inner.insert(in);
-    for (const auto& [key, a] : n.attributes)
-      if (const auto* sub = std::get_if<std::shared_ptr<Graph>>(&a); sub && *sub) collect_outer_references(**sub, inner);
-  }
-  for (const ValueInfo& v : body.outputs) inner.insert(v.name);
-  for (const std::string& v : inner)
-    if (!v.empty() && !local.count(v)) out.insert(v);
-}
-
-std::unordered_set<std::string> outer_references(const Node& n) {
-  std::unordered_set<std::string> out;
-  for (const auto& [key, a] : n.attributes)
-    if (const auto* sub = std::get_if<std::shared_ptr<Graph>>(&a); sub && *sub) collect_outer_references(**sub, out);
-  return out;
-}
+// reach a control-flow node that way without being one of its inputs (graph/validate.h).
+std::vector<std::string> outer_references(const Node& n) { return subgraph_outer_references(n); }
 
 bool is_control_flow(const Node& n) {
   return (n.domain.empty() || n.domain == "ai.onnx") && (n.op_type == "If" || n.op_type == "Loop" || n.op_type == "Scan");
@@ -225,8 +206,18 @@ GradientResult build_gradients(Graph& g, const std::map<std::string, int64_t>& o
       }
       continue;
     }
-    // Copy: emitting appends to g.nodes, which may move the node.
-    const Node n = g.nodes[idx];
+    // Copy: emitting appends to g.nodes, which may move the node. A control-flow node's copy lists what its
+    // subgraphs read from this scope as extra inputs after its own (as the executor plans it), so its rule sees
+    // them as X(i) and their gradients are routed like any input's; the graph's node keeps its ONNX inputs.
+    Node n = g.nodes[idx];
+    const size_t n_own = n.inputs.size();
+    if (is_control_flow(n))
+      for (const std::string& v : outer_references(n)) n.inputs.push_back(v);
+    // Outer references carry no schema tag: every floating-point one that depends on a trainable tensor needs one.
+    auto needs = [&](size_t i) {
+      if (i < n_own) return needs_input(n, i);
+      return !req.stop_gradients.count(n.inputs[i]) && from_wrt.count(n.inputs[i]) && is_float(n.inputs[i]);
+    };
     std::vector<std::optional<Expr>> dys;
     bool any = false;
     for (const std::string& o : n.outputs) {
@@ -249,21 +240,22 @@ GradientResult build_gradients(Graph& g, const std::map<std::string, int64_t>& o
                              "' to '" + req.outputs.front() + "'");
     }
     std::vector<Expr> xs, ys, dy;
-    std::vector<bool> needs;
+    std::vector<bool> needs_dx;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
-      xs.push_back(n.inputs[i].empty() ? Expr{} : value(b, n.inputs[i]));
-      needs.push_back(needs_input(n, i));
+      const bool untyped_outer = i >= n_own && !g.type_of(n.inputs[i]);  // an outer int read, say: no gradient
+      xs.push_back(n.inputs[i].empty() || untyped_outer ? Expr{} : value(b, n.inputs[i]));
+      needs_dx.push_back(!untyped_outer && needs(i));
     }
     for (size_t o = 0; o < n.outputs.size(); ++o) {
       ys.push_back(n.outputs[o].empty() || !g.type_of(n.outputs[o]) ? Expr{} : value(b, n.outputs[o]));
       dy.push_back(dys[o] ? *dys[o] : (ys[o].valid() && is_floating(ys[o].dtype()) ? zeros_like(ys[o]) : Expr{}));
     }
-    RuleContext ctx(b, n, opset_for(opsets, n.domain), xs, ys, dy, needs);
+    RuleContext ctx(b, n, opset_for(opsets, n.domain), xs, ys, dy, needs_dx);
     (*rule)(ctx);
     for (const std::string& r : ctx.reads()) result.saved_forward_values.insert(r);
     const auto& dx = ctx.results();
     for (size_t i = 0; i < n.inputs.size(); ++i) {
-      if (!needs[i] || i >= dx.size() || !dx[i]) continue;
+      if (!needs_dx[i] || i >= dx.size() || !dx[i]) continue;
       pending[n.inputs[i]].push_back(rules::sum_to_shape(*dx[i], xs[i], n, opset_for(opsets, "")));
     }
   }
@@ -342,8 +334,11 @@ YieldSplit split_at_yield(const Graph& g) {
   // Saved values: whatever a backward node reads that the forward part defines (initializers and constants
   // excepted).
   std::set<std::string> seen, recomputed;
-  for (size_t i = *at + 1; i < g.nodes.size(); ++i)
-    for (const std::string& in : g.nodes[i].inputs) {
+  for (size_t i = *at + 1; i < g.nodes.size(); ++i) {
+    // What a backward control-flow node's subgraphs read (the recomputed forward of an If branch) counts too.
+    std::vector<std::string> reads = g.nodes[i].inputs;
+    for (const std::string& v : outer_references(g.nodes[i])) reads.push_back(v);
+    for (const std::string& in : reads) {
       if (in.empty() || g.initializers.count(in) || bwd_values.count(in) || !fwd_values.count(in)) continue;
       if (constants.count(in)) {
         recomputed.insert(in);
@@ -351,6 +346,7 @@ YieldSplit split_at_yield(const Graph& g) {
       }
       if (seen.insert(in).second) r.saved.push_back(in);
     }
+  }
   // The constant nodes the recomputed values need, transitively, in forward order.
   std::vector<Node> recompute;
   for (auto it = constant_nodes.rbegin(); it != constant_nodes.rend(); ++it) {

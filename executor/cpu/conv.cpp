@@ -1308,6 +1308,65 @@ template <class T> class AvgPoolGradKernel final : public Kernel {
   std::vector<T> inv_;
 };
 
+// LpPool / GlobalLpPool: Y = (sum over the window of |x|^p)^(1/p); padding adds zeros, so it is skipped. The
+// sums run in double; p = 1 and 2 avoid pow.
+template <class T> T lp_norm(double sum, int64_t p) {
+  return static_cast<T>(p == 1 ? sum : p == 2 ? std::sqrt(sum) : std::pow(sum, 1.0 / static_cast<double>(p)));
+}
+inline double lp_term(double v, int64_t p) {
+  return p == 1 ? std::abs(v) : p == 2 ? v * v : std::pow(std::abs(v), static_cast<double>(p));
+}
+
+template <class T> class LpPoolKernel final : public Kernel {
+ public:
+  LpPoolKernel(Geo g, int64_t p) : g_(g), p_(p) {}
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* x = in[0]->ptr<T>();
+    T* y = out[0]->ptr<T>();
+    const Geo g = g_;
+    const int64_t p = p_, isz = g.in_size(), osz = g.out_size(), planes = g.N * g.C;
+    cpu::parallel_for(planes, planes * osz * g.k_size() > (1 << 13), [&](int64_t pl) {
+      const T* xp = x + pl * isz;
+      for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+        for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+          for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
+            double acc = 0;
+            for_each_in_window(g, o0, o1, o2, [&](int64_t at) { acc += lp_term(static_cast<double>(xp[at]), p); });
+            y[pl * osz + (o0 * g.out[1] + o1) * g.out[2] + o2] = lp_norm<T>(acc, p);
+          }
+    });
+  }
+
+ private:
+  Geo g_;
+  int64_t p_;
+};
+
+template <class T> class GlobalLpPoolKernel final : public Kernel {
+ public:
+  GlobalLpPoolKernel(int64_t planes, int64_t size, int64_t p) : planes_(planes), size_(size), p_(p) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* x = in[0]->ptr<T>();
+    T* y = out[0]->ptr<T>();
+    cpu::parallel_for(planes_, planes_ * size_ > (1 << 13), [&](int64_t pl) {
+      double acc = 0;
+      for (int64_t i = 0; i < size_; ++i) acc += lp_term(static_cast<double>(x[pl * size_ + i]), p_);
+      y[pl] = lp_norm<T>(acc, p_);
+    });
+  }
+
+ private:
+  int64_t planes_, size_, p_;
+};
+
+// LpPool's p: an int from opset 2 (opset 1's float p is not supported); ONNX leaves p < 1 undefined.
+int64_t lp_pool_p(PrepareContext& ctx) {
+  const int64_t p = ctx.node.attr_int("p", 2);
+  if (p < 1) ctx.fail("p must be >= 1, got " + std::to_string(p));
+  return p;
+}
+
 template <class T, bool Max> class GlobalPoolKernel final : public Kernel {
  public:
   GlobalPoolKernel(int64_t planes, int64_t size) : planes_(planes), size_(size) {}
@@ -1404,6 +1463,33 @@ template <bool Max> std::unique_ptr<Kernel> make_global_pool(PrepareContext& ctx
   cpu::fail_dtype(ctx);
 }
 
+std::unique_ptr<Kernel> make_lp_pool(PrepareContext& ctx) {
+  const Geo g = pool_geometry(ctx);
+  const DType t = ctx.inputs[0].dtype;
+  const int64_t p = lp_pool_p(ctx);
+  set_output(ctx, 0, t, out_shape(g, g.C));
+  if (t == DType::Float32) return std::make_unique<LpPoolKernel<float>>(g, p);
+  if (t == DType::Float64) return std::make_unique<LpPoolKernel<double>>(g, p);
+  cpu::fail_dtype(ctx);
+}
+
+std::unique_ptr<Kernel> make_global_lp_pool(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "X");
+  if (x.shape.size() < 3) ctx.fail("X " + shape_string(x.shape) + " must have rank >= 3");
+  const int64_t p = lp_pool_p(ctx);
+  std::vector<int64_t> out{x.shape[0], x.shape[1]};
+  int64_t size = 1;
+  for (size_t i = 2; i < x.shape.size(); ++i) {
+    out.push_back(1);
+    size *= x.shape[i];
+  }
+  set_output(ctx, 0, x.dtype, out);
+  const int64_t planes = x.shape[0] * x.shape[1];
+  if (x.dtype == DType::Float32) return std::make_unique<GlobalLpPoolKernel<float>>(planes, size, p);
+  if (x.dtype == DType::Float64) return std::make_unique<GlobalLpPoolKernel<double>>(planes, size, p);
+  cpu::fail_dtype(ctx);
+}
+
 }  // namespace
 
 void register_cpu_conv(KernelRegistry& r) {
@@ -1417,6 +1503,8 @@ void register_cpu_conv(KernelRegistry& r) {
   cpu::add(r, "onnxtrain", "AveragePoolGrad", 1, flt, make_avg_pool_grad);
   cpu::add(r, "GlobalAveragePool", 1, flt, make_global_pool<false>);
   cpu::add(r, "GlobalMaxPool", 1, flt, make_global_pool<true>);
+  cpu::add(r, "LpPool", 2, flt, make_lp_pool);
+  cpu::add(r, "GlobalLpPool", 2, flt, make_global_lp_pool);
 }
 
 }  // namespace onnxtrain

@@ -59,12 +59,7 @@ std::vector<double> coefficients(const ResizeAttrs& a, double ratio, double scal
     }
     case Mode::Cubic: {
       const double A = a.cubic_a;
-      auto kernel = [A](double x) {
-        x = std::abs(x);
-        if (x <= 1) return ((A + 2) * x - (A + 3)) * x * x + 1;
-        if (x < 2) return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A;
-        return 0.0;
-      };
+      auto kernel = [A](double x) { return cpu::cubic_kernel(A, x); };
       if (!a.antialias) return {kernel(ratio + 1), kernel(ratio), kernel(1 - ratio), kernel(2 - ratio)};
       const double s = std::min(scale, 1.0);
       const auto start = static_cast<int64_t>(std::floor(-2 / s) + 1);

@@ -2,6 +2,7 @@
 // Resize's plan-time tap tables, shared by the CPU kernel (executor/cpu/resize.cpp, which builds them) and its
 // CUDA twin (executor/cuda/misc.cu, which uploads and applies them), so both backends interpolate with the
 // same weights.
+#include <cmath>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -28,6 +29,22 @@ struct AxisTaps {
     return true;
   }
 };
+
+// Keys' cubic convolution kernel with parameter A (Resize's cubic_coeff_a, -0.75 for GridSample's bicubic),
+// at signed distance x from the tap; and its derivative in x (GridSample's grid gradient).
+inline double cubic_kernel(double A, double x) {
+  x = std::abs(x);
+  if (x <= 1) return ((A + 2) * x - (A + 3)) * x * x + 1;
+  if (x < 2) return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A;
+  return 0.0;
+}
+inline double cubic_kernel_slope(double A, double x) {
+  const double s = x < 0 ? -1.0 : 1.0;
+  x = std::abs(x);
+  if (x <= 1) return s * (3 * (A + 2) * x - 2 * (A + 3)) * x;
+  if (x < 2) return s * ((3 * A * x - 10 * A) * x + 8 * A);
+  return 0.0;
+}
 
 // What the CPU Resize kernel planned: the axes to resize, innermost first, applied one after another.
 class ResizeTaps {

@@ -12,6 +12,8 @@
 //                  standard-op expansion: dY divided by each window's divisor, spread back by a ConvTranspose
 //                  with a kernel of ones over (batch*channel) planes.
 //   GlobalAveragePool / GlobalMaxPool: dY spread evenly / to the maxima.
+//   LpPool / GlobalLpPool: in standard ops, dY * Y^(1-p) spread over the windows (as AveragePool's dilated
+//                  case) times |X|^(p-1) sign(X).
 // The geometry (explicit pads for auto_pad, output_padding, divisors) is resolved here, so the spatial dims
 // of the input must be known statically; batch and channel dims may be symbolic.
 #include <algorithm>
@@ -322,6 +324,24 @@ TensorData filled(DType t, const std::vector<int64_t>& dims, const std::vector<d
   return TensorData::from<float>(dims, std::span<const float>(f));
 }
 
+// The adjoint of a window sum: each value of `v` (the pooled shape) added at its window's taps inside the input,
+// as a ConvTranspose with a kernel of ones over planes [N*C, 1, out...] (one single-channel kernel serves every
+// channel); the result has input 0's shape.
+Expr spread_windows(RuleContext& c, const Expr& v, const Win& g) {
+  GraphBuilder& b = c.builder();
+  const DType t = v.dtype();
+  std::vector<int64_t> planes{-1, 1};
+  planes.insert(planes.end(), g.out.begin(), g.out.end());
+  Expr p = reshape(v, int64s(b, planes), dims_shape({Dim{}, Dim::of(1)}, g.out));
+  std::vector<int64_t> kdims{1, 1};
+  kdims.insert(kdims.end(), g.k.begin(), g.k.end());
+  int64_t ksz = 1;
+  for (int64_t k : g.k) ksz *= k;
+  Expr ones = constant(b, filled(t, kdims, std::vector<double>(static_cast<size_t>(ksz), 1.0)));
+  Expr dx = conv_transpose_to(c, p, ones, g, g.in, 1, TypeInfo{t, dims_shape({Dim{}, Dim::of(1)}, g.in)});
+  return rules::reshape_to_input(c, dx, 0);
+}
+
 void average_pool_rule(RuleContext& c) {
   const TypeInfo xt = spatial_known(c, 0);
   if (!c.node().has_attr("kernel_shape")) c.fail("attribute 'kernel_shape' is required");
@@ -362,17 +382,45 @@ void average_pool_rule(RuleContext& c) {
   }
   const bool uniform = std::all_of(inv.begin(), inv.end(), [&](double v) { return v == inv[0]; });
   Expr scaled = uniform ? dy * inv[0] : dy * constant(b, filled(t, g.out, inv));
-  // Planes of [N*C, 1, out...] so one single-channel kernel of ones serves every channel.
-  std::vector<int64_t> planes{-1, 1};
-  planes.insert(planes.end(), g.out.begin(), g.out.end());
-  Expr p = reshape(scaled, int64s(b, planes), dims_shape({Dim{}, Dim::of(1)}, g.out));
-  std::vector<int64_t> kdims{1, 1};
-  kdims.insert(kdims.end(), g.k.begin(), g.k.end());
-  int64_t ksz = 1;
-  for (int64_t k : g.k) ksz *= k;
-  Expr ones = constant(b, filled(t, kdims, std::vector<double>(static_cast<size_t>(ksz), 1.0)));
-  Expr dx = conv_transpose_to(c, p, ones, g, g.in, 1, TypeInfo{t, dims_shape({Dim{}, Dim::of(1)}, g.in)});
-  c.set_dX(0, rules::reshape_to_input(c, dx, 0));
+  c.set_dX(0, spread_windows(c, scaled, g));
+}
+
+// LpPool: Y = (sum_w |x|^p)^(1/p), so dX = (sum over the windows holding x of dY * Y^(1-p)) * |x|^(p-1) sign(x),
+// the window sum spread by spread_windows. Y = 0 (a window of zeros) would give 0 * inf: there the gradient is
+// taken as 0 (a subgradient), by Where.
+Expr lp_factor(RuleContext& c, const Expr& dy, const Expr& y, int64_t p) {
+  if (p == 1) return dy;
+  Expr zero = scalar(c.builder(), y.dtype(), 0.0);
+  Expr safe = where(greater(y, zero), y, ones_like(y));
+  Expr inv = p == 2 ? 1.0 / safe : pow(safe, scalar(c.builder(), y.dtype(), static_cast<double>(1 - p)));
+  return where(greater(y, zero), dy * inv, zeros_like(dy));
+}
+
+Expr lp_slope(RuleContext& c, const Expr& x, int64_t p) {
+  if (p == 1) return sign(x);
+  if (p == 2) return x;
+  return pow(abs(x), scalar(c.builder(), x.dtype(), static_cast<double>(p - 1))) * sign(x);
+}
+
+int64_t lp_p(RuleContext& c) {
+  const int64_t p = c.node().attr_int("p", 2);
+  if (p < 1) c.fail("p must be >= 1, got " + std::to_string(p));
+  return p;
+}
+
+void lp_pool_rule(RuleContext& c) {
+  const TypeInfo xt = spatial_known(c, 0);
+  if (!c.node().has_attr("kernel_shape")) c.fail("attribute 'kernel_shape' is required");
+  const Win g = window(c, *xt.shape, c.node().attr_ints("kernel_shape"), c.node().attr_int("ceil_mode", 0) != 0);
+  const int64_t p = lp_p(c);
+  Expr spread = spread_windows(c, lp_factor(c, c.dY(0), c.Y(0), p), g);
+  c.set_dX(0, spread * lp_slope(c, c.X(0), p));
+}
+
+// GlobalLpPool: the same with one window per plane (dY [N, C, 1...] broadcasts over it).
+void global_lp_pool_rule(RuleContext& c) {
+  const int64_t p = lp_p(c);
+  c.set_dX(0, lp_factor(c, c.dY(0), c.Y(0), p) * lp_slope(c, c.X(0), p));
 }
 
 void global_average_pool_rule(RuleContext& c) {
@@ -399,6 +447,8 @@ void register_conv_rules(GradientRegistry& r) {
   r.add("AveragePool", average_pool_rule);
   r.add("GlobalAveragePool", global_average_pool_rule);
   r.add("GlobalMaxPool", global_max_pool_rule);
+  r.add("LpPool", lp_pool_rule);
+  r.add("GlobalLpPool", global_lp_pool_rule);
 }
 
 }  // namespace onnxtrain

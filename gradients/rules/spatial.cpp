@@ -1,9 +1,147 @@
-// Gradients of the spatial op family (see register_spatial_rules in gradients/rule.h).
+// Gradients of the spatial op family (see register_spatial_rules in gradients/rule.h):
+//   GridSample: the fused onnxtrain.GridSampleGrad(dY, X, grid) -> (dX, dGrid) with GridSample's attributes
+//               (native kernel in executor/cpu/spatial.cpp). dX scatters dY to the interpolation taps, dGrid is
+//               the slope of the interpolation weights against X (zero for nearest, whose output is piecewise
+//               constant in the grid). It has NO standard-ONNX function body yet: one would rebuild the taps
+//               with Floor/Gather, the three padding modes and the cubic weights, and scatter with
+//               ScatterElements(reduction='add'); left as follow-up, so it is not in fused_grad_uses() (which
+//               promises a body) and a gradient graph exported with it runs in onnxtrain only.
+//   Col2Im:     its adjoint, Im2Col, in standard ops: dY padded, flattened over the image, and gathered with a
+//               constant [K, L] table of the positions block offset k of block l reads.
+//   MaxRoiPool: the fused onnxtrain.MaxRoiPoolGrad(dY, X, rois) -> dX (each dY added at its bin's first
+//               maximum); no function body (no standard op finds a bin's argmax), not in fused_grad_uses().
+//               rois get no gradient: the bins move in integer steps, so Y is piecewise constant in them.
+//   MaxUnpool:  dX = dY gathered at the indices (after cropping an output_shape larger than the unpooled size).
+#include <string>
+#include <vector>
+
+#include "gradients/fused.h"
 #include "gradients/rule.h"
 #include "gradients/rules/util.h"
 
 namespace onnxtrain {
 
-void register_spatial_rules(GradientRegistry& /*r*/) {}
+namespace {
+
+// The fused op with only the wanted gradients named (as in rules/conv.cpp): the other outputs stay listed,
+// unnamed, so no kernel computes them.
+std::vector<Expr> fused_grads(RuleContext& c, const std::string& op, const std::vector<Expr>& inputs,
+                              std::vector<TypeInfo> types, std::map<std::string, Attribute> attrs) {
+  std::vector<Expr> g = apply_n(c.builder(), op, inputs, std::move(types), std::move(attrs), kFusedGradDomain);
+  Node& n = c.builder().graph().nodes.back();
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (i < c.num_inputs() && c.has_input(i) && c.needs_dX(i)) continue;
+    c.builder().graph().value_info.erase(n.outputs[i]);
+    n.outputs[i].clear();
+  }
+  return g;
+}
+
+void grid_sample_rule(RuleContext& c) {
+  std::vector<Expr> d = fused_grads(c, "GridSampleGrad", {c.dY(0), c.X(0), c.X(1)},
+                                    {rules::input_type(c, 0), rules::input_type(c, 1)}, c.node().attributes);
+  for (size_t i = 0; i < 2; ++i)
+    if (c.needs_dX(i)) c.set_dX(i, d[i]);
+}
+
+void max_roi_pool_rule(RuleContext& c) {
+  if (!c.needs_dX(0)) return;
+  c.set_dX(0, apply(c.builder(), "MaxRoiPoolGrad", {c.dY(0), c.X(0), c.X(1)}, rules::input_type(c, 0),
+                    c.node().attributes, kFusedGradDomain));
+}
+
+std::vector<int64_t> constant_arg(RuleContext& c, size_t i, const char* what) {
+  auto v = rules::constant_int64s(c.builder().graph(), c.node().inputs[i]);
+  if (!v) c.fail(std::string("needs ") + what + " to be a constant (its gradient's gather table is built from it)");
+  return *v;
+}
+
+void col2im_rule(RuleContext& c) {
+  if (!c.needs_dX(0)) return;
+  GraphBuilder& b = c.builder();
+  const std::vector<int64_t> image = constant_arg(c, 1, "image_shape"), block = constant_arg(c, 2, "block_shape");
+  const size_t r = image.size();
+  if (block.size() != r || r == 0) c.fail("image_shape and block_shape must have the same, nonzero length");
+  const auto attr = [&](const char* name, size_t n, int64_t fallback) {
+    std::vector<int64_t> v = c.node().attr_ints(name, std::vector<int64_t>(n, fallback));
+    if (v.size() != n) c.fail(std::string("attribute '") + name + "' must have " + std::to_string(n) + " entries");
+    return v;
+  };
+  const std::vector<int64_t> s = attr("strides", r, 1), d = attr("dilations", r, 1), pads = attr("pads", 2 * r, 0);
+  // Positions in the padded image, block offsets k (row-major over block) by blocks l (row-major over the grid).
+  std::vector<int64_t> padded(r), out(r);
+  int64_t K = 1, L = 1, P = 1;
+  for (size_t i = 0; i < r; ++i) {
+    padded[i] = image[i] + pads[i] + pads[r + i];
+    out[i] = (padded[i] - ((block[i] - 1) * d[i] + 1)) / s[i] + 1;
+    if (s[i] <= 0 || d[i] <= 0 || out[i] <= 0) c.fail("the blocks do not fit the padded image");
+    K *= block[i];
+    L *= out[i];
+    P *= padded[i];
+  }
+  std::vector<int64_t> table(static_cast<size_t>(K * L));
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t l = 0; l < L; ++l) {
+      int64_t kr = k, lr = l, at = 0, stride = 1;
+      for (size_t i = r; i-- > 0;) {
+        const int64_t ki = kr % block[i], li = lr % out[i];
+        kr /= block[i];
+        lr /= out[i];
+        at += (li * s[i] + ki * d[i]) * stride;
+        stride *= padded[i];
+      }
+      table[static_cast<size_t>(k * L + l)] = at;
+    }
+  Expr dy = c.dY(0);
+  const DType t = dy.dtype();
+  bool any_pad = false;
+  for (int64_t p : pads) any_pad = any_pad || p != 0;
+  if (any_pad) {
+    std::vector<int64_t> full{0, 0};
+    full.insert(full.end(), pads.begin(), pads.begin() + static_cast<std::ptrdiff_t>(r));
+    full.push_back(0);
+    full.push_back(0);
+    full.insert(full.end(), pads.begin() + static_cast<std::ptrdiff_t>(r), pads.end());
+    dy = apply(b, "Pad", {dy, int64s(b, full)}, TypeInfo{t, std::nullopt});
+  }
+  Expr flat = reshape(dy, int64s(b, {0, 0, P}));
+  Expr idx = constant(b, TensorData::from<int64_t>({K, L}, std::span<const int64_t>(table)));
+  Expr cols = apply(b, "Gather", {flat, idx}, TypeInfo{t, std::nullopt}, {{"axis", int64_t{2}}});
+  c.set_dX(0, reshape(cols, int64s(b, {0, -1, L}), rules::input_type(c, 0).shape));
+}
+
+void max_unpool_rule(RuleContext& c) {
+  if (!c.needs_dX(0)) return;
+  GraphBuilder& b = c.builder();
+  Expr dy = c.dY(0);
+  if (c.num_inputs() > 2 && c.has_input(2)) {
+    // An output_shape larger than the unpooled size holds it in its leading corner: crop that back first.
+    const TypeInfo xt = rules::input_type(c, 0);
+    const auto dims = rules::static_dims(xt);
+    if (!dims || dims->size() < 3) c.fail("needs X's shape known statically when output_shape is given");
+    const size_t r = dims->size() - 2;
+    const std::vector<int64_t> k = c.node().attr_ints("kernel_shape");
+    const std::vector<int64_t> s = c.node().attr_ints("strides", std::vector<int64_t>(r, 1));
+    const std::vector<int64_t> p = c.node().attr_ints("pads", std::vector<int64_t>(2 * r, 0));
+    if (k.size() != r || s.size() != r || p.size() != 2 * r) c.fail("kernel_shape, strides or pads do not match X's rank");
+    std::vector<int64_t> ends, axes, starts(r, 0);
+    for (size_t i = 0; i < r; ++i) {
+      ends.push_back(((*dims)[2 + i] - 1) * s[i] - p[i] - p[r + i] + k[i]);
+      axes.push_back(static_cast<int64_t>(i + 2));
+    }
+    dy = apply(b, "Slice", {dy, int64s(b, starts), int64s(b, ends), int64s(b, axes)}, TypeInfo{dy.dtype(), std::nullopt});
+  }
+  Expr flat = reshape(dy, int64s(b, {-1}));
+  c.set_dX(0, apply(b, "Gather", {flat, c.X(1)}, rules::input_type(c, 0), {{"axis", int64_t{0}}}));
+}
+
+}  // namespace
+
+void register_spatial_rules(GradientRegistry& r) {
+  r.add("GridSample", grid_sample_rule);
+  r.add("Col2Im", col2im_rule);
+  r.add("MaxRoiPool", max_roi_pool_rule);
+  r.add("MaxUnpool", max_unpool_rule);
+}
 
 }  // namespace onnxtrain

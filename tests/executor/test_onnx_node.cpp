@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "common/test_env.h"
@@ -46,17 +47,18 @@ Tensor load_tensor(const fs::path& p) {
 }
 
 // "" when equal within tolerance, else a description of the first mismatch.
-std::string compare(const Tensor& got, const Tensor& want) {
+// `atol` is 1e-5 except for the cases in rounded_expectations.
+std::string compare(const Tensor& got, const Tensor& want, double atol = 1e-5) {
   if (got.dtype == DType::BFloat16 && want.dtype == DType::UInt16)
     throw Skip{"the expected bfloat16 values are stored as uint16 and were made by truncation; onnxtrain rounds to "
                "nearest even, as torch does (executor/half.h)"};
   if (got.dtype != want.dtype) return "dtype " + dtype_name(got.dtype) + ", expected " + dtype_name(want.dtype);
   if (got.shape != want.shape) return "shape " + shape_string(got.shape) + ", expected " + shape_string(want.shape);
   const int64_t n = want.numel();
-  auto close = [](double g, double w) {
+  auto close = [atol](double g, double w) {
     if (std::isnan(w)) return std::isnan(g);
     if (std::isinf(w)) return g == w;
-    return std::abs(g - w) <= 1e-5 + 1e-4 * std::abs(w);
+    return std::abs(g - w) <= atol + 1e-4 * std::abs(w);
   };
   auto mismatch = [&](int64_t i, double g, double w) {
     std::ostringstream s;
@@ -141,7 +143,10 @@ std::string run_sets(const Model& m, const std::vector<fs::path>& sets, Feed mod
       return where + ": " + std::to_string(got.size()) + " outputs, expected " + std::to_string(m.graph.outputs.size());
     for (size_t o = 0; o < got.size(); ++o) {
       Tensor want = load_tensor(set / ("output_" + std::to_string(o) + ".pb"));
-      std::string diff = compare(got[o], want);
+      // Cases whose expected values onnx wrote by hand, rounded to 4 decimals (its reference implementation
+      // and onnxruntime both differ from them by up to 5e-5): compared to that precision.
+      static const std::set<std::string> rounded_expectations = {"test_gridsample_bicubic"};
+      std::string diff = compare(got[o], want, rounded_expectations.count(name) ? 5e-5 : 1e-5);
       if (!diff.empty()) return where + " output " + std::to_string(o) + " ('" + m.graph.outputs[o].name + "'): " + diff;
     }
   }
@@ -233,7 +238,9 @@ TEST(OnnxNodeTests, EveryRegisteredOpPassesItsBackendTests) {
     // Ops for which the onnx package ships no node test at all are checked by their own kernel tests instead
     // (named here); an op listed here that gains node tests must pass them like any other.
     static const std::map<std::string, std::string> no_node_tests = {
-        {"LpNormalization", "tests/executor/test_normalization_ops.cpp"}};
+        {"LpNormalization", "tests/executor/test_normalization_ops.cpp"},
+        {"GlobalLpPool", "tests/executor/test_spatial.cpp"},
+        {"MaxRoiPool", "tests/executor/test_spatial.cpp"}};
     if (it == by_op.end() && no_node_tests.count(op)) continue;
     if (o.passed == 0) without_pass.push_back(op + (it == by_op.end() ? " (no node tests found)" : ""));
   }
