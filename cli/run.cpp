@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 
 #include "cli/progress.h"
@@ -21,6 +22,28 @@ std::atomic<bool> g_interrupted{false};
 extern "C" void on_sigint(int) {
   g_interrupted.store(true);
   std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
+}
+
+// Test-only hook, as ONNXTRAIN_TEST_SHAPE_INFERENCE_FAULT is for shape inference: with
+// ONNXTRAIN_TEST_SIGINT_AT_STEP=k the process sends itself SIGINT right after step k (on every rank, or only on
+// rank ONNXTRAIN_TEST_SIGINT_RANK), so the Ctrl-C tests interrupt at a known step instead of racing a timer
+// against the run. Everything from the signal on is the real path: handler, flag, step boundary, checkpoint.
+class SigintAtStep : public Callback {
+ public:
+  explicit SigintAtStep(int64_t step) : step_(step) {}
+  void on_step(Trainer&, const StepInfo& s) override {
+    if (s.step == step_) std::raise(SIGINT);
+  }
+
+ private:
+  int64_t step_;
+};
+
+std::shared_ptr<Callback> test_sigint_hook(int rank) {
+  const char* step = std::getenv("ONNXTRAIN_TEST_SIGINT_AT_STEP");
+  if (!step || !*step) return nullptr;
+  if (const char* only = std::getenv("ONNXTRAIN_TEST_SIGINT_RANK"); only && *only && std::atoi(only) != rank) return nullptr;
+  return std::make_shared<SigintAtStep>(std::atoll(step));
 }
 
 // "<file>:<line>: <key>" for the key, or for the nearest enclosing key that was set ("data.inputs" for
@@ -243,6 +266,7 @@ int run_training(const RunConfig& cfg, TrainingSession& session, const RunData& 
   trainer.add_callback(std::make_shared<CheckpointEvery>(out / "checkpoints", cfg.checkpoint_every, static_cast<int>(cfg.keep_last)));
   if (cfg.patience > 0)
     trainer.add_callback(std::make_shared<EarlyStopping>(cfg.early_metric, cfg.patience, cfg.min_delta, cfg.early_mode));
+  if (auto hook = test_sigint_hook(rank)) trainer.add_callback(hook);
   if (restore_from) trainer.restore(*restore_from, restore_source);
 
   // Rank 0 speaks for the job; the others print only errors.

@@ -131,12 +131,11 @@ TEST(IsolatedInference, BisectionNamesTheCrashingNodeInALongGraph) {
 TEST(IsolatedInference, HangBecomesAnErrorWithinTheTimeout) {
   ScopedEnv timeout("ONNXTRAIN_ONNX_TIMEOUT", "2");
   Model m = pool_over_huge_dim();
-  const auto start = std::chrono::steady_clock::now();
+  // Without the timeout this call would never return (ctest's own limit would end the test): returning with
+  // this error is the whole check, and no stopwatch is needed.
   expect_error([&] { load_model_from_bytes(serialize_model(m), "huge.onnx"); },
                {"huge.onnx: ONNX shape inference: did not finish within 2 s on graph 'huge' (1 nodes)",
                 "ONNXTRAIN_ONNX_TIMEOUT"});
-  // Not a speed check: without the timeout this call would never return.
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
 }
 
 // Failures no model provokes reliably, through the test-only hook in graph/shape_inference.cpp. The hook
