@@ -29,6 +29,9 @@
 //   gathered positions (Gather's data gradient; repeated and negative indices allowed). Body needs opset 16.
 //   SumToShape(dY, shape) -> dX: dY summed back to `shape` after numpy broadcasting; the engine emits it where
 //   symbolic dims leave open whether an input was broadcast. Both bodies: gradients/fused_gather.cpp.
+//   Without a function body (native kernels only, not in fused_grad_uses(); gradients/rules/spatial.cpp):
+//   GridSampleGrad(dY, X, grid) -> (dX, dGrid) with GridSample's attributes, and
+//   MaxRoiPoolGrad(dY, X, rois) -> dX with MaxRoiPool's (each dY added at its bin's first maximum).
 #include <string>
 #include <utility>
 #include <vector>
