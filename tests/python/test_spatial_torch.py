@@ -160,3 +160,46 @@ def test_global_lp_pool_matches_torch():
     ty, (tx,) = torch_vjp(lambda t: F.lp_pool2d(t, 3, (4, 5)), [x], dy)
     np.testing.assert_allclose(y, ty, rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(g["x"], tx, rtol=1e-7, atol=1e-9)
+
+
+# Forward values where torch has no twin: onnxruntime is the oracle (MaxRoiPool has no ONNX node test, and the
+# LpPool node tests do not combine pads, ceil_mode and dilations).
+def ort_run(model, feeds):
+    import onnxruntime as ort
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def test_max_roi_pool_matches_onnxruntime():
+    rng = np.random.default_rng(13)
+    x = rng.normal(size=(2, 3, 9, 11)).astype(np.float32)
+    rois = np.array([[0, 0.4, 1.2, 7.6, 5.1], [1, 3.5, 2.5, 10.2, 8.9], [1, 2, 2, 2, 2], [0, 6, 1, 30, 4]],
+                    dtype=np.float32)
+    node = helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=[3, 2], spatial_scale=0.8)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape),
+                      helper.make_tensor_value_info("rois", TensorProto.FLOAT, rois.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3, 3, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    want = ort_run(model, {"x": x, "rois": rois})
+    got = ot.ForwardBackwardSession(model.SerializeToString()).run_forward({"x": x, "rois": rois})[0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1], "p": 3},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+    {"kernel_shape": [2, 2], "dilations": [2, 1], "strides": [1, 2]},
+    {"kernel_shape": [2, 3], "auto_pad": "SAME_LOWER", "p": 1},
+])
+def test_lp_pool_matches_onnxruntime(attrs):
+    rng = np.random.default_rng(17)
+    x = rng.normal(size=(2, 2, 7, 8)).astype(np.float32)
+    node = helper.make_node("LpPool", ["x"], ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    want = ort_run(model, {"x": x})
+    graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, want.shape))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    got = ot.ForwardBackwardSession(model.SerializeToString()).run_forward({"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
