@@ -8,6 +8,7 @@
 #include "distributed/mpi.h"
 #include "graph/error.h"
 #include "graph/model_io.h"
+#include "training/adapters.h"
 
 namespace onnxtrain::cli {
 
@@ -20,7 +21,8 @@ const std::map<std::string, const char*>& usages() {
            "  train CONFIG.yaml [--set key=value ...]    train or fine-tune a model from a config file\n"
            "  resume CHECKPOINT [--set key=value ...]    continue a run from one of its checkpoints\n"
            "  eval CONFIG.yaml [--model M] [--data F]    validation metrics of a model or checkpoint\n"
-           "  export CHECKPOINT -o MODEL.onnx            the clean inference model of a checkpoint\n"
+           "  export CHECKPOINT -o MODEL.onnx [--adapters]  the clean inference model of a checkpoint (LoRA: merged)\n"
+           "  merge BASE ADAPTERS -o MODEL.onnx          fold a LoRA adapters file into its base model\n"
            "  info MODEL                                 inputs, outputs, weights, ops without a gradient rule\n"
            "  config                                     print the reference config (every key, its default)\n"
            "  ops                                        list every op with a CPU kernel or gradient rule (markdown)\n"
@@ -40,8 +42,14 @@ const std::map<std::string, const char*>& usages() {
       {"eval", "usage: onnxtrain eval CONFIG.yaml [--model MODEL_OR_CHECKPOINT] [--data FILE] [--set key=value ...]\n\n"
                "Prints train.metrics of the model (default: the config's model) on FILE (default: the config's\n"
                "validation data), one 'name value' line each.\n"},
-      {"export", "usage: onnxtrain export CHECKPOINT -o MODEL.onnx\n\n"
-                 "Writes the checkpoint's inference model: current weights, no training info, no optimizer state.\n"},
+      {"export", "usage: onnxtrain export CHECKPOINT -o MODEL.onnx [--adapters]\n\n"
+                 "Writes the checkpoint's inference model: current weights, no training info, no optimizer state.\n"
+                 "With LoRA adapters (docs/lora.md) they are merged into their weights, so MODEL.onnx is the base\n"
+                 "architecture with new weights; --adapters writes the adapters alone instead (a small ONNX file\n"
+                 "for onnxtrain merge).\n"},
+      {"merge", "usage: onnxtrain merge BASE.onnx ADAPTERS.onnx -o MODEL.onnx\n\n"
+                "Applies a LoRA adapters file (onnxtrain export --adapters) to the base model it was trained on and\n"
+                "folds it into the weights: W + (A B) * alpha / rank. MODEL.onnx is a plain ONNX model.\n"},
       {"info", "usage: onnxtrain info MODEL\n\n"
                "Inputs, outputs, floating-point initializers (trainable candidates) with sizes, and the ops without a\n"
                "gradient rule or CPU kernel, so you know before training whether the model can be trained.\n\n"
@@ -97,7 +105,8 @@ const std::string* metadata_value(const Model& m, const std::string& key) {
 TrainingSession session_for(const RunConfig& cfg, Model model, int64_t train_rows,
                             std::shared_ptr<Communicator> comm = world()) {
   TrainingConfig tc = cfg.training;
-  tc.trainable = select_trainable(model, cfg);
+  // With adapters the session trains them; `trainable` then names extra weights only (a fresh head).
+  if (!tc.adapter.active() || !cfg.trainable.empty()) tc.trainable = select_trainable(model, cfg);
   tc.parallel.communicator = std::move(comm);
   if ((tc.schedule.kind == "cosine" || tc.schedule.kind == "linear") && tc.schedule.total_steps == 0)
     tc.schedule.total_steps = std::max<int64_t>(1, planned_steps(cfg, train_rows, world()->size()));
@@ -235,14 +244,37 @@ int cmd_eval(const std::vector<std::string>& argv) {
 }
 
 int cmd_export(const std::vector<std::string>& argv) {
-  Args a = parse_args(argv, {"-o", "--output"});
+  Args a = parse_args(argv, {"-o", "--output"}, {"--adapters"});
   if (a.help) return std::printf("%s", usage_of("export")), 0;
   if (a.options.count("--output")) a.options["-o"] = a.options["--output"];
   if (a.positional.size() != 1 || !a.options.count("-o")) throw UsageError("expected CHECKPOINT -o MODEL.onnx");
   return run_guarded("export", nullptr, [&] {
-    TrainingSession s = TrainingSession::from_checkpoint(a.positional[0]);
-    s.export_inference(a.options["-o"]);
+    const std::string& ckpt = a.positional[0];
+    TrainingSession s = TrainingSession::from_checkpoint(ckpt);
+    Model m = s.export_inference();
+    const bool lora = !find_lora(m.graph).empty();
+    if (a.options.count("--adapters")) {
+      if (!lora) fail(ckpt, "--adapters: the checkpoint has no LoRA adapters (adapter.kind is none)");
+      m = extract_lora(m, s.config().adapter);
+    } else if (lora) {
+      merge_lora(m);
+    }
+    save_model(m, a.options["-o"]);
     std::printf("wrote %s\n", a.options["-o"].c_str());
+    return 0;
+  });
+}
+
+int cmd_merge(const std::vector<std::string>& argv) {
+  Args a = parse_args(argv, {"-o", "--output"});
+  if (a.help) return std::printf("%s", usage_of("merge")), 0;
+  if (a.options.count("--output")) a.options["-o"] = a.options["--output"];
+  if (a.positional.size() != 2 || !a.options.count("-o")) throw UsageError("expected BASE ADAPTERS -o MODEL.onnx");
+  return run_guarded("merge", nullptr, [&] {
+    Model m = apply_lora_file(load_model(a.positional[0]), load_model(a.positional[1]), a.positional[1]);
+    const int n = merge_lora(m);
+    save_model(m, a.options["-o"]);
+    std::printf("merged %d adapted weights; wrote %s\n", n, a.options["-o"].c_str());
     return 0;
   });
 }

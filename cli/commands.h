@@ -34,6 +34,7 @@ int cmd_train(const std::vector<std::string>& args);
 int cmd_resume(const std::vector<std::string>& args);
 int cmd_eval(const std::vector<std::string>& args);
 int cmd_export(const std::vector<std::string>& args);
+int cmd_merge(const std::vector<std::string>& args);
 int cmd_info(const std::vector<std::string>& args);
 int cmd_config(const std::vector<std::string>& args);
 int cmd_ops(const std::vector<std::string>& args);

@@ -254,6 +254,16 @@ const std::vector<Key>& keys() {
       {"mixed_precision.backoff_factor", "0.5", "the scale shrinks by this on an overflowed (skipped) step", [](const Ctx& c, RunConfig& r) { r.training.mixed_precision.backoff_factor = c.num(0, 1, true); }},
       {"mixed_precision.growth_interval", "2000", "finite steps in a row before the scale grows", [](const Ctx& c, RunConfig& r) { r.training.mixed_precision.growth_interval = c.integer(1); }},
 
+      {"adapter.kind", "none", "none, or lora: train low-rank adapters beside the targeted weights, which stay frozen (docs/lora.md)",
+       [](const Ctx& c, RunConfig& r) { r.training.adapter.kind = c.choice({"none", "lora"}); }},
+      {"adapter.rank", "8", "lora: rank of each adapter", [](const Ctx& c, RunConfig& r) { r.training.adapter.rank = c.integer(1, 1 << 20); }},
+      {"adapter.alpha", "16.0", "lora: the adapter's update is scaled by alpha / rank", [](const Ctx& c, RunConfig& r) { r.training.adapter.alpha = c.num(0, kInf, true); }},
+      {"adapter.dropout", "0.0", "lora: dropout on the adapter branch's input (only 0 is supported yet)",
+       [](const Ctx& c, RunConfig& r) { r.training.adapter.dropout = c.num(0, 1); }},
+      {"adapter.target", "[all-linear]", "lora: initializer names or globs of the weights to adapt (MatMul/Gemm/Conv); all-linear = every MatMul/Gemm weight",
+       [](const Ctx& c, RunConfig& r) { r.training.adapter.target = c.strings(); }},
+      {"adapter.seed", "0", "lora: seed of the adapters' Kaiming-uniform initialisation", [](const Ctx& c, RunConfig& r) { r.training.adapter.seed = c.integer(0); }},
+
       {"train.on_non_finite", "raise", "a NaN/Inf loss or gradient: raise (stop, naming step and tensor) or skip (not applied; warned, counted in the summary)",
        [](const Ctx& c, RunConfig& r) { r.training.on_non_finite = c.choice({"raise", "skip"}); }},
       {"train.check_every_value", "false", "debugging: check every intermediate value so the error names the first non-finite tensor",

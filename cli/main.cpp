@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
   if (cmd == "--version") return std::printf("onnxtrain %s\n", ONNXTRAIN_VERSION), 0;
   static const std::map<std::string, int (*)(const std::vector<std::string>&)> commands = {
       {"train", cmd_train}, {"resume", cmd_resume}, {"eval", cmd_eval},  {"export", cmd_export},
-      {"info", cmd_info},   {"config", cmd_config}, {"ops", cmd_ops},    {"gradient-graph", cmd_gradient_graph}};
+      {"info", cmd_info},   {"config", cmd_config}, {"ops", cmd_ops},    {"gradient-graph", cmd_gradient_graph},
+      {"merge", cmd_merge}};
   auto it = commands.find(cmd);
   if (it == commands.end()) {
     std::fprintf(stderr, "onnxtrain: unknown command '%s'\n%s", cmd.c_str(), usage_of(""));

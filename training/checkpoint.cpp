@@ -57,6 +57,12 @@ template <class V> void visit_config(TrainingConfig& c, V& v) {
   v("mixed_precision.growth_factor", c.mixed_precision.growth_factor);
   v("mixed_precision.backoff_factor", c.mixed_precision.backoff_factor);
   v("mixed_precision.growth_interval", c.mixed_precision.growth_interval);
+  v("adapter.kind", c.adapter.kind);
+  v("adapter.rank", c.adapter.rank);
+  v("adapter.alpha", c.adapter.alpha);
+  v("adapter.dropout", c.adapter.dropout);
+  v("adapter.target", c.adapter.target);
+  v("adapter.seed", c.adapter.seed);
   v("penalty.l1", c.penalty.l1);
   v("penalty.l2", c.penalty.l2);
   OptimizerSpec& o = c.optimizer;

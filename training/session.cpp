@@ -39,6 +39,13 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
       device_(parse_device(config_.device)),
       store_(std::make_shared<TensorStore>()) {
   fold_static_shapes(model_);  // exported slice bounds and pads become the constants gradient rules need
+  validate_adapter(config_.adapter);
+  std::vector<std::string> adapter_weights;
+  if (config_.adapter.active()) {
+    std::vector<LoraAdapter> adapters = find_lora(model_.graph);
+    if (adapters.empty()) adapters = apply_lora(model_, config_.adapter);
+    for (const LoraAdapter& a : adapters) adapter_weights.insert(adapter_weights.end(), {a.a, a.b});
+  }
   validate_mixed_precision(config_.mixed_precision);
   const bool mixed = config_.mixed_precision.active();
   // The graph the session computes: the model, with mixed precision's casts when asked for.
@@ -53,7 +60,12 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   const Graph& g = compute ? *compute : model_.graph;
   if (g.outputs.empty()) fail("model", "has no outputs to train");
   trainable_ = config_.trainable;
-  if (trainable_.empty()) {
+  if (!adapter_weights.empty()) {
+    // The adapters, then the extra weights asked for (a new head); everything else is the frozen base.
+    for (const std::string& w : trainable_)
+      if (std::find(adapter_weights.begin(), adapter_weights.end(), w) == adapter_weights.end()) adapter_weights.push_back(w);
+    trainable_ = std::move(adapter_weights);
+  } else if (trainable_.empty()) {
     for (const auto& [name, t] : g.initializers)
       if (is_floating(t.dtype)) trainable_.push_back(name);
     if (trainable_.empty()) fail("model", "has no floating-point initializers to train");

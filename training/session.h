@@ -20,6 +20,7 @@
 #include "losses/penalty.h"
 #include "optimizers/optimizer.h"
 #include "optimizers/schedule.h"
+#include "training/adapters.h"
 #include "training/forward_backward.h"
 #include "training/mixed_precision.h"
 
@@ -58,6 +59,11 @@ struct TrainingConfig {
   // float32, a dynamic loss scale (torch.amp.GradScaler's rule) guards the backward; a step whose loss or
   // gradients are not finite is skipped and counted (overflow_steps()) instead of following on_non_finite.
   MixedPrecisionSpec mixed_precision;
+  // Parameter-efficient fine-tuning (docs/lora.md): with kind "lora" the session rewrites the model with LoRA
+  // adapters on the targeted weights (training/adapters.h) and trains the adapters only, plus the weights
+  // `trainable` names (a fresh classification head, say); the base weights stay frozen. A model that already
+  // carries adapters (a checkpoint, an exported adapted model) keeps them and trains them on.
+  AdapterSpec adapter;
   // Debugging aid: check every value a step computes, so the error names the node that first produced a
   // NaN/Inf rather than the loss or gradient it reached. Costs a pass over every intermediate.
   bool check_every_value = false;
@@ -86,6 +92,7 @@ class TrainingSession {
   Gradients gradients(const Feeds& feeds);
 
   const std::vector<std::string>& trainable() const { return trainable_; }
+  const TrainingConfig& config() const { return config_; }
   const std::string& target_name() const { return target_; }
   // The session's edge (docs/gpu.md): weights, state and every result below come back as host tensors, and
   // set_weight and feeds take tensors on any device, whatever device the session runs on.

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence, Union
 import numpy as np
 
 from ._onnxtrain import (  # noqa: F401  (re-exported)
+    AdapterSpec,
     Communicator,
     Device,
     DistributedSampler,
@@ -44,8 +45,8 @@ from ._onnxtrain import (  # noqa: F401  (re-exported)
 from . import _onnxtrain
 
 __all__ = [
-    "Communicator", "Device", "DistributedSampler", "Elastic", "ForwardBackwardSession", "LossSpec", "MixedPrecisionSpec", "NonFiniteStepWarning", "OnnxtrainError", "OptimizerSpec", "ParamGroup",
-    "PenaltySpec", "ScheduleSpec", "TrainingConfig", "TrainingSession", "communicator_from_environment", "cuda_available", "cuda_unavailable_reason", "launched_by_mpi", "loss_kinds", "make_config", "make_loss", "make_mixed_precision",
+    "AdapterSpec", "Communicator", "Device", "DistributedSampler", "Elastic", "ForwardBackwardSession", "LossSpec", "MixedPrecisionSpec", "NonFiniteStepWarning", "OnnxtrainError", "OptimizerSpec", "ParamGroup",
+    "PenaltySpec", "ScheduleSpec", "TrainingConfig", "TrainingSession", "communicator_from_environment", "cuda_available", "cuda_unavailable_reason", "launched_by_mpi", "loss_kinds", "make_config", "make_adapter", "make_loss", "make_mixed_precision",
     "make_optimizer", "make_penalty", "make_schedule", "optimizer_kinds", "schedule_kinds", "__version__",
 ]
 
@@ -146,12 +147,18 @@ def make_mixed_precision(mixed_precision: Union[None, str, MixedPrecisionSpec, M
                  kind_field="dtype")
 
 
+def make_adapter(adapter: Union[None, str, AdapterSpec, Mapping[str, Any]]) -> AdapterSpec:
+    """None (no adapter), 'lora' (rank 8, alpha 16, every MatMul/Gemm weight), a dict of AdapterSpec fields
+    ({'kind': 'lora', 'rank': 4, 'target': ['*attention*weight']}) or an AdapterSpec (docs/lora.md)."""
+    return _spec(AdapterSpec, "none" if adapter is None else adapter, "adapter")
+
+
 def make_config(*, trainable: Iterable[str] | None = None, loss: Any = "mse", optimizer: Any = "sgd",
                 learning_rate: float | None = None, schedule: Any = None, penalty: Any = None,
                 prediction: str | None = None, device: Union[str, Device, None] = None,
                 inputs_requiring_grad: Iterable[str] | None = None, mixed_precision: Any = None,
                 on_non_finite: str = "raise", check_every_value: bool = False,
-                profile: bool = False) -> TrainingConfig:
+                profile: bool = False, adapter: Any = None) -> TrainingConfig:
     """A TrainingConfig from the same arguments as TrainingSession."""
     if on_non_finite not in ("raise", "skip"):
         raise ValueError(f"on_non_finite: expected 'raise' or 'skip', got {on_non_finite!r}")
@@ -169,6 +176,7 @@ def make_config(*, trainable: Iterable[str] | None = None, loss: Any = "mse", op
     if device is not None:  # else TrainingConfig's default: $ONNXTRAIN_DEVICE, else "cpu"
         cfg.device = _device(device)
     cfg.mixed_precision = make_mixed_precision(mixed_precision)
+    cfg.adapter = make_adapter(adapter)
     return cfg
 
 
@@ -218,6 +226,8 @@ class TrainingSession:
         mixed_precision: None (off), 'float16', 'bfloat16', a dict or a MixedPrecisionSpec: MatMul/Gemm/Conv
             compute on half-precision values, weights stay float32, a dynamic loss scale guards the backward and
             overflowed steps are skipped and counted (``loss_scale``, ``overflow_steps``; docs/trainer.md).
+        adapter: None, 'lora', a dict or an AdapterSpec: LoRA adapters beside the targeted weights, which stay
+            frozen; only the adapters train, plus the weights ``trainable`` names (docs/lora.md).
         on_non_finite: what a step whose loss or a gradient is NaN/Inf does (its update is never applied;
             docs/reliability.md). 'raise' (default): ``train_step`` raises OnnxtrainError naming the step and the
             tensor. 'skip': ``train_step`` returns NaN, the step is counted in ``skipped_steps`` and a
@@ -247,12 +257,13 @@ class TrainingSession:
                  inputs_requiring_grad: Iterable[str] | None = None, config: TrainingConfig | None = None,
                  parallel: Union[None, bool, Communicator] = None, mixed_precision: Any = None,
                  on_non_finite: str = "raise", check_every_value: bool = False, profile: bool = False,
-                 replicas: int = 1):
+                 replicas: int = 1, adapter: Any = None):
         if config is None:
             config = make_config(trainable=trainable, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
                                  schedule=schedule, penalty=penalty, prediction=prediction, device=device,
                                  inputs_requiring_grad=inputs_requiring_grad, mixed_precision=mixed_precision,
-                                 on_non_finite=on_non_finite, check_every_value=check_every_value, profile=profile)
+                                 on_non_finite=on_non_finite, check_every_value=check_every_value, profile=profile,
+                                 adapter=adapter)
         self._s = _onnxtrain.TrainingSession(model, config, _communicator(parallel), _replicas(replicas))
         self.config = config
         self._skips_seen = 0

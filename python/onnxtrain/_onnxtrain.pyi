@@ -94,6 +94,16 @@ class MixedPrecisionSpec:
     def __init__(self, *args: Any, **kwargs: Any) -> None: ...
     def to_dict(self) -> dict[str, Any]: ...
 
+class AdapterSpec:
+    kind: str
+    rank: int
+    alpha: float
+    dropout: float
+    target: list[str]
+    seed: int
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def to_dict(self) -> dict[str, Any]: ...
+
 class TrainingConfig:
     trainable: list[str]
     inputs_requiring_grad: list[str]
@@ -103,6 +113,7 @@ class TrainingConfig:
     optimizer: OptimizerSpec
     schedule: ScheduleSpec
     mixed_precision: MixedPrecisionSpec
+    adapter: AdapterSpec
     device: str
     on_non_finite: str
     check_every_value: bool

@@ -176,6 +176,16 @@ void bind_specs(py::module_& m) {
       .field("growth_interval", &MixedPrecisionSpec::growth_interval, "finite steps in a row before the scale grows")
       .finish();
 
+  SpecClass<AdapterSpec>(m, "AdapterSpec", "Parameter-efficient fine-tuning: LoRA adapters beside frozen weights (docs/lora.md).")
+      .field("kind", &AdapterSpec::kind, "'none' or 'lora'")
+      .field("rank", &AdapterSpec::rank, "rank of each adapter")
+      .field("alpha", &AdapterSpec::alpha, "the adapter's update is scaled by alpha / rank")
+      .field("dropout", &AdapterSpec::dropout, "dropout on the adapter branch's input (only 0 is supported yet)")
+      .field("target", &AdapterSpec::target, "initializer names or globs of the weights to adapt; ['all-linear'] "
+                                             "(or empty) = every MatMul/Gemm weight")
+      .field("seed", &AdapterSpec::seed, "seed of A's Kaiming-uniform initialisation")
+      .finish();
+
   SpecClass<TrainingConfig>(m, "TrainingConfig", "Everything a TrainingSession is built from.")
       .field("trainable", &TrainingConfig::trainable, "initializer names; empty = every floating-point initializer")
       .field("inputs_requiring_grad", &TrainingConfig::inputs_requiring_grad,
@@ -186,6 +196,7 @@ void bind_specs(py::module_& m) {
       .field("optimizer", &TrainingConfig::optimizer, "OptimizerSpec")
       .field("schedule", &TrainingConfig::schedule, "ScheduleSpec")
       .field("mixed_precision", &TrainingConfig::mixed_precision, "MixedPrecisionSpec")
+      .field("adapter", &TrainingConfig::adapter, "AdapterSpec")
       .field("device", &TrainingConfig::device, "'cpu', 'cuda' or 'cuda:N'")
       .field("on_non_finite", &TrainingConfig::on_non_finite,
              "a NaN/Inf loss or gradient: 'raise' (OnnxtrainError naming step and tensor) or 'skip' (not applied, counted)")

@@ -1,0 +1,229 @@
+"""LoRA adapters (issue 26, docs/lora.md): the rewrite onnxtrain applies to an exported model trains exactly like
+the same adapters written by hand in torch on the same base, from the same initial values, on the same data.
+
+Torch reference per adapted weight (A: [in, r], B: [r, out], the layouts onnxtrain stores):
+    Linear: y = base(x) + ((x A) B) * alpha / r
+    Conv:   y = base(x) + conv1x1(conv(x, A, base's stride/padding/dilation), B) * alpha / r
+Only A and B train (torch.optim.AdamW over them alone); the base weights stay frozen.
+"""
+import io
+import math
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import onnxtrain as ot
+
+STEPS, LR = 20, 1e-2
+
+
+class MLP(nn.Module):  # 2-D input: torch exports each nn.Linear as Gemm(x, W, b, transB=1)
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(6, 16), nn.Linear(16, 16), nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.fc3(torch.relu(self.fc2(torch.tanh(self.fc1(x)))))
+
+
+class Attention(nn.Module):  # 3-D input: MatMul(x, Transpose(W)) without constant folding
+    def __init__(self, d=8):
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, x):
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        att = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(q.shape[-1]), dim=-1)
+        return self.out_proj(att @ v).mean(dim=1)
+
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(2, 4, 3, padding=1, stride=2), nn.Conv2d(4, 3, 1)
+
+    def forward(self, x):
+        return self.conv2(torch.relu(self.conv1(x)))
+
+
+class LoraLinear(nn.Module):
+    def __init__(self, base, a, b, scale):
+        super().__init__()
+        self.base, self.scale = base, scale
+        self.A, self.B = nn.Parameter(torch.tensor(a)), nn.Parameter(torch.tensor(b))
+
+    def forward(self, x):
+        return self.base(x) + (x @ self.A @ self.B) * self.scale
+
+
+class LoraConv(LoraLinear):
+    def forward(self, x):
+        c = self.base
+        h = F.conv2d(x, self.A, stride=c.stride, padding=c.padding, dilation=c.dilation)
+        return self.base(x) + F.conv2d(h, self.B) * self.scale
+
+
+CASES = {
+    "mlp_gemm": (MLP, (8, 6), ["all-linear"], ["fc1.weight", "fc2.weight", "fc3.weight"]),
+    "attention_transpose": (Attention, (4, 5, 8), ["*q_proj.weight", "v_proj*"], ["q_proj.weight", "v_proj.weight"]),
+    "conv": (ConvNet, (3, 2, 7, 7), ["conv*.weight"], ["conv1.weight", "conv2.weight"]),
+}
+
+
+def export(model, x):
+    f = io.BytesIO()
+    torch.onnx.export(model, (x,), f, input_names=["x"], output_names=["y"], opset_version=17,
+                      do_constant_folding=False, dynamo=False)
+    return f.getvalue()
+
+
+def module(root, weight):
+    m = root
+    for part in weight.split(".")[:-1]:
+        m = getattr(m, part)
+    return m
+
+
+def replace(root, weight, new):
+    path = weight.split(".")[:-1]
+    parent = root
+    for p in path[:-1]:
+        parent = getattr(parent, p)
+    setattr(parent, path[-1], new)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_lora_training_matches_torch_step_by_step(case):
+    make, shape, target, expected = CASES[case]
+    torch.manual_seed(0)
+    base = make().eval()
+    x = torch.randn(*shape)
+    y = torch.randn_like(base(x))
+    onnx_bytes = export(base, x)
+    rank, alpha = 4, 8.0
+    s = ot.TrainingSession(onnx_bytes, loss="mse", optimizer="adamw", learning_rate=LR,
+                           adapter={"kind": "lora", "rank": rank, "alpha": alpha, "target": target, "seed": 3})
+    assert sorted(s.trainable) == sorted(f"{w}.lora_{ab}" for w in expected for ab in "AB")
+
+    # B = 0: the adapted model computes the base model's outputs exactly, before any step.
+    plain = ot.TrainingSession(onnx_bytes, loss="mse")
+    (before,) = s.infer({"x": x.numpy()})
+    np.testing.assert_array_equal(before, plain.infer({"x": x.numpy()})[0])
+
+    ref = make()
+    ref.load_state_dict(base.state_dict())
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    params, wrappers = [], {}
+    for w in expected:
+        a, b = s.get_weight(f"{w}.lora_A"), s.get_weight(f"{w}.lora_B")
+        assert not b.any(), "B starts at zero"
+        fan_in = int(np.prod(a.shape[1:])) if a.ndim == 4 else a.shape[0]
+        bound = 1 / math.sqrt(fan_in)  # kaiming_uniform_(a=sqrt(5))
+        assert np.abs(a).max() <= bound and np.abs(a).max() > 0.5 * bound
+        wrapper = (LoraConv if a.ndim == 4 else LoraLinear)(module(ref, w), a, b, alpha / rank)
+        replace(ref, w, wrapper)
+        wrappers[w] = wrapper
+        params += [wrapper.A, wrapper.B]
+    opt = torch.optim.AdamW(params, lr=LR)  # weight_decay 0.01, as onnxtrain's adamw
+
+    for step in range(STEPS):
+        opt.zero_grad()
+        loss = F.mse_loss(ref(x), y)
+        loss.backward()
+        opt.step()
+        ours = s.train_step({"x": x.numpy(), s.target_name: y.numpy()})
+        assert abs(ours - loss.item()) <= 1e-4 * max(1.0, abs(loss.item())), f"step {step}"
+    for w, wrapper in wrappers.items():
+        np.testing.assert_allclose(s.get_weight(f"{w}.lora_A"), wrapper.A.detach().numpy(), atol=1e-4, rtol=1e-4)
+        np.testing.assert_allclose(s.get_weight(f"{w}.lora_B"), wrapper.B.detach().numpy(), atol=1e-4, rtol=1e-4)
+        assert np.abs(wrapper.B.detach().numpy()).max() > 1e-3, "B trained"
+    (after,) = s.infer({"x": x.numpy()})
+    np.testing.assert_allclose(after, ref(x).detach().numpy(), atol=1e-4, rtol=1e-4)
+
+    # The base weights are frozen: bit for bit what the model held.
+    base_inits = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load_from_string(onnx_bytes).graph.initializer}
+    trained = {t.name: onnx.numpy_helper.to_array(t) for t in s.export_inference().graph.initializer}
+    for name, value in base_inits.items():
+        np.testing.assert_array_equal(trained[name], value, err_msg=name)
+
+
+def test_frozen_weights_get_no_gradient_in_the_backward_graph():
+    torch.manual_seed(0)
+    x = torch.randn(8, 6)
+    s = ot.TrainingSession(export(MLP().eval(), x), loss="mse", adapter="lora")
+    g = s.export_gradient_model().graph
+    outputs = [o.name for o in g.output]
+    assert sorted(outputs[1:]) == sorted(f"fc{i}.weight.lora_{ab}_grad" for i in (1, 2, 3) for ab in "AB")
+    # Forward: 3 Gemm + 6 adapter MatMuls. Backward: the adapters need dA, dB and the gradient reaching x of
+    # each branch and each base Gemm (except the first layer's input); a dW of a frozen weight would be
+    # a product of an activation with dY, one more per layer.
+    produced = {o for n in g.node for o in n.output}
+    assert not any(name in produced for name in (f"fc{i}.weight_grad" for i in (1, 2, 3)))
+    matmuls = sum(n.op_type in ("MatMul", "Gemm") for n in g.node)
+    # forward 3 + 6; backward per layer: dA, dB, d(xA) (3 per layer), plus dx through the base for layers
+    # 2 and 3, and through the adapter for layers 2 and 3 (x of layer 1 is a graph input that needs no grad).
+    assert matmuls == 9 + 9 + 2 + 2, [n.op_type for n in g.node]
+
+
+def test_bad_targets_are_named():
+    x = torch.randn(8, 6)
+    onnx_bytes = export(MLP().eval(), x)
+    with pytest.raises(ot.OnnxtrainError, match=r"adapter.target 'nope\*'.*matches no floating-point initializer"):
+        ot.TrainingSession(onnx_bytes, adapter={"kind": "lora", "target": ["nope*"]})
+    with pytest.raises(ot.OnnxtrainError, match=r"adapter.target 'fc1.bias'.*matches no MatMul/Gemm/Conv weight"):
+        ot.TrainingSession(onnx_bytes, adapter={"kind": "lora", "target": ["fc1.bias"]})
+    with pytest.raises(ot.OnnxtrainError, match=r"adapter.rank: expected an integer >= 1"):
+        ot.TrainingSession(onnx_bytes, adapter={"kind": "lora", "rank": 0})
+
+
+def test_checkpoint_resumes_bit_for_bit_and_export_merges(tmp_path, build_dir):
+    torch.manual_seed(1)
+    x = torch.randn(8, 6)
+    y = torch.randn(8, 3)
+    onnx_bytes = export(MLP().eval(), x)
+    feeds = lambda s: {"x": x.numpy(), s.target_name: y.numpy()}  # noqa: E731
+    s = ot.TrainingSession(onnx_bytes, loss="mse", optimizer="adamw", learning_rate=LR,
+                           adapter={"kind": "lora", "rank": 2, "alpha": 4, "target": ["fc1.*", "fc3.weight"]})
+    for _ in range(3):
+        s.train_step(feeds(s))
+    ckpt = tmp_path / "ckpt.onnx"
+    s.save_checkpoint(ckpt)
+    r = ot.TrainingSession.from_checkpoint(str(ckpt))
+    assert sorted(r.trainable) == sorted(s.trainable)
+    for _ in range(3):
+        assert r.train_step(feeds(r)) == s.train_step(feeds(s))
+    for name in s.trainable:
+        np.testing.assert_array_equal(r.get_weight(name), s.get_weight(name))
+
+    # export: the merged model is the base architecture (no adapter nodes) and computes what we compute.
+    r.save_checkpoint(ckpt)
+    merged, adapters, remerged = tmp_path / "merged.onnx", tmp_path / "adapters.onnx", tmp_path / "remerged.onnx"
+    cli = str(build_dir / "cli" / "onnxtrain")
+    subprocess.run([cli, "export", str(ckpt), "-o", str(merged)], check=True, capture_output=True)
+    m = onnx.load(str(merged))
+    onnx.checker.check_model(m)
+    assert [n.op_type for n in m.graph.node] == [n.op_type for n in onnx.load_from_string(onnx_bytes).graph.node]
+    assert not any("lora" in t.name for t in m.graph.initializer)
+    ort = pytest.importorskip("onnxruntime")
+    (ours,) = r.infer({"x": x.numpy()})
+    (theirs,) = ort.InferenceSession(str(merged)).run(None, {"x": x.numpy()})
+    np.testing.assert_allclose(theirs, ours, atol=1e-5, rtol=1e-5)
+    # The weights changed: the merged model is not the base model.
+    (base_out,) = ort.InferenceSession(onnx_bytes).run(None, {"x": x.numpy()})
+    assert np.abs(theirs - base_out).max() > 1e-3
+
+    # The adapters alone, applied to the base again, give the same merged model.
+    base_path = tmp_path / "base.onnx"
+    base_path.write_bytes(onnx_bytes)
+    subprocess.run([cli, "export", str(ckpt), "-o", str(adapters), "--adapters"], check=True, capture_output=True)
+    a = onnx.load(str(adapters))
+    assert sorted(t.name for t in a.graph.initializer) == sorted(r.trainable)
+    subprocess.run([cli, "merge", str(base_path), str(adapters), "-o", str(remerged)], check=True, capture_output=True)
+    (again,) = ort.InferenceSession(str(remerged)).run(None, {"x": x.numpy()})
+    np.testing.assert_array_equal(again, theirs)
