@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <climits>
 #include <cstring>
 #include <fstream>
@@ -77,6 +80,41 @@ std::string serialize_model(const Model& m) {
 
 void save_model(const Model& m, const fs::path& path) { write_file_atomically(serialize_model(m), path); }
 
+namespace {
+
+// Test-only hook, like ONNXTRAIN_TEST_SHAPE_INFERENCE_FAULT: ONNXTRAIN_TEST_KILL_SAVE="<phase>[:<suffix>]" makes
+// the process SIGKILL itself during an atomic write of a path ending in <suffix> (any path without one), at
+// <phase>: "write" (half the bytes written), "rename" (the temp file complete and synced, not yet renamed) or
+// "renamed" (just after the rename). The crash-safety tests kill at exactly those points instead of at random
+// times. Read at each call: a forked child sets it after the parent has saved.
+void kill_point(const fs::path& path, const char* phase) {
+  const char* spec = std::getenv("ONNXTRAIN_TEST_KILL_SAVE");
+  if (!spec || !*spec) return;
+  const std::string s(spec);
+  const size_t colon = s.find(':');
+  const std::string suffix = colon == std::string::npos ? "" : s.substr(colon + 1);
+  if (s.substr(0, colon) == phase && path.string().ends_with(suffix)) ::raise(SIGKILL);
+}
+
+// Temp files of earlier saves of `path` (".<name>.tmp.*" and, for external data, ".<name>.<nonce>.data.tmp.*")
+// that a killed save left behind: once a newer save of `path` is complete, they can never be completed, so
+// they go (same-tick ones too: some filesystems keep coarse times). A temp file newer than the saved file (a
+// concurrent save still writing) stays.
+void remove_stale_temp_files(const fs::path& dir, const fs::path& path) {
+  std::error_code ec;
+  const auto saved = fs::last_write_time(path, ec);
+  if (ec) return;
+  const std::string prefix = "." + path.filename().string() + ".";
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0 || name.find(".tmp.", prefix.size() - 1) == std::string::npos) continue;
+    std::error_code e2;
+    if (fs::last_write_time(e.path(), e2) <= saved && !e2) fs::remove(e.path(), e2);
+  }
+}
+
+}  // namespace
+
 void write_file_atomically(const std::string& bytes, const fs::path& path) {
   const std::string target = path.string();
   fs::path dir = path.parent_path();
@@ -97,7 +135,9 @@ void write_file_atomically(const std::string& bytes, const fs::path& path) {
   };
   size_t done = 0;
   while (done < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    const size_t chunk = done < bytes.size() / 2 ? bytes.size() / 2 - done : bytes.size() - done;
+    if (done == bytes.size() / 2 && done > 0) kill_point(path, "write");
+    ssize_t w = ::write(fd, bytes.data() + done, std::max<size_t>(chunk, 1));
     if (w < 0) {
       if (errno == EINTR) continue;
       abandon("writing failed");
@@ -110,17 +150,20 @@ void write_file_atomically(const std::string& bytes, const fs::path& path) {
     ::unlink(tmp.c_str());
     fail(target, "closing the temporary file failed: " + err);
   }
+  kill_point(path, "rename");
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string err = errno_text();
     ::unlink(tmp.c_str());
     fail(target, "renaming the temporary file into place failed: " + err);
   }
+  kill_point(path, "renamed");
   // The rename is durable only once the folder's entry is on disk too.
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
   }
+  remove_stale_temp_files(dir, path);
 }
 
 }  // namespace onnxtrain

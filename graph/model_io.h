@@ -22,7 +22,8 @@ std::string serialize_model(const Model& m);
 // Writes atomically (temp file in the same folder, fsync, rename) so a crash never leaves a torn file.
 void save_model(const Model& m, const std::filesystem::path& path);
 // The atomic write itself: temp file beside the target, write, fsync, rename, fsync the folder. Errors name
-// the path.
+// the path. Once the new file is in place, temp files that earlier, killed saves of the same path left behind
+// (older than the new file) are removed.
 void write_file_atomically(const std::string& bytes, const std::filesystem::path& path);
 
 }  // namespace onnxtrain

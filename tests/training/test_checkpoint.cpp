@@ -298,15 +298,18 @@ TEST(Checkpoint, DamagedFilesGiveClearErrors) {
   EXPECT_NE(error_of(dir / "missing.onnx").find("missing.onnx"), std::string::npos);
 }
 
-// A child process saves a large checkpoint over and over, each time with every weight filled with a new value
-// i; the parent SIGKILLs it at a random moment. The file on disk must always be one complete save: it loads,
-// and every weight holds the same i (a model from one save pointing at the data file of another would mix
-// inline small tensors with external large ones from different saves).
+// A child process saves a checkpoint with every weight set to 1 over one whose weights are all 0, and is
+// SIGKILLed at a chosen point of the save (ONNXTRAIN_TEST_KILL_SAVE, graph/model_io.cpp): half-way through
+// writing a file, before its rename, or just after it. With external data the data file is written first, then
+// the model that points at it. The file on disk must always be one complete save: it loads, and every weight
+// holds the same value (a model from one save pointing at the data file of another would mix inline small
+// tensors with external large ones from different saves). The kill points are events, not timer guesses, so
+// each case happens in every run. The next successful save removes the killed save's temp files.
 void kill_mid_save(const std::string& name, bool external) {
   auto dir = test::temp_dir("ckpt_kill_" + name);
   TrainingConfig cfg;
-  cfg.optimizer.kind = "adam";  // two moments per weight: ~3x the weights' size on disk
-  TrainingSession s = TrainingSession::from_file(make_mlp(dir, "8 1024 1024 1"), cfg);
+  cfg.optimizer.kind = "adam";
+  TrainingSession s = TrainingSession::from_file(make_mlp(dir, "8 256 256 1"), cfg);
   run_steps(s, 0, 1);
   const fs::path ck = dir / "ck.onnx";
   auto save = [&] { save_model_large(s.checkpoint(), ck, SaveOptions{.force_external_data = external}); };
@@ -317,59 +320,69 @@ void kill_mid_save(const std::string& name, bool external) {
       s.set_weight(w, t);
     }
   };
+  auto temp_files = [&] {
+    std::vector<std::string> found;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().filename().string().rfind(".ck.onnx", 0) == 0) found.push_back(e.path().filename().string());
+    return found;
+  };
   fill_weights(0);
-  const auto t0 = std::chrono::steady_clock::now();
   save();
-  const auto save_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
-  ASSERT_GT(fs::file_size(ck), external ? size_t(1000) : size_t(8) << 20);
+  ASSERT_TRUE(temp_files().empty());
 
-  std::mt19937 rng(12345);
-  int torn_temp_files_seen = 0, newer_saves_seen = 0;
-  // At least 8 rounds, and on until both kinds of evidence below were seen (each round has a fair chance).
-  int round = 0;
-  for (; round < 8 || (round < 60 && (torn_temp_files_seen == 0 || newer_saves_seen == 0)); ++round) {
+  struct Point {
+    std::string spec;
+    float on_disk;    // the weights' value in the checkpoint after the kill
+    bool temp_left;   // the killed save left a temp file behind
+  };
+  std::vector<Point> points;
+  const std::string model_suffix = ":ck.onnx";
+  if (external)
+    for (const char* phase : {"write", "rename", "renamed"})
+      points.push_back({std::string(phase) + ":.data", 0.0f, std::string(phase) != "renamed"});
+  points.push_back({"write" + model_suffix, 0.0f, true});
+  points.push_back({"rename" + model_suffix, 0.0f, true});
+  points.push_back({"renamed" + model_suffix, 1.0f, false});
+
+  for (const Point& p : points) {
+    SCOPED_TRACE(p.spec);
+    fill_weights(0);
+    save();  // a complete save of 0s, which also removes the temp files of the previous kill
+    ASSERT_TRUE(temp_files().empty());
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      // Child: nothing but saves until killed; exceptions must not unwind into gtest.
+      // Child: one save of 1s, killed by the hook; exceptions must not unwind into gtest.
       try {
-        for (int i = 1;; ++i) {
-          fill_weights(static_cast<float>(i));
-          save();
-        }
+        setenv("ONNXTRAIN_TEST_KILL_SAVE", p.spec.c_str(), 1);
+        fill_weights(1);
+        save();
       } catch (...) {
-        _exit(3);
       }
+      _exit(3);
     }
-    // From well inside the first save to several saves later.
-    std::this_thread::sleep_for(std::chrono::milliseconds(save_ms / 4 + rng() % (4 * save_ms + 40)));
-    ASSERT_EQ(kill(pid, SIGKILL), 0);
     int status = 0;
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFSIGNALED(status)) << "the child stopped by itself (status " << status << ")";
-    for (const auto& e : fs::directory_iterator(dir))
-      if (e.path().filename().string().rfind(".ck.onnx", 0) == 0) {  // a temp file: ".ck.onnx[.<n>.data].tmp.*"
-        ++torn_temp_files_seen;
-        fs::remove(e.path());
-      }
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "the child was not killed (status " << status << ")";
+    EXPECT_EQ(!temp_files().empty(), p.temp_left);
     TrainingSession r = TrainingSession::from_checkpoint(ck);
     const float v = r.get_weight("fc2.bias").ptr<float>()[0];  // inline even with external data
+    EXPECT_EQ(v, p.on_disk);
     size_t mixed = 0;
     for (const std::string& w : r.trainable()) {
       Tensor t = r.get_weight(w);
       for (int64_t k = 0; k < t.numel(); ++k) mixed += t.ptr<float>()[k] != v;
     }
-    EXPECT_EQ(mixed, 0u) << "round " << round << ": weights from different saves (fc2.bias = " << v << ")";
-    expect_identical_state(s, r);
-    newer_saves_seen += v != 0;
+    EXPECT_EQ(mixed, 0u) << "weights from different saves (fc2.bias = " << v << ")";
+    if (v == 0.0f) {
+      fill_weights(0);
+      expect_identical_state(s, r);
+    }
   }
-  // Evidence that kills landed mid-write (the killed save's temp file was left behind) and that the child's
-  // saves did replace the file in other rounds (so "readable" is not just the parent's file surviving).
-  EXPECT_GT(torn_temp_files_seen, 0);
-  EXPECT_GT(newer_saves_seen, 0);
-  std::printf("save %lld ms; %d of %d kills left a temp file; %d found a child's save\n",
-              static_cast<long long>(save_ms), torn_temp_files_seen, round, newer_saves_seen);
+  fill_weights(2);
+  save();
+  EXPECT_TRUE(temp_files().empty()) << "a successful save removes the temp files that killed saves left";
+  EXPECT_EQ(TrainingSession::from_checkpoint(ck).get_weight("fc2.bias").ptr<float>()[0], 2.0f);
 }
 
 TEST(Checkpoint, KillMidSaveLeavesPreviousCheckpointReadable) { kill_mid_save("inline", false); }
