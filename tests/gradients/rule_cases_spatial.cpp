@@ -3,6 +3,8 @@
 // MaxRoiPool / LpPool maxima and zeros likewise, and MaxUnpool's indices are distinct.
 #include "gradients/rule_cases.h"
 
+#include <cmath>
+
 namespace onnxtrain::test {
 
 namespace {
@@ -61,6 +63,17 @@ void add_grid_sample(std::vector<RuleCase>& v) {
   gs("linear_3d_reflection_align", "linear", "reflection", 1, far, {{1, 2, 3, 2, 4}, {1, 2, 3, 2, 3}}, 20);
   gs("cubic_1d_zeros", "cubic", "zeros", 0, beyond, {{2, 2, 6}, {2, 5, 1}}, 20);
   gs("cubic_3d_reflection", "cubic", "reflection", 0, far, {{1, 1, 3, 4, 4}, {1, 2, 2, 2, 3}}, 20);
+  // One side constant: the fused op then computes only the other output (the unnamed one is skipped).
+  const std::vector<double> g{-0.83, 0.41, 0.27, -0.66, 0.05, 0.92, -0.38, -0.11};
+  const auto grid = TensorData::from<double>({1, 2, 2, 2}, std::span<const double>(g));
+  v.push_back(with_const(make("GridSample_constant_grid", "GridSample", {{1, 2, 3, 4}, {1, 2, 2, 2}},
+                              {{"mode", S("bicubic")}, {"padding_mode", S("border")}}, {}, 16),
+                         1, grid));
+  std::vector<double> xs(24);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(1.7 * static_cast<double>(i));
+  v.push_back(with_const(make("GridSample_constant_x", "GridSample", {{1, 2, 3, 4}, {1, 2, 2, 2}},
+                              {{"padding_mode", S("reflection")}}, {any, far}, 16),
+                         0, TensorData::from<double>({1, 2, 3, 4}, std::span<const double>(xs))));
 }
 
 void add_lp_pool(std::vector<RuleCase>& v) {
