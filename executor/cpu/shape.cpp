@@ -759,6 +759,144 @@ std::unique_ptr<Kernel> make_gather(PrepareContext& ctx) {
   ctx.fail("indices must be int64 or int32, got " + dtype_name(ind.dtype));
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// CenterCropPad (opset 18): each axis in `axes` (default: all) is centre-cropped or zero-padded to its entry of
+// `shape`. Crop and pad both put the extra element of an odd difference at the end: the kept window starts at
+// floor((dim - target) / 2) of the input when cropping, and the input lands at floor((target - dim) / 2) of
+// the output when padding. The output is zeroed, then the overlap copied one innermost run at a time.
+
+class CenterCropPadKernel final : public Kernel {
+ public:
+  CenterCropPadKernel(std::vector<int64_t> in_shape, std::vector<int64_t> out_shape, std::vector<int64_t> in_start,
+                      std::vector<int64_t> out_start, std::vector<int64_t> count, size_t es)
+      : in_strides_(contiguous_strides(in_shape)), out_strides_(contiguous_strides(out_shape)),
+        in_start_(std::move(in_start)), out_start_(std::move(out_start)), count_(std::move(count)), es_(es) {
+    out_bytes_ = static_cast<size_t>(numel_of(out_shape)) * es;
+  }
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const auto* src = static_cast<const std::byte*>(in[0]->data);
+    auto* dst = static_cast<std::byte*>(out[0]->data);
+    std::memset(dst, 0, out_bytes_);
+    const size_t rank = count_.size();
+    for (int64_t c : count_)
+      if (c == 0) return;
+    if (rank == 0) {
+      std::memcpy(dst, src, es_);
+      return;
+    }
+    const size_t run = static_cast<size_t>(count_[rank - 1]) * es_;
+    std::vector<int64_t> idx(rank - 1, 0);  // odometer over the overlap's outer dims
+    while (true) {
+      int64_t io = in_start_[rank - 1], oo = out_start_[rank - 1];
+      for (size_t d = 0; d + 1 < rank; ++d) {
+        io += (in_start_[d] + idx[d]) * in_strides_[d];
+        oo += (out_start_[d] + idx[d]) * out_strides_[d];
+      }
+      std::memcpy(dst + oo * es_, src + io * es_, run);
+      size_t d = rank - 1;
+      while (d > 0 && ++idx[d - 1] == count_[d - 1]) idx[--d] = 0;
+      if (d == 0) return;
+    }
+  }
+
+ private:
+  std::vector<int64_t> in_strides_, out_strides_, in_start_, out_start_, count_;
+  size_t es_, out_bytes_ = 0;
+};
+
+std::unique_ptr<Kernel> make_center_crop_pad(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "input_data");
+  required_input(ctx, 1, "shape");
+  const size_t es = elem_size(ctx, x.dtype);
+  const auto rank = static_cast<int64_t>(x.shape.size());
+  const std::vector<int64_t> target = constant_ints(ctx, 1, "shape");
+  std::vector<int64_t> axes = ctx.node.attr_ints("axes");
+  if (!ctx.node.has_attr("axes"))
+    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  if (axes.size() != target.size())
+    ctx.fail("input 'shape' has " + std::to_string(target.size()) + " entries for " + std::to_string(axes.size()) +
+             " axes");
+  std::vector<int64_t> out = x.shape, in_start(rank, 0), out_start(rank, 0), count = x.shape;
+  std::vector<bool> seen(rank, false);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int64_t a = normalize_axis(ctx, axes[i], rank, "axes");
+    if (seen[a]) ctx.fail("axis " + std::to_string(axes[i]) + " is repeated in 'axes'");
+    seen[a] = true;
+    const int64_t dim = x.shape[a], t = target[i];
+    if (t < 0) ctx.fail("input 'shape' must be non-negative, got " + std::to_string(t) + " for axis " + std::to_string(a));
+    out[a] = t;
+    count[a] = std::min(dim, t);
+    if (t < dim) in_start[a] = (dim - t) / 2;
+    else out_start[a] = (t - dim) / 2;
+  }
+  set_output(ctx, 0, x.dtype, out);
+  return std::make_unique<CenterCropPadKernel>(x.shape, out, in_start, out_start, count, es);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Compress (opsets 9, 11): the slices along `axis` (or the elements of the flattened input, without axis) whose
+// entry of the 1-D bool `condition` is true; entries past the condition's end count as false. The output's
+// shape depends on the condition's values, and plans fix every shape before running, so the condition must be
+// known at plan time (a constant or an initializer); a run-time one is refused naming the node.
+
+class CompressKernel final : public Kernel {
+ public:
+  CompressKernel(int64_t outer, int64_t len, int64_t inner, std::vector<int64_t> kept, size_t es)
+      : outer_(outer), len_(len), inner_(inner), kept_(std::move(kept)), es_(es) {}
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const auto* src = static_cast<const std::byte*>(in[0]->data);
+    auto* dst = static_cast<std::byte*>(out[0]->data);
+    const size_t run = static_cast<size_t>(inner_) * es_;
+    for (int64_t o = 0; o < outer_; ++o)
+      for (int64_t k : kept_) {
+        std::memcpy(dst, src + static_cast<size_t>(o * len_ + k) * run, run);
+        dst += run;
+      }
+  }
+
+ private:
+  int64_t outer_, len_, inner_;
+  std::vector<int64_t> kept_;
+  size_t es_;
+};
+
+std::unique_ptr<Kernel> make_compress(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "input");
+  const KernelInput& c = required_input(ctx, 1, "condition");
+  const size_t es = elem_size(ctx, x.dtype);
+  if (c.dtype != DType::Bool) ctx.fail("input 'condition' must be bool, got " + dtype_name(c.dtype));
+  if (c.shape.size() != 1) ctx.fail("input 'condition' must be 1-D, got shape " + shape_string(c.shape));
+  const Tensor& cond = ctx.constant_input(1);  // fails naming the node when the condition is a run-time value
+  const auto rank = static_cast<int64_t>(x.shape.size());
+  const bool has_axis = ctx.node.has_attr("axis");
+  int64_t outer = 1, len = numel_of(x.shape), inner = 1;
+  std::vector<int64_t> out_shape;
+  int64_t axis = 0;
+  if (has_axis) {
+    axis = normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank);
+    len = x.shape[axis];
+    for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
+    for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape[d];
+  }
+  if (c.shape[0] > len)
+    ctx.fail("input 'condition' has " + std::to_string(c.shape[0]) + " entries, more than the " + std::to_string(len) +
+             (has_axis ? " along axis " + std::to_string(axis) : std::string(" of the flattened input")));
+  std::vector<int64_t> kept;
+  const auto* cv = static_cast<const uint8_t*>(cond.data);
+  for (int64_t i = 0; i < c.shape[0]; ++i)
+    if (cv[i]) kept.push_back(i);
+  if (has_axis) {
+    out_shape = x.shape;
+    out_shape[axis] = static_cast<int64_t>(kept.size());
+  } else {
+    out_shape = {static_cast<int64_t>(kept.size())};
+  }
+  set_output(ctx, 0, x.dtype, out_shape);
+  return std::make_unique<CompressKernel>(outer, len, inner, std::move(kept), es);
+}
+
 }  // namespace
 
 void register_cpu_shape(KernelRegistry& r) {
@@ -784,6 +922,8 @@ void register_cpu_shape(KernelRegistry& r) {
   add("Concat", 1, make_concat);
   add("Split", 1, make_split);
   add("Gather", 1, make_gather);
+  add("CenterCropPad", 18, make_center_crop_pad);
+  add("Compress", 9, make_compress);
 }
 
 }  // namespace onnxtrain

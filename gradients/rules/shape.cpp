@@ -324,6 +324,82 @@ void scatter_rule(RuleContext& c, const char* gather_op, std::map<std::string, A
   if (c.needs_dX(2)) c.set_dX(2, apply(b, gather_op, {dy, c.X(1)}, rules::input_type(c, 2), attrs));
 }
 
+// CenterCropPad crops some axes and zero-pads others, each centred the same way (the odd element at the end),
+// so its adjoint is itself: cropping dY back to X's size undoes the padding and zero-padding it back undoes
+// the crop. dX = CenterCropPad(dY, X's dims at axes), same axes.
+void center_crop_pad_rule(RuleContext& c) {
+  const TypeInfo xt = rules::input_type(c, 0);
+  if (!xt.shape) c.fail("needs the rank of input_data");
+  const auto rank = static_cast<int64_t>(xt.shape->size());
+  std::vector<int64_t> axes = c.node().attr_ints("axes");
+  if (!c.node().has_attr("axes"))
+    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  for (int64_t& a : axes) {
+    if (a < -rank || a >= rank) c.fail("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(rank));
+    if (a < 0) a += rank;
+  }
+  GraphBuilder& b = c.builder();
+  std::vector<int64_t> dims;
+  for (int64_t a : axes)
+    if ((*xt.shape)[a].known()) dims.push_back((*xt.shape)[a].value);
+  Expr shape = dims.size() == axes.size()
+                   ? int64s(b, dims)
+                   : apply(b, "Gather", {shape_of(c.X(0)), int64s(b, axes)},
+                           TypeInfo{DType::Int64, Shape{Dim::of(static_cast<int64_t>(axes.size()))}});
+  c.set_dX(0, apply(b, "CenterCropPad", {c.dY(0), shape}, TypeInfo{c.dY(0).dtype(), xt.shape}, {{"axes", axes}}));
+}
+
+// Compress keeps the slices j of X (along axis, or of the flattened X) whose condition entry is true; slice j
+// becomes slice pos[j] of Y. Its adjoint puts dY's slice pos[j] back at j and zeros elsewhere:
+//   dX = Where(kept, Gather(dY, pos, axis), 0)
+// with the constants kept[j] (the condition, padded with false to X's length) and pos[j] (0 where not kept,
+// masked anyway). The condition must be a constant, as the kernel requires too.
+void compress_rule(RuleContext& c) {
+  GraphBuilder& b = c.builder();
+  const TypeInfo xt = rules::input_type(c, 0);
+  if (!xt.shape) c.fail("needs the rank of input");
+  const TensorData* cond = rules::constant_tensor(b.graph(), c.node().inputs[1]);
+  if (!cond || cond->dtype != DType::Bool || cond->dims.size() != 1)
+    c.fail("needs 'condition' to be a constant 1-D bool tensor (an initializer or a Constant)");
+  const auto rank = static_cast<int64_t>(xt.shape->size());
+  const bool has_axis = c.node().has_attr("axis");
+  int64_t axis = c.node().attr_int("axis", 0);
+  if (has_axis && (axis < -rank || axis >= rank))
+    c.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  if (axis < 0) axis += rank;
+  int64_t len = 1;
+  if (has_axis) {
+    if (!(*xt.shape)[axis].known()) c.fail("needs the size of input's axis " + std::to_string(axis) + " statically");
+    len = (*xt.shape)[axis].value;
+  } else {
+    for (const Dim& d : *xt.shape) {
+      if (!d.known()) c.fail("needs the input's dims statically (Compress without axis flattens it)");
+      len *= d.value;
+    }
+  }
+  std::vector<int64_t> pos(len, 0);
+  std::vector<bool> kept(len, false);
+  int64_t n_kept = 0;
+  for (int64_t j = 0; j < cond->dims[0] && j < len; ++j)
+    if (cond->bytes[j] != std::byte{0}) {
+      kept[j] = true;
+      pos[j] = n_kept++;
+    }
+  Expr dy = c.dY(0);
+  if (n_kept == 0) return c.set_dX(0, zeros_like(c.X(0)));  // nothing kept: dY is empty
+  // kept as [len, 1, ..., 1], broadcasting along the dims after the axis.
+  const int64_t g_axis = has_axis ? axis : 0, trailing = has_axis ? rank - axis - 1 : 0;
+  TensorData mask;
+  mask.dtype = DType::Bool;
+  mask.dims = {len};
+  mask.dims.insert(mask.dims.end(), trailing, 1);
+  for (bool k : kept) mask.bytes.push_back(std::byte{k ? uint8_t{1} : uint8_t{0}});
+  const Shape gathered = has_axis ? *xt.shape : Shape{Dim::of(len)};  // dY's shape with X's length at the axis
+  Expr spread = apply(b, "Gather", {dy, int64s(b, pos)}, TypeInfo{dy.dtype(), gathered}, {{"axis", g_axis}});
+  Expr dx = where(constant(b, mask), spread, scalar(b, dy.dtype(), 0.0));
+  c.set_dX(0, has_axis ? dx : rules::reshape_to_input(c, dx, 0));
+}
+
 }  // namespace
 
 void register_shape_rules(GradientRegistry& r) {
@@ -368,6 +444,8 @@ void register_shape_rules(GradientRegistry& r) {
     scatter_rule(c, "GatherElements", {{"axis", c.node().attr_int("axis", 0)}});
   });
   r.add("Split", split_rule);
+  r.add("CenterCropPad", center_crop_pad_rule);
+  r.add("Compress", compress_rule);
 }
 
 }  // namespace onnxtrain

@@ -136,5 +136,48 @@ TEST(NormOpsErrors, DetNeedsSquareMatrices) {
   }
 }
 
+Tensor bool_tensor(const std::vector<bool>& v) {
+  Tensor t = Tensor::empty(DType::Bool, {static_cast<int64_t>(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) t.ptr<uint8_t>()[i] = v[i] ? 1 : 0;
+  return t;
+}
+
+TEST(ShapeOps64, CompressAlongAxisAndFlattened) {
+  // [[1, 2], [3, 4], [5, 6]]: rows 0 and 2; a condition shorter than the axis (the missing entries count as
+  // false) keeping no column; and without axis the flattened elements 1 and 3.
+  Tensor x = tensor<double>({3, 2}, {1, 2, 3, 4, 5, 6});
+  Tensor rows = run_single(make_node("Compress", 2, {{"axis", int64_t{0}}}), 11, {x, bool_tensor({true, false, true})}, {1});
+  EXPECT_EQ(rows.shape, (std::vector<int64_t>{2, 2}));
+  expect_values<double>(rows, {1, 2, 5, 6}, 0);
+  Tensor cols = run_single(make_node("Compress", 2, {{"axis", int64_t{-1}}}), 11, {x, bool_tensor({false})}, {1});
+  EXPECT_EQ(cols.shape, (std::vector<int64_t>{3, 0}));
+  Tensor flat = run_single(make_node("Compress", 2), 9, {x, bool_tensor({false, true, false, true})}, {1});
+  EXPECT_EQ(flat.shape, (std::vector<int64_t>{2}));
+  expect_values<double>(flat, {2, 4}, 0);
+}
+
+TEST(ShapeOps64, CompressRefusesARunTimeCondition) {
+  // The output's shape depends on the condition, and plans fix shapes before running.
+  try {
+    run_single(make_node("Compress", 2, {{"axis", int64_t{0}}}), 11,
+               {tensor<double>({2}, {1, 2}), bool_tensor({true, false})});
+    FAIL() << "a run-time condition was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("n_Compress"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("must be known before the step runs"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ShapeOps64, CenterCropPadCropsAndPadsCentred) {
+  // Axis 0: 4 -> 1 crops, starting at floor(3 / 2) = 1. Axis 1: 2 -> 5 pads, the input at floor(3 / 2) = 1.
+  Tensor x = tensor<double>({4, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  Tensor shape = Tensor::empty(DType::Int64, {2});
+  shape.ptr<int64_t>()[0] = 1;
+  shape.ptr<int64_t>()[1] = 5;
+  Tensor y = run_single(make_node("CenterCropPad", 2), 18, {x, shape}, {1});
+  EXPECT_EQ(y.shape, (std::vector<int64_t>{1, 5}));
+  expect_values<double>(y, {0, 3, 4, 0, 0}, 0);
+}
+
 }  // namespace
 }  // namespace onnxtrain

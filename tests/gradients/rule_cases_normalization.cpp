@@ -2,6 +2,8 @@
 // Det, Shrink, CenterCropPad, Compress), appended to the table in rule_cases.cpp.
 #include "gradients/rule_cases.h"
 
+#include <span>
+
 namespace onnxtrain::test {
 
 namespace {
@@ -19,6 +21,26 @@ RuleCase make(std::string label, std::string op, Shapes shapes, Attrs attrs = {}
   c.attrs = std::move(attrs);
   c.ranges = std::move(ranges);
   c.opset = opset;
+  return c;
+}
+
+TensorData ints(const std::vector<int64_t>& v) {
+  return TensorData::from<int64_t>({static_cast<int64_t>(v.size())}, std::span<const int64_t>(v));
+}
+
+TensorData bools(std::vector<int64_t> dims, const std::vector<bool>& v) {
+  TensorData t;
+  t.dtype = DType::Bool;
+  t.dims = std::move(dims);
+  for (bool b : v) t.bytes.push_back(std::byte{b ? uint8_t{1} : uint8_t{0}});
+  return t;
+}
+
+// A case whose input `i` is the constant `v` (the rest are float inputs).
+RuleCase with_const(RuleCase c, size_t i, TensorData v) {
+  c.const_inputs.resize(c.input_shapes.size());
+  c.input_shapes[i] = v.dims;
+  c.const_inputs[i] = std::move(v);
   return c;
 }
 
@@ -61,6 +83,21 @@ void add_normalization_cases(std::vector<RuleCase>& v) {
   v.push_back(signed_(make("Det_2x2", "Det", {{2, 2}}, {}, {{0.5, 2.0}}, 11)));
   v.push_back(signed_(make("Det_batched_3x3", "Det", {{2, 3, 3}}, {}, {{0.5, 2.0}}, 13)));
   v.push_back(signed_(make("Det_4x4", "Det", {{4, 4}}, {}, {{0.5, 2.0}}, 17)));
+
+  // CenterCropPad: crop and pad (odd and even differences) on different axes, all axes and listed ones.
+  v.push_back(with_const(make("CenterCropPad_crop_and_pad", "CenterCropPad", {{5, 2, 3}, {3}}, {}, {}, 18), 1,
+                         ints({2, 5, 3})));
+  v.push_back(with_const(make("CenterCropPad_axes_negative", "CenterCropPad", {{2, 6, 3}, {2}}, {{"axes", I{-1, 1}}}, {}, 18),
+                         1, ints({6, 3})));
+
+  // Compress: along an axis (condition shorter than the axis: the rest is dropped), negative axis, flattened.
+  // Opset 11: ONNX has no shape inference for Compress-9, and the checker needs the output's shape.
+  v.push_back(with_const(make("Compress_axis0", "Compress", {{4, 3}, {3}}, {{"axis", int64_t{0}}}, {}, 11), 1,
+                         bools({3}, {true, false, true})));
+  v.push_back(with_const(make("Compress_axis_negative", "Compress", {{2, 4, 2}, {4}}, {{"axis", int64_t{-2}}}, {}, 11), 1,
+                         bools({4}, {false, true, true, false})));
+  v.push_back(with_const(make("Compress_flattened", "Compress", {{2, 3}, {5}}, {}, {}, 11), 1,
+                         bools({5}, {true, false, false, true, true})));
 }
 
 }  // namespace onnxtrain::test
