@@ -123,3 +123,48 @@ def test_det_gradient_at_singular_matrices_is_the_cofactor_matrix(a, cof):
     y, dx = ours(det_model(a.shape), a, np.array(1.0))
     assert y == pytest.approx(0.0, abs=1e-12)
     np.testing.assert_allclose(dx, np.array(cof), atol=1e-12)
+
+
+def with_constant_input(op, x_shape, y_shape, const, opset, **attrs):
+    x = helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(x_shape))
+    y = helper.make_tensor_value_info("y", TensorProto.DOUBLE, list(y_shape))
+    c = onnx.numpy_helper.from_array(const, "c")
+    g = helper.make_graph([helper.make_node(op, ["x", "c"], ["y"], **attrs)], "g", [x], [y], [c])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("axis", [0, -1, None])
+def test_compress_is_index_select(axis):
+    x = np.random.default_rng(7).uniform(-2, 2, (4, 5))
+    cond = np.array([True, False, True, True])  # shorter than both axes: the rest counts as false
+    kept = torch.tensor(np.flatnonzero(cond))
+    attrs = {} if axis is None else {"axis": axis}
+    out = (len(kept),) if axis is None else tuple(len(kept) if d == (axis % 2) else n for d, n in enumerate(x.shape))
+    m = with_constant_input("Compress", x.shape, out, cond, 11, **attrs)
+    ref = (lambda t: t.reshape(-1).index_select(0, kept)) if axis is None else (lambda t: t.index_select(axis, kept))
+    check(m, ref, x)
+
+
+def test_center_crop_pad_is_a_centred_pad():
+    # Axis 0: 5 -> 2 (crop 1 before, 2 after); axis 2: 3 -> 6 (pad 1 before, 2 after); axis 1 unchanged.
+    x = np.random.default_rng(8).uniform(-2, 2, (5, 2, 3))
+    m = with_constant_input("CenterCropPad", x.shape, (2, 2, 6), np.array([2, 2, 6], np.int64), 18)
+    check(m, lambda t: F.pad(t, (1, 2, 0, 0, -1, -2)), x)
+
+
+@pytest.mark.parametrize("op,shape,attrs", [("LRN", (2, 4, 3), {"size": 3, "alpha": 0.5}), ("Det", (2, 3, 3), {}),
+                                            ("LpNormalization", (3, 4), {"p": 1})])
+def test_float32_gradients_match_float64(op, shape, attrs):
+    # The rules' constants (LRN's band matrix, Det's signs) follow the input's dtype.
+    x64 = np.random.default_rng(9).uniform(0.5, 2, shape)
+    out = shape[:-2] if op == "Det" else shape
+    dy = np.random.default_rng(10).standard_normal(out)
+
+    def grads(dtype, t):
+        xi = helper.make_tensor_value_info("x", t, list(shape))
+        yi = helper.make_tensor_value_info("y", t, list(out))
+        g = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], "g", [xi], [yi])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        return ours(m, x64.astype(dtype), dy.astype(dtype))[1]
+
+    np.testing.assert_allclose(grads(np.float32, TensorProto.FLOAT), grads(np.float64, TensorProto.DOUBLE), rtol=2e-4, atol=1e-5)
