@@ -13,13 +13,18 @@
 // pre-activations (before clip), then run the recursion backwards: dW, dX and Wb's gradient come out of one GEMM
 // each over all steps at the end; dR and Rb's gradient are accumulated per step. A clipped pre-activation
 // (|z| > clip) passes no gradient.
+// GCC 12 warns falsely inside its AVX-512 intrinsics when Eigen vectorises (as in unary.cpp).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Core>
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <type_traits>
 
+#include "executor/cpu/gemm.h"
 #include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
 #include "graph/error.h"
@@ -90,6 +95,26 @@ template <class T> T dact(const Act& a, T x) {
     case ActKind::Softplus: return T(1) / (T(1) + std::exp(-x));
   }
   return T(1);
+}
+
+// y = f(clip(x)) over n values (clip = +inf: none); Sigmoid and Tanh vectorised by Eigen.
+template <class T> void activate(const Act& f, const T* x, T* y, int64_t n, T clip) {
+  using A = Eigen::Array<T, Eigen::Dynamic, 1>;
+  Eigen::Map<const A> xs(x, n);
+  Eigen::Map<A> ys(y, n);
+  if (f.kind == ActKind::Sigmoid) ys = xs.max(-clip).min(clip).logistic();
+  else if (f.kind == ActKind::Tanh) ys = xs.max(-clip).min(clip).tanh();
+  else
+    for (int64_t i = 0; i < n; ++i) y[i] = act(f, std::max(-clip, std::min(clip, x[i])));
+}
+
+// The derivative of y = f(clip(x)) from x and y: zero where |x| > clip (the clipped value does not move).
+template <class T> void derivative(const Act& f, const T* x, const T* y, T* out, int64_t n, T clip) {
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = std::abs(x[i]) > clip               ? T(0)
+             : f.kind == ActKind::Sigmoid        ? y[i] * (T(1) - y[i])
+             : f.kind == ActKind::Tanh           ? T(1) - y[i] * y[i]
+                                                 : dact(f, x[i]);
 }
 
 // The cell's attributes and dims, resolved at plan time.
@@ -213,8 +238,40 @@ Spec make_spec(const PrepareContext& ctx, Cell cell, std::span<const KernelInput
 }
 
 template <class T> using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T> using MapM = Eigen::Map<Mat<T>>;
-template <class T> using MapC = Eigen::Map<const Mat<T>>;
+
+// Row-major C[M, N] = op(A)[M, K] op(B)[K, N] + beta C, op the transpose when ta / tb (A stored [K, M]). float32
+// takes onnxtrain's own threaded GEMM (executor/cpu/gemm.h) where the build has it; otherwise Eigen.
+template <class T> void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, const T* b,
+                             int64_t ldb, T beta, T* c, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  using St = Eigen::OuterStride<>;
+  Eigen::Map<Mat<T>, 0, St> C(c, M, N, St(ldc));
+  if (K == 0) {
+    if (beta == T(0)) C.setZero();
+    else C *= beta;
+    return;
+  }
+  if constexpr (std::is_same_v<T, float>)
+    if (cpu::own_sgemm_available()) return cpu::own_sgemm(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, beta, c, ldc);
+  Eigen::Map<const Mat<T>, 0, St> A(a, ta ? K : M, ta ? M : K, St(lda)), Bm(b, tb ? N : K, tb ? K : N, St(ldb));
+  if (beta == T(0)) C.setZero();
+  else if (beta != T(1)) C *= beta;
+  if (!ta && !tb) C.noalias() += A * Bm;
+  else if (!ta) C.noalias() += A * Bm.transpose();
+  else if (!tb) C.noalias() += A.transpose() * Bm;
+  else C.noalias() += A.transpose() * Bm.transpose();
+}
+
+// The per-step products (batch x gates*hidden x hidden) are small and strictly sequential: an OpenMP team per
+// step spent most of a step in barriers (on a loaded 2-core machine, 4x the single-thread time), so the step loops
+// run them on one thread; the products over all steps at once (X W^T, dX, dW) keep every thread.
+struct OneThread {
+  int saved = omp_get_max_threads();
+  OneThread() { omp_set_num_threads(1); }
+  ~OneThread() { omp_set_num_threads(saved); }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+};
 
 // The forward pass of one direction and what its gradient needs. All buffers are in step order.
 template <class T> struct Trace {
@@ -222,6 +279,8 @@ template <class T> struct Trace {
   std::vector<T> c;    // LSTM: [S+1, B, H] cell states likewise
   std::vector<T> pre;  // [S, B, G*H] gate pre-activations before clip (GRU's third: the full candidate's)
   std::vector<T> q;    // GRU with linear_before_reset: [S, B, H] = H_prev Rh^T + Rbh
+  std::vector<T> val;  // [S, B, G*H] gate values f(clip(pre)) (GRU's r block: r itself)
+  std::vector<T> hc;   // LSTM: [S, B, H] h(C_t)
 };
 
 // The recurrent engine over one node's inputs, in layout 0.
@@ -278,8 +337,6 @@ template <class T> struct Engine {
   }
 
   int64_t time(int64_t d, int64_t b, int64_t st) const { return s.reversed(d) ? len[b] - 1 - st : st; }
-  T clip(T v) const { return std::max(T(-s.clip), std::min(T(s.clip), v)); }
-  bool clipped(T v) const { return std::abs(v) > T(s.clip); }
   const Act& a(int64_t d, size_t k) const { return s.acts[d * acts_of(s.cell) + k]; }
 
   // Runs direction d; y (layout 0 [S, D, B, H], zeroed by the caller) gets the outputs of active steps.
@@ -289,82 +346,104 @@ template <class T> struct Engine {
     const T* rd = r + d * GH * H;
     const T* wb = bias.data() + d * 2 * GH;
     const T* rb = wb + GH;
-    Mat<T> xp = MapC<T>(x.data(), S * B, I) * MapC<T>(wd, GH, I).transpose();
+    const T c = T(s.clip), none = std::numeric_limits<T>::infinity();
+    Mat<T> xp(S * B, GH);
+    gemm<T>(false, true, S * B, GH, I, x.data(), I, wd, I, T(0), xp.data(), GH);
     xp.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(wb, GH);
     tr.h.assign((S + 1) * B * H, T(0));
     std::copy_n(h0.begin() + d * B * H, B * H, tr.h.begin());
     if (s.cell == Cell::LSTM) {
       tr.c.assign((S + 1) * B * H, T(0));
       std::copy_n(c0.begin() + d * B * H, B * H, tr.c.begin());
+      tr.hc.assign(S * B * H, T(0));
     }
     tr.pre.assign(S * B * GH, T(0));
+    tr.val.assign(S * B * GH, T(0));
     if (s.lbr) tr.q.assign(S * B * H, T(0));
     const T* pi = s.cell == Cell::LSTM ? p.data() + d * 3 * H : nullptr;
     const T* po = pi ? pi + H : nullptr;
     const T* pf = pi ? pi + 2 * H : nullptr;
-    Mat<T> rec(B, GH), rh(B, H), rech(B, H);
+    Mat<T> rec(B, GH), rhm(B, H), rech(B, H);
+    const OneThread one;
     for (int64_t st = 0; st < S; ++st) {
       const T* hp = tr.h.data() + st * B * H;
       T* hn = tr.h.data() + (st + 1) * B * H;
       T* pre = tr.pre.data() + st * B * GH;
-      if (s.cell == Cell::GRU && !s.lbr)
-        rec.leftCols(2 * H) = MapC<T>(hp, B, H) * MapC<T>(rd, 2 * H, H).transpose();
-      else
-        rec = MapC<T>(hp, B, H) * MapC<T>(rd, GH, H).transpose();
+      T* val = tr.val.data() + st * B * GH;
+      // GRU without linear_before_reset multiplies R's candidate block by r * H_prev instead, below.
+      gemm<T>(false, true, B, s.cell == Cell::GRU && !s.lbr ? 2 * H : GH, H, hp, H, rd, H, T(0), rec.data(), GH);
       for (int64_t b = 0; b < B; ++b) {
         if (st >= len[b]) continue;
         const T* xr = xp.data() + (time(d, b, st) * B + b) * GH;
         for (int64_t j = 0; j < (s.cell == Cell::GRU ? 2 * H : GH); ++j) pre[b * GH + j] = xr[j] + rec(b, j) + rb[j];
       }
       if (s.cell == Cell::RNN) {
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t j = 0; j < H; ++j)
-            hn[b * H + j] = st < len[b] ? act(a(d, 0), clip(pre[b * GH + j])) : hp[b * H + j];
+        for (int64_t b = 0; b < B; ++b) {
+          if (st < len[b]) activate(a(d, 0), pre + b * GH, val + b * GH, H, c);
+          std::copy_n((st < len[b] ? val + b * GH : hp + b * H), H, hn + b * H);
+        }
       } else if (s.cell == Cell::LSTM) {
         const T* cp = tr.c.data() + st * B * H;
         T* cn = tr.c.data() + (st + 1) * B * H;
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t j = 0; j < H; ++j) {
-            const int64_t k = b * H + j;
-            if (st >= len[b]) {
-              hn[k] = hp[k], cn[k] = cp[k];
-              continue;
-            }
-            T* g = pre + b * GH;  // i, o, f, c
-            g[j] += pi[j] * cp[k];
-            g[2 * H + j] += pf[j] * cp[k];
-            const T ig = act(a(d, 0), clip(g[j]));
-            const T fg = s.input_forget ? T(1) - ig : act(a(d, 0), clip(g[2 * H + j]));
-            const T cg = act(a(d, 1), clip(g[3 * H + j]));
-            cn[k] = fg * cp[k] + ig * cg;
-            g[H + j] += po[j] * cn[k];
-            hn[k] = act(a(d, 0), clip(g[H + j])) * act(a(d, 2), cn[k]);
+        for (int64_t b = 0; b < B; ++b) {
+          const T* cpb = cp + b * H;
+          T* cnb = cn + b * H;
+          if (st >= len[b]) {
+            std::copy_n(hp + b * H, H, hn + b * H);
+            std::copy_n(cpb, H, cnb);
+            continue;
           }
+          T* g = pre + b * GH;  // gates i, o, f, c
+          T* v = val + b * GH;
+          for (int64_t j = 0; j < H; ++j) {
+            g[j] += pi[j] * cpb[j];
+            g[2 * H + j] += pf[j] * cpb[j];
+          }
+          activate(a(d, 0), g, v, H, c);
+          if (s.input_forget)
+            for (int64_t j = 0; j < H; ++j) v[2 * H + j] = T(1) - v[j];
+          else
+            activate(a(d, 0), g + 2 * H, v + 2 * H, H, c);
+          activate(a(d, 1), g + 3 * H, v + 3 * H, H, c);
+          for (int64_t j = 0; j < H; ++j) {
+            cnb[j] = v[2 * H + j] * cpb[j] + v[j] * v[3 * H + j];
+            g[H + j] += po[j] * cnb[j];
+          }
+          activate(a(d, 0), g + H, v + H, H, c);
+          T* hcb = tr.hc.data() + (st * B + b) * H;
+          activate(a(d, 2), cnb, hcb, H, none);  // h(C) is not clipped
+          for (int64_t j = 0; j < H; ++j) hn[b * H + j] = v[H + j] * hcb[j];
+        }
       } else {  // GRU: z, r, h
-        Mat<T>& rhm = rh;
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t j = 0; j < H; ++j)
-            rhm(b, j) = st < len[b] ? act(a(d, 0), clip(pre[b * GH + H + j])) * (s.lbr ? T(1) : hp[b * H + j]) : T(0);
-        if (!s.lbr) rech = rhm * MapC<T>(rd + 2 * H * H, H, H).transpose();
+        for (int64_t b = 0; b < B; ++b) {
+          if (st >= len[b]) {
+            rhm.row(b).setZero();
+            continue;
+          }
+          activate(a(d, 0), pre + b * GH, val + b * GH, 2 * H, c);  // z and r
+          for (int64_t j = 0; j < H; ++j) rhm(b, j) = val[b * GH + H + j] * (s.lbr ? T(1) : hp[b * H + j]);
+        }
+        if (!s.lbr) gemm<T>(false, true, B, H, H, rhm.data(), H, rd + 2 * H * H, H, T(0), rech.data(), H);
         for (int64_t b = 0; b < B; ++b) {
           if (st >= len[b]) {
             std::copy_n(hp + b * H, H, hn + b * H);
             continue;
           }
           const T* xr = xp.data() + (time(d, b, st) * B + b) * GH;
+          T* hpre = pre + b * GH + 2 * H;
           for (int64_t j = 0; j < H; ++j) {
-            const int64_t k = b * H + j;
-            T& hpre = pre[b * GH + 2 * H + j];
             if (s.lbr) {
               const T q = rec(b, 2 * H + j) + rb[2 * H + j];
-              tr.q[st * B * H + k] = q;
-              hpre = xr[2 * H + j] + rhm(b, j) * q;
+              tr.q[(st * B + b) * H + j] = q;
+              hpre[j] = xr[2 * H + j] + rhm(b, j) * q;
             } else {
-              hpre = xr[2 * H + j] + rech(b, j) + rb[2 * H + j];
+              hpre[j] = xr[2 * H + j] + rech(b, j) + rb[2 * H + j];
             }
-            const T z = act(a(d, 0), clip(pre[b * GH + j]));
-            hn[k] = (T(1) - z) * act(a(d, 1), clip(hpre)) + z * hp[k];
           }
+          const T* v = val + b * GH;
+          activate(a(d, 1), hpre, val + b * GH + 2 * H, H, c);
+          for (int64_t j = 0; j < H; ++j)
+            hn[b * H + j] = (T(1) - v[j]) * v[2 * H + j] + v[j] * hp[b * H + j];
         }
       }
       if (y)
@@ -380,23 +459,24 @@ template <class T> struct Engine {
     const int64_t S = s.S, B = s.B, I = s.I, H = s.H, D = s.D, GH = s.G * s.H;
     const T* wd = w + d * GH * I;
     const T* rd = r + d * GH * H;
-    const T* rb = bias.data() + d * 2 * GH + GH;
+    const T c = T(s.clip), none = std::numeric_limits<T>::infinity();
     const T* pi = s.cell == Cell::LSTM ? p.data() + d * 3 * H : nullptr;
     const T* po = pi ? pi + H : nullptr;
     const T* pf = pi ? pi + 2 * H : nullptr;
     Mat<T> dxp = Mat<T>::Zero(S * B, GH);  // d pre-activation of each (time, batch) row: the W path
-    Mat<T> dgr(B, GH), dhp(B, H), tmp(B, H), rhm(B, H);
-    MapM<T> dR(dr, GH, H);
-    dR.setZero();
+    Mat<T> dgr(B, GH), dhp(B, H), tmp(B, H), rhm(B, H), rslope(B, H);
+    std::vector<T> slope(GH), hslope(H);  // one row's activation derivatives (zero where clipped)
+    std::fill(dr, dr + GH * H, T(0));
     Eigen::Matrix<T, 1, Eigen::Dynamic> drb = Eigen::Matrix<T, 1, Eigen::Dynamic>::Zero(GH);
     std::fill(dp, dp + 3 * H, T(0));
     std::vector<T> dh(B * H, T(0)), dc(B * H, T(0));
     if (dyh) std::copy_n(dyh + d * B * H, B * H, dh.begin());
     if (dyc && s.cell == Cell::LSTM) std::copy_n(dyc + d * B * H, B * H, dc.begin());
-    auto g0 = [&](T v, const Act& f) { return clipped(v) ? T(0) : dact(f, clip(v)); };
+    std::optional<OneThread> one(std::in_place);
     for (int64_t st = S - 1; st >= 0; --st) {
       const T* hp = tr.h.data() + st * B * H;
       const T* pre = tr.pre.data() + st * B * GH;
+      const T* val = tr.val.data() + st * B * GH;
       dgr.setZero();
       if (dy)
         for (int64_t b = 0; b < B; ++b)
@@ -405,48 +485,54 @@ template <class T> struct Engine {
             for (int64_t j = 0; j < H; ++j) dh[b * H + j] += g[j];
           }
       if (s.cell == Cell::RNN) {
-        for (int64_t b = 0; b < B; ++b)
-          if (st < len[b])
-            for (int64_t j = 0; j < H; ++j) dgr(b, j) = dh[b * H + j] * g0(pre[b * GH + j], a(d, 0));
+        for (int64_t b = 0; b < B; ++b) {
+          if (st >= len[b]) continue;
+          derivative(a(d, 0), pre + b * GH, val + b * GH, slope.data(), H, c);
+          for (int64_t j = 0; j < H; ++j) dgr(b, j) = dh[b * H + j] * slope[j];
+        }
       } else if (s.cell == Cell::LSTM) {
         const T* cp = tr.c.data() + st * B * H;
         const T* cn = tr.c.data() + (st + 1) * B * H;
         for (int64_t b = 0; b < B; ++b) {
           if (st >= len[b]) continue;
-          const T* g = pre + b * GH;
+          const T *g = pre + b * GH, *v = val + b * GH, *cpb = cp + b * H, *cnb = cn + b * H;
+          const T* hcb = tr.hc.data() + (st * B + b) * H;
+          derivative(a(d, 0), g, v, slope.data(), 3 * H, c);  // i, o, f
+          derivative(a(d, 1), g + 3 * H, v + 3 * H, slope.data() + 3 * H, H, c);
+          derivative(a(d, 2), cnb, hcb, hslope.data(), H, none);
           for (int64_t j = 0; j < H; ++j) {
             const int64_t k = b * H + j;
-            const T ig = act(a(d, 0), clip(g[j])), og = act(a(d, 0), clip(g[H + j]));
-            const T fg = s.input_forget ? T(1) - ig : act(a(d, 0), clip(g[2 * H + j]));
-            const T cg = act(a(d, 1), clip(g[3 * H + j]));
-            const T hc = act(a(d, 2), cn[k]);
-            const T dO = dh[k] * hc * g0(g[H + j], a(d, 0));
-            T dC = dc[k] + dh[k] * og * dact(a(d, 2), cn[k]) + dO * po[j];
-            dp[H + j] += dO * cn[k];
-            T di = dC * cg, df = dC * cp[k];
-            const T dcg = dC * ig * g0(g[3 * H + j], a(d, 1));
-            if (s.input_forget) di -= df, df = T(0);
-            di *= g0(g[j], a(d, 0));
-            df = s.input_forget ? T(0) : df * g0(g[2 * H + j], a(d, 0));
-            dp[j] += di * cp[k];
-            dp[2 * H + j] += df * cp[k];
+            const T ig = v[j], og = v[H + j], fg = v[2 * H + j], cg = v[3 * H + j];
+            const T dO = dh[k] * hcb[j] * slope[H + j];
+            const T dC = dc[k] + dh[k] * og * hslope[j] + dO * po[j];
+            dp[H + j] += dO * cnb[j];
+            T di = dC * cg, df = dC * cpb[j];
+            const T dcg = dC * ig * slope[3 * H + j];
+            if (s.input_forget) di -= df, df = T(0);  // f = 1 - i
+            di *= slope[j];
+            df *= slope[2 * H + j];
+            dp[j] += di * cpb[j];
+            dp[2 * H + j] += df * cpb[j];
             dc[k] = dC * fg + di * pi[j] + df * pf[j];  // dC_prev
             dgr(b, j) = di, dgr(b, H + j) = dO, dgr(b, 2 * H + j) = df, dgr(b, 3 * H + j) = dcg;
           }
         }
       } else {  // GRU
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t j = 0; j < H; ++j)
-            rhm(b, j) = st < len[b] ? act(a(d, 0), clip(pre[b * GH + H + j])) * (s.lbr ? T(1) : hp[b * H + j]) : T(0);
         for (int64_t b = 0; b < B; ++b) {
-          if (st >= len[b]) continue;
-          const T* g = pre + b * GH;
+          if (st >= len[b]) {
+            rhm.row(b).setZero();
+            continue;
+          }
+          const T *g = pre + b * GH, *v = val + b * GH;
+          derivative(a(d, 0), g, v, slope.data(), 2 * H, c);  // z, r
+          derivative(a(d, 1), g + 2 * H, v + 2 * H, slope.data() + 2 * H, H, c);
           for (int64_t j = 0; j < H; ++j) {
             const int64_t k = b * H + j;
-            const T z = act(a(d, 0), clip(g[j])), hh = act(a(d, 1), clip(g[2 * H + j]));
-            const T dhh = dh[k] * (T(1) - z) * g0(g[2 * H + j], a(d, 1));
-            dgr(b, j) = dh[k] * (hp[k] - hh) * g0(g[j], a(d, 0));
-            dgr(b, 2 * H + j) = dhh;  // lbr: becomes dq below, after dr is taken
+            const T z = v[j], hh = v[2 * H + j];
+            rhm(b, j) = v[H + j] * (s.lbr ? T(1) : hp[k]);
+            rslope(b, j) = slope[H + j];
+            dgr(b, j) = dh[k] * (hp[k] - hh) * slope[j];
+            dgr(b, 2 * H + j) = dh[k] * (T(1) - z) * slope[2 * H + j];  // d candidate pre; lbr: becomes dq below
           }
         }
         if (s.lbr) {
@@ -454,53 +540,50 @@ template <class T> struct Engine {
             if (st >= len[b]) continue;
             for (int64_t j = 0; j < H; ++j) {
               const T dhh = dgr(b, 2 * H + j);
-              dgr(b, H + j) = dhh * tr.q[(st * B + b) * H + j] * g0(pre[b * GH + H + j], a(d, 0));
+              dgr(b, H + j) = dhh * tr.q[(st * B + b) * H + j] * rslope(b, j);
               dgr(b, 2 * H + j) = dhh * rhm(b, j);  // dq = dhh * r
               dxp(time(d, b, st) * B + b, 2 * H + j) = dhh;
             }
           }
         } else {
           // d(r * H_prev) = dhh Rh
-          tmp = dgr.rightCols(H) * MapC<T>(rd + 2 * H * H, H, H);
+          gemm<T>(false, false, B, H, H, dgr.data() + 2 * H, GH, rd + 2 * H * H, H, T(0), tmp.data(), H);
           for (int64_t b = 0; b < B; ++b) {
             if (st >= len[b]) continue;
-            for (int64_t j = 0; j < H; ++j)
-              dgr(b, H + j) = tmp(b, j) * hp[b * H + j] * g0(pre[b * GH + H + j], a(d, 0));
+            for (int64_t j = 0; j < H; ++j) dgr(b, H + j) = tmp(b, j) * hp[b * H + j] * rslope(b, j);
           }
         }
       }
       // dH_prev: through R, plus the direct paths; inactive rows pass dH through.
       if (s.cell == Cell::GRU && !s.lbr) {
-        dhp = dgr.leftCols(2 * H) * MapC<T>(rd, 2 * H, H);
-        dR.topRows(2 * H) += dgr.leftCols(2 * H).transpose() * MapC<T>(hp, B, H);
-        dR.bottomRows(H) += dgr.rightCols(H).transpose() * rhm;
+        gemm<T>(false, false, B, H, 2 * H, dgr.data(), GH, rd, H, T(0), dhp.data(), H);
+        gemm<T>(true, false, 2 * H, H, B, dgr.data(), GH, hp, H, T(1), dr, H);
+        gemm<T>(true, false, H, H, B, dgr.data() + 2 * H, GH, rhm.data(), H, T(1), dr + 2 * H * H, H);
       } else {
-        dhp = dgr * MapC<T>(rd, GH, H);
-        dR += dgr.transpose() * MapC<T>(hp, B, H);
+        gemm<T>(false, false, B, H, GH, dgr.data(), GH, rd, H, T(0), dhp.data(), H);
+        gemm<T>(true, false, GH, H, B, dgr.data(), GH, hp, H, T(1), dr, H);
       }
       drb += dgr.colwise().sum();
       for (int64_t b = 0; b < B; ++b) {
-        const bool on = st < len[b];
+        if (st >= len[b]) continue;  // dh unchanged
+        const T* v = val + b * GH;
         for (int64_t j = 0; j < H; ++j) {
           const int64_t k = b * H + j;
-          if (!on) continue;  // dh[k] unchanged
-          T v = dhp(b, j);
+          T u = dhp(b, j);
           if (s.cell == Cell::GRU) {
-            const T z = act(a(d, 0), clip(pre[b * GH + j]));
-            v += dh[k] * z;
-            if (!s.lbr) v += tmp(b, j) * act(a(d, 0), clip(pre[b * GH + H + j]));  // through r * H_prev
+            u += dh[k] * v[j];                       // through z * H_prev
+            if (!s.lbr) u += tmp(b, j) * v[H + j];  // through r * H_prev
           }
-          dh[k] = v;
+          dh[k] = u;
         }
-        if (on) {
-          auto row = dxp.row(time(d, b, st) * B + b);
-          if (s.cell == Cell::GRU && s.lbr) row.leftCols(2 * H) = dgr.row(b).leftCols(2 * H);
-          else row = dgr.row(b);
-        }
+        auto row = dxp.row(time(d, b, st) * B + b);
+        if (s.cell == Cell::GRU && s.lbr) row.leftCols(2 * H) = dgr.row(b).leftCols(2 * H);
+        else row = dgr.row(b);
       }
     }
-    MapM<T>(dx, S * B, I) += dxp * MapC<T>(wd, GH, I);
-    MapM<T>(dw, GH, I) = dxp.transpose() * MapC<T>(x.data(), S * B, I);
+    one.reset();
+    gemm<T>(false, false, S * B, I, GH, dxp.data(), GH, wd, I, T(1), dx, I);
+    gemm<T>(true, false, GH, I, S * B, dxp.data(), GH, x.data(), I, T(0), dw, I);
     Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(dbias, GH) = dxp.colwise().sum();
     Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(dbias + GH, GH) = drb;
     std::copy(dh.begin(), dh.end(), dh0);
