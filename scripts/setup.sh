@@ -14,7 +14,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 
 debs=(build-essential cmake ninja-build pkg-config python3-venv
       libprotobuf-dev protobuf-compiler libeigen3-dev libdnnl-dev pybind11-dev
-      libgtest-dev libgmock-dev libyaml-cpp-dev libzip-dev libopenmpi-dev openmpi-bin ccache
+      libgtest-dev libgmock-dev libyaml-cpp-dev libzip-dev zlib1g-dev libopenmpi-dev openmpi-bin ccache
       python3-torch python3-numpy   # Debian's torch (1.13, CPU) is the tests' reference for torch semantics
       clang libclang-rt-14-dev libomp-14-dev)  # scripts/sanitize.sh and scripts/fuzz.sh (libFuzzer)
 missing=()

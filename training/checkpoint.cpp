@@ -22,6 +22,7 @@
 #include "graph/validate.h"
 #include "graph/error.h"
 #include "graph/model_io.h"
+#include "training/checksums.h"
 
 namespace onnxtrain {
 
@@ -419,12 +420,27 @@ void save_model_large(const Model& m, const fs::path& path, const SaveOptions& o
   size_t total = tensor_bytes(m.graph);
   for (const TrainingInfo& t : m.training_info) total += tensor_bytes(t.algorithm) + tensor_bytes(t.initialization);
   // Headroom for nodes, attributes and framing below protobuf's INT_MAX.
+  onnx::ModelProto p = to_proto(m);
+  // A checkpoint (a model with a training step) carries the checksums of its tensors and metadata, which
+  // from_checkpoint verifies; an earlier entry (a loaded checkpoint saved again) is replaced.
+  if (!m.training_info.empty()) {
+    const std::string key = std::string(kCheckpointKeyPrefix) + "checksums";
+    auto* props = p.mutable_metadata_props();
+    for (int i = props->size() - 1; i >= 0; --i)
+      if (props->Get(i).key() == key) props->DeleteSubrange(i, 1);
+    auto* e = p.add_metadata_props();
+    e->set_key(key);
+    e->set_value(checksums_text(m, key));
+  }
   if (!opts.force_external_data && total < (size_t(1) << 31) - (size_t(256) << 20)) {
-    save_model(m, path);
+    if (p.ByteSizeLong() > static_cast<size_t>(INT_MAX))
+      fail(path.string(), "is larger than 2 GB; protobuf cannot serialize it (store the weights as external data)");
+    std::string bytes;
+    if (!p.SerializeToString(&bytes)) fail(path.string(), "serializing the model to protobuf failed");
+    write_file_atomically(bytes, path);
     remove_stale_data_files(path, "");
     return;
   }
-  onnx::ModelProto p = to_proto(m);
   std::random_device rd;
   const std::string location = path.filename().string() + "." + std::to_string(rd()) + std::to_string(rd()) + ".data";
   std::string data;
@@ -453,6 +469,8 @@ TrainingSession TrainingSession::from_checkpoint(const std::filesystem::path& pa
 
 TrainingSession TrainingSession::from_checkpoint(const Model& ckpt, const std::string& source,
                                                  DataParallelSpec parallel, std::string device) {
+  // First: a corrupt tensor or metadata value would otherwise surface as a wrong config or silently wrong state.
+  verify_checksums(ckpt, std::string(kCheckpointKeyPrefix) + "checksums", source);
   const std::map<std::string, std::string> meta = metadata_map(ckpt.metadata, source);
   Reader r{meta, source};
   const std::string* format = r.get("format");
