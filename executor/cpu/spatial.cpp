@@ -49,19 +49,19 @@ double reflect(double x, double lo, double hi, double& slope) {
     slope = 0;
     return lo;
   }
+  // n whole ranges are folded away (its parity picks the side), r remains; in doubles, so a far grid value
+  // cannot overflow an integer.
   if (x < lo) {
-    const double dx = lo - x;
-    const auto n = static_cast<int64_t>(dx / range);
-    const double r = dx - static_cast<double>(n) * range;
-    slope = n % 2 == 0 ? -1 : 1;
-    return n % 2 == 0 ? lo + r : hi - r;
+    const double dx = lo - x, n = std::floor(dx / range), r = dx - n * range;
+    const bool even = std::fmod(n, 2.0) == 0;
+    slope = even ? -1 : 1;
+    return even ? lo + r : hi - r;
   }
   if (x > hi) {
-    const double dx = x - hi;
-    const auto n = static_cast<int64_t>(dx / range);
-    const double r = dx - static_cast<double>(n) * range;
-    slope = n % 2 == 0 ? -1 : 1;
-    return n % 2 == 0 ? hi - r : lo + r;
+    const double dx = x - hi, n = std::floor(dx / range), r = dx - n * range;
+    const bool even = std::fmod(n, 2.0) == 0;
+    slope = even ? -1 : 1;
+    return even ? hi - r : lo + r;
   }
   return x;
 }
@@ -106,6 +106,13 @@ AxisTap axis_taps(const GridGeo& g, double v, int64_t len) {
     }
   }
   AxisTap t;
+  // A non-finite grid value, or one so far out (zeros padding) that every tap misses X, reads zeros; this also
+  // keeps the integer conversions below defined.
+  if (!std::isfinite(x) || x < lo - 4 || x > hi + 4) {
+    t.n = 1;
+    t.idx[0] = -1;
+    return t;
+  }
   if (g.mode == Interp::Nearest) {
     t.n = 1;
     t.idx[0] = pad_index(g, static_cast<int64_t>(x), len, lo, hi);

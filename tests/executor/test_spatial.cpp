@@ -99,6 +99,21 @@ TYPED_TEST(SpatialOps, GridSamplePaddingAtTheCorner) {
   expect_values<T>(run("reflection", 0), {1, 2.5}, 1e-6);
 }
 
+TEST(SpatialOpsEdges, GridSampleFarAndNonFiniteGridValues) {
+  // X = [[1, 2], [3, 4]]. zeros padding: 1e30, -1e30 and NaN read nothing -> 0. border: 1e30 clamps to the last
+  // column/row -> X[1][1] = 4. reflection, align_corners: -3 unnormalises to -1, one range past 0, which
+  // reflects to 1 -> X[1][1] = 4; -5 to -2, two ranges, back to 0 -> X[0][0] = 1.
+  const Tensor x = tensor<double>({1, 1, 2, 2}, {1, 2, 3, 4});
+  const Tensor far = tensor<double>({1, 1, 3, 2}, {1e30, 0, -1e30, 0, std::nan(""), 0});
+  auto run = [&](const Tensor& grid, const char* pad, int64_t align) {
+    return run_single(make_node("GridSample", 2, {{"padding_mode", std::string(pad)}, {"align_corners", align}}), 16,
+                      {x, grid});
+  };
+  expect_values<double>(run(far, "zeros", 0), {0, 0, 0}, 0);
+  expect_values<double>(run(tensor<double>({1, 1, 1, 2}, {1e30, 1e30}), "border", 0), {4}, 0);
+  expect_values<double>(run(tensor<double>({1, 1, 2, 2}, {-3, -3, -5, -5}), "reflection", 1), {4, 1}, 1e-12);
+}
+
 TEST(SpatialOpsErrors, GridSampleRefusesAFiveDimensionalInputBeforeOpset20) {
   const Tensor x = tensor<double>({1, 1, 2, 2, 2}, std::vector<double>(8, 1));
   const Tensor grid = tensor<double>({1, 1, 1, 1, 3}, {0, 0, 0});
