@@ -203,3 +203,43 @@ def test_lp_pool_matches_onnxruntime(attrs):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     got = ot.ForwardBackwardSession(model.SerializeToString()).run_forward({"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+class AffineSampler(torch.nn.Module):
+    """A spatial transformer: a learned affine map of a fixed base grid, sampled with F.grid_sample, then a conv.
+    (The base grid is a buffer: affine_grid itself exports only at opset 20.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.theta = torch.nn.Parameter(torch.tensor([[1.1, 0.2, 0.05], [-0.1, 0.9, 0.1]]))
+        self.conv = torch.nn.Conv2d(2, 3, 3, padding=1)
+        base = F.affine_grid(torch.eye(2, 3).unsqueeze(0), [1, 1, 6, 5], align_corners=False).reshape(-1, 2)
+        self.register_buffer("base", torch.cat([base, torch.ones(30, 1)], 1))
+
+    def forward(self, x):
+        grid = (self.base @ self.theta.t()).reshape(1, 6, 5, 2).expand(x.shape[0], 6, 5, 2)
+        return self.conv(F.grid_sample(x, grid, padding_mode="border", align_corners=False))
+
+
+def test_torch_module_learning_its_sampling_grid_matches_torch():
+    """The whole path of a torch user: export (GridSample at opset 17), the grid's gradient flowing back into the
+    affine parameters, and the input's gradient."""
+    import copy
+
+    import onnxtrain.torch as ott
+
+    torch.manual_seed(0)
+    eager = AffineSampler().train()
+    wrapped = ott.TrainModule(copy.deepcopy(eager))
+    x, target = torch.randn(2, 2, 6, 5), torch.randn(2, 3, 6, 5)
+    xs = [x.clone().requires_grad_(True) for _ in range(2)]
+    for m, xi in zip((eager, wrapped), xs):
+        ((m(xi) - target) ** 2).mean().backward()
+
+    def rel(a, b):
+        return ((a - b).abs().max() / b.abs().max()).item()
+
+    for (name, p), (_, q) in zip(eager.named_parameters(), wrapped.named_parameters()):
+        assert q.grad is not None, name
+        assert rel(q.grad, p.grad) < 1e-5, name
+    assert rel(xs[1].grad, xs[0].grad) < 1e-5
