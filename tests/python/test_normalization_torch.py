@@ -168,3 +168,51 @@ def test_float32_gradients_match_float64(op, shape, attrs):
         return ours(m, x64.astype(dtype), dy.astype(dtype))[1]
 
     np.testing.assert_allclose(grads(np.float32, TensorProto.FLOAT), grads(np.float64, TensorProto.DOUBLE), rtol=2e-4, atol=1e-5)
+
+
+def weighted(op, x_shape, y_shape, opset, const=None, **attrs):
+    """y = op(x * w) in float32 with a trained weight w, for the exported gradient model."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, list(y_shape))
+    w = onnx.numpy_helper.from_array(np.random.default_rng(11).uniform(0.5, 1.5, x_shape[-1:]).astype(np.float32), "w")
+    inits, ins = [w], ["xw"]
+    if const is not None:
+        inits.append(onnx.numpy_helper.from_array(const, "c"))
+        ins.append("c")
+    nodes = [helper.make_node("Mul", ["x", "w"], ["xw"]), helper.make_node(op, ins, ["y"], **attrs)]
+    g = helper.make_graph(nodes, "g", [x], [y], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize(
+    "op,x_shape,y_shape,opset,const,attrs",
+    [
+        ("Shrink", (3, 4), (3, 4), 17, None, {"lambd": 0.25, "bias": 0.125}),
+        ("LpNormalization", (3, 4), (3, 4), 17, None, {"p": 2}),
+        ("MeanVarianceNormalization", (2, 3, 4), (2, 3, 4), 13, None, {"axes": [0, 2]}),
+        ("LRN", (2, 4, 2, 3), (2, 4, 2, 3), 13, None, {"size": 3, "alpha": 0.5}),  # onnxruntime's LRN is 4-D only
+        ("Det", (2, 3, 3), (2,), 13, None, {}),
+        ("CenterCropPad", (4, 3), (2, 5), 18, np.array([2, 5], np.int64), {}),
+        # Opset 13: an opset 11 model's exported gradient model imports opset 13 (the MSE loss's) while the
+        # engine's broadcast sum for Mul keeps opset 11's ReduceSum(axes=...) attribute, which the checker refuses.
+        ("Compress", (4, 3), (2, 3), 13, np.array([False, True, False, True]), {"axis": 0}),
+    ],
+)
+def test_onnxruntime_runs_the_gradient_graph(op, x_shape, y_shape, opset, const, attrs):
+    # The backward graph is standard ONNX (no onnxtrain op): onnx's full checker accepts it, and onnxruntime
+    # runs it to the gradient our executor computes.
+    import onnxruntime as ort
+
+    s = ot.TrainingSession(weighted(op, x_shape, y_shape, opset, const, **attrs), loss="mse")
+    rng = np.random.default_rng(12)
+    x = rng.uniform(-2, 2, x_shape).astype(np.float32)
+    target = rng.standard_normal(y_shape).astype(np.float32)
+    _, grads = s.gradients({"x": x, s.target_name: target})
+    gm = s.export_gradient_model()
+    assert all(n.domain in ("", "ai.onnx") for n in gm.graph.node), [n.op_type for n in gm.graph.node if n.domain]
+    onnx.checker.check_model(gm, full_check=True)
+    sess = ort.InferenceSession(gm.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {i.name: (target if i.name == s.target_name else x) for i in sess.get_inputs()}
+    outs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    np.testing.assert_allclose(outs["w_grad"], grads["w"], rtol=1e-4, atol=1e-6)
+    assert np.abs(grads["w"]).max() > 0
