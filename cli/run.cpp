@@ -28,22 +28,25 @@ extern "C" void on_sigint(int) {
 // ONNXTRAIN_TEST_SIGINT_AT_STEP=k the process sends itself SIGINT right after step k (on every rank, or only on
 // rank ONNXTRAIN_TEST_SIGINT_RANK), so the Ctrl-C tests interrupt at a known step instead of racing a timer
 // against the run. Everything from the signal on is the real path: handler, flag, step boundary, checkpoint.
-class SigintAtStep : public Callback {
+// ONNXTRAIN_TEST_SIGNAL=KILL sends SIGKILL instead: a rank that dies at a known step.
+class SignalAtStep : public Callback {
  public:
-  explicit SigintAtStep(int64_t step) : step_(step) {}
+  SignalAtStep(int64_t step, int sig) : step_(step), sig_(sig) {}
   void on_step(Trainer&, const StepInfo& s) override {
-    if (s.step == step_) std::raise(SIGINT);
+    if (s.step == step_) std::raise(sig_);
   }
 
  private:
   int64_t step_;
+  int sig_;
 };
 
-std::shared_ptr<Callback> test_sigint_hook(int rank) {
+std::shared_ptr<Callback> test_signal_hook(int rank) {
   const char* step = std::getenv("ONNXTRAIN_TEST_SIGINT_AT_STEP");
   if (!step || !*step) return nullptr;
   if (const char* only = std::getenv("ONNXTRAIN_TEST_SIGINT_RANK"); only && *only && std::atoi(only) != rank) return nullptr;
-  return std::make_shared<SigintAtStep>(std::atoll(step));
+  const char* sig = std::getenv("ONNXTRAIN_TEST_SIGNAL");
+  return std::make_shared<SignalAtStep>(std::atoll(step), sig && std::string(sig) == "KILL" ? SIGKILL : SIGINT);
 }
 
 // "<file>:<line>: <key>" for the key, or for the nearest enclosing key that was set ("data.inputs" for
@@ -266,7 +269,7 @@ int run_training(const RunConfig& cfg, TrainingSession& session, const RunData& 
   trainer.add_callback(std::make_shared<CheckpointEvery>(out / "checkpoints", cfg.checkpoint_every, static_cast<int>(cfg.keep_last)));
   if (cfg.patience > 0)
     trainer.add_callback(std::make_shared<EarlyStopping>(cfg.early_metric, cfg.patience, cfg.min_delta, cfg.early_mode));
-  if (auto hook = test_sigint_hook(rank)) trainer.add_callback(hook);
+  if (auto hook = test_signal_hook(rank)) trainer.add_callback(hook);
   if (restore_from) trainer.restore(*restore_from, restore_source);
 
   // Rank 0 speaks for the job; the others print only errors.

@@ -191,5 +191,88 @@ TEST_F(CliMpirun, InterruptingOneRankStopsAllAtTheSameStepWithACheckpoint) {
   EXPECT_NE(r.output.find("stopped: max_steps after " + std::to_string(steps + 3) + " steps"), std::string::npos) << r.output;
 }
 
+// Two "hosts" on this machine: two network namespaces joined by a veth pair, each with its own address and
+// hostname. mpirun runs in the first with a hostfile naming both addresses; its rsh agent (what ssh is on real
+// machines) starts the second host's daemon inside the second namespace, so rank 1 talks to rank 0 only over
+// TCP across the veth (btl tcp,self: no shared memory). Needs root and `ip netns`; skips, saying so, without.
+class TwoHosts {
+ public:
+  explicit TwoHosts(const std::filesystem::path& dir) {
+    const std::string id = std::to_string(getpid() % 100000);
+    ns_[0] = "ot" + id + "a";
+    ns_[1] = "ot" + id + "b";
+    const std::string net = "10.211." + std::to_string(getpid() % 250) + ".";
+    addr_[0] = net + "1";
+    addr_[1] = net + "2";
+    subnet_ = net + "0/24";
+    const std::string setup = "ip netns add " + ns_[0] + " && ip netns add " + ns_[1] + " && ip link add " + ns_[0] +
+                              " type veth peer name " + ns_[1] + " && ip link set " + ns_[0] + " netns " + ns_[0] +
+                              " && ip link set " + ns_[1] + " netns " + ns_[1] + " && ip -n " + ns_[0] + " addr add " +
+                              addr_[0] + "/24 dev " + ns_[0] + " && ip -n " + ns_[1] + " addr add " + addr_[1] + "/24 dev " +
+                              ns_[1] + " && ip -n " + ns_[0] + " link set " + ns_[0] + " up && ip -n " + ns_[1] + " link set " +
+                              ns_[1] + " up && ip -n " + ns_[0] + " link set lo up && ip -n " + ns_[1] + " link set lo up";
+    if (getuid() != 0 || std::system(("(" + setup + ") > " + (dir / "netns.log").string() + " 2>&1").c_str()) != 0) {
+      skip_ = "needs root and network namespaces (ip netns): " + read_text(dir / "netns.log");
+      return;
+    }
+    agent_ = dir / "netns-rsh";
+    std::ofstream(agent_) << "#!/bin/sh\n# OpenMPI's rsh agent: runs the remote daemon in the namespace of the host.\n"
+                             "host=\"$1\"; shift\ncase \"$host\" in\n"
+                          << "  " << addr_[0] << ") ns=" << ns_[0] << "; name=hostA ;;\n"
+                          << "  " << addr_[1] << ") ns=" << ns_[1] << "; name=hostB ;;\n"
+                          << "  *) echo \"netns-rsh: unknown host $host\" >&2; exit 1 ;;\nesac\n"
+                             "exec ip netns exec \"$ns\" unshare --uts sh -c \"hostname $name; $*\"\n";
+    std::filesystem::permissions(agent_, std::filesystem::perms::owner_all);
+    hostfile_ = dir / "hostfile";
+    std::ofstream(hostfile_) << addr_[0] << " slots=1\n" << addr_[1] << " slots=1\n";
+  }
+  ~TwoHosts() {
+    if (agent_.empty()) return;
+    std::system(("ip netns del " + ns_[0] + " 2>/dev/null; ip netns del " + ns_[1] + " 2>/dev/null").c_str());
+  }
+  const std::string& skip() const { return skip_; }
+  // `args` for the onnxtrain CLI, one rank per host; `env` adds -x options. Run from host A.
+  Launch cli(const std::string& args, const std::string& env = "") const {
+    const std::string mpirun = std::string("timeout --verbose -s KILL 240 ") + ONNXTRAIN_MPIEXEC + " --hostfile " +
+                               hostfile_.string() + " -np 2 --mca plm_rsh_agent " + agent_.string() +
+                               " --mca oob_tcp_if_include " + subnet_ + " --mca btl_tcp_if_include " + subnet_ +
+                               " --mca btl tcp,self -x OMP_NUM_THREADS=1 " + env + " " + ONNXTRAIN_CLI + " " + args;
+    return test::launch("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ip netns exec " + ns_[0] +
+                        " unshare --uts sh -c 'hostname hostA; " + mpirun + "'");
+  }
+
+ private:
+  std::string ns_[2], addr_[2], subnet_, skip_;
+  std::filesystem::path agent_, hostfile_;
+};
+
+// Issue 25, point 4: a 2-host run equals one process at the combined batch after 20 steps, and a rank that dies
+// on one host (SIGKILL at step 5, through the test-only hook) makes the other exit with an error, not hang.
+TEST_F(CliMpirun, TwoHostsOverTcpTrainLikeOneProcessAndADeadHostEndsTheJob) {
+  TwoHosts hosts(dir_);
+  if (!hosts.skip().empty()) GTEST_SKIP() << hosts.skip();
+  const std::string cfg = (dir_ / "run.yaml").string();
+  const Launch one = cli("train " + cfg + " --set train.batch_size=16 --set output=" + (dir_ / "one").string());
+  ASSERT_EQ(one.status, 0) << one.output;
+  const Launch two = hosts.cli("train " + cfg + " --set output=" + (dir_ / "hosts").string());
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_EQ(count(two.output, "data-parallel: 2 ranks (mpi), batch 8 per rank (16 per step)"), 1u) << two.output;
+  EXPECT_EQ(count(two.output, "stopped: max_steps after 20 steps"), 1u) << two.output;
+  expect_same_training(dir_ / "hosts/model.onnx", dir_ / "one/model.onnx", "2 hosts x 8 vs 1 x 16, sgd momentum, 20 steps");
+  const std::vector<float> l1 = step_losses(dir_ / "one/metrics.csv"), l2 = step_losses(dir_ / "hosts/metrics.csv");
+  ASSERT_EQ(l2.size(), 20u);
+  EXPECT_LE(test::max_relative(l2, l1), kTolerance);
+
+  // Host B's rank dies. mpirun would tear the job down by itself; with --enable-recovery it does not, so the
+  // survivor's own communicator timeout has to end it, with an error naming the wait.
+  const Launch dead = hosts.cli("train " + cfg + " --set train.max_steps=0 --set train.epochs=1000000 --set output=" +
+                                    (dir_ / "dead").string(),
+                                "--enable-recovery -x ONNXTRAIN_COMM_TIMEOUT=5 -x ONNXTRAIN_TEST_SIGINT_AT_STEP=5 "
+                                "-x ONNXTRAIN_TEST_SIGINT_RANK=1 -x ONNXTRAIN_TEST_SIGNAL=KILL");
+  EXPECT_FALSE(dead.hung()) << dead.output;
+  EXPECT_NE(dead.output.find("timed out after 5 s"), std::string::npos) << dead.output;
+  EXPECT_EQ(dead.output.find("stopped: "), std::string::npos) << dead.output;
+}
+
 }  // namespace
 }  // namespace onnxtrain
