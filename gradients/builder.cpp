@@ -309,9 +309,12 @@ YieldSplit split_at_yield(const Graph& g) {
   };
   // Initializers stay initializers on both sides: the Executor puts them in the shared store once.
   auto used_initializers = [&](const std::vector<Node>& nodes, Graph& out) {
-    for (const Node& n : nodes)
-      for (const std::string& in : n.inputs)
+    for (const Node& n : nodes) {
+      std::vector<std::string> reads = n.inputs;
+      for (const std::string& v : outer_references(n)) reads.push_back(v);  // weights a branch body reads
+      for (const std::string& in : reads)
         if (auto it = g.initializers.find(in); it != g.initializers.end()) out.initializers.emplace(*it);
+    }
   };
 
   // Forward values computed from Constant nodes alone (an axis, a Concat of constant scales): the backward part

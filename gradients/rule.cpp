@@ -84,6 +84,7 @@ const GradientRegistry& default_rules() {
     register_resize_rules(r);
     register_recurrent_rules(r);
     register_spatial_rules(r);
+    register_control_flow_rules(r);
     register_linalg_rules(r);
     return r;
   }();

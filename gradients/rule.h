@@ -75,6 +75,7 @@ void register_misc_rules(GradientRegistry& r);
 void register_resize_rules(GradientRegistry& r);
 void register_recurrent_rules(GradientRegistry& r);  // LSTM, GRU, RNN
 void register_spatial_rules(GradientRegistry& r);    // GridSample, Col2Im, MaxRoiPool, MaxUnpool
+void register_control_flow_rules(GradientRegistry& r);  // If (Loop, Scan: see the file)
 void register_linalg_rules(GradientRegistry& r);     // Det
 
 // The ai.onnx ops whose ONNX schema (the latest version at or below the newest opset the linked ONNX knows)

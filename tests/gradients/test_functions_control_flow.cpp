@@ -1,8 +1,10 @@
 // Graph structures the per-op table cannot express:
 // - a call site of a model-local function is differentiated through the function's body (given
 //   GradientRequest::functions), and without the functions the error names the node and its op;
-// - control flow (If, Loop, Scan) on the path of a trainable tensor fails with an error naming the node and
-//   the op, whether the tensor is an input of the node or only read by its body (never a silent zero).
+// - If is differentiated even when the trainable tensor is only read by its branches (the gradient checks
+//   against central differences are in test_control_flow_gradients.cpp);
+// - control flow without a rule (Loop, Scan) on the path of a trainable tensor fails with an error naming the
+//   node and the op, whether the tensor is an input of the node or only read by its body (never a silent zero).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -144,8 +146,25 @@ void expect_control_flow_error(const std::string& e, const std::string& node_nam
   EXPECT_NE(e.find("trainable 'W'"), std::string::npos) << e;
 }
 
-TEST(ControlFlow, IfReadingATrainableInItsBranchesFailsNamingTheNode) {
-  expect_control_flow_error(gradient_error(if_graph(), {{"", 17}}, {"W"}, "L"), "choose", "If");
+TEST(ControlFlow, IfReadingATrainableOnlyInItsBranchesGetsItsGradient) {
+  // d sum(Y) / dW is -1 through the then branch (-W) and +1 through the else branch (W): never a silent zero.
+  for (bool cond : {true, false}) {
+    Graph g = if_graph();
+    GraphBuilder b(g, "seed/");
+    Expr seed = scalar(b, DType::Float64, 1.0);
+    GradientRequest req;
+    req.wrt = {"W"};
+    req.outputs = {"L"};
+    req.output_grads = {seed.name};
+    GradientResult r = build_gradients(g, {{"", 17}, {"onnxtrain", 1}}, req);
+    g.outputs.push_back({r.grads.at("W"), f64({3})});
+    Executor ex(g, {{"", 17}, {"onnxtrain", 1}}, std::make_shared<TensorStore>());
+    Tensor c = Tensor::empty(DType::Bool, {});
+    *c.ptr<bool>() = cond;
+    std::vector<Tensor> out = ex.run({{"cond", c}, {"W", Tensor::from_vector<double>({3}, {0.5, -1.0, 2.0})}});
+    ASSERT_EQ(out.size(), 2u);
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(out[1].ptr<double>()[j], cond ? -1.0 : 1.0) << j;
+  }
 }
 
 TEST(ControlFlow, LoopWithATrainableCarriedValueFailsNamingTheNode) {

@@ -134,8 +134,12 @@ double objective(Executor& ex, const std::vector<Tensor>& xs) {
 TEST(GradCheck, EveryRuleHasACase) {
   std::set<std::pair<std::string, std::string>> covered;
   for (const auto& c : test::rule_cases()) covered.insert({c.domain, c.op});
+  // Control flow reads values from the enclosing scope, which a one-node case cannot express: its rules are
+  // checked against central differences on whole models in the file named here.
+  static const std::map<std::string, std::string> checked_elsewhere = {
+      {"If", "tests/gradients/test_control_flow_gradients.cpp"}};
   for (const auto& op : default_rules().ops())
-    EXPECT_TRUE(covered.count(op)) << "gradient rule for '" << (op.first.empty() ? "" : op.first + ".") << op.second
+    EXPECT_TRUE(covered.count(op) || (op.first.empty() && checked_elsewhere.count(op.second))) << "gradient rule for '" << (op.first.empty() ? "" : op.first + ".") << op.second
                                    << "' has no case in tests/gradients/rule_cases.cpp";
 }
 
