@@ -46,7 +46,7 @@ const std::map<std::string, const char*>& usages() {
                  "Writes the checkpoint's inference model: current weights, no training info, no optimizer state.\n"
                  "With LoRA adapters (docs/lora.md) they are merged into their weights, so MODEL.onnx is the base\n"
                  "architecture with new weights; --adapters writes the adapters alone instead (a small ONNX file\n"
-                 "for onnxtrain merge).\n"},
+                 "for onnxtrain merge, with the weights trained in full beside them, such as a new head).\n"},
       {"merge", "usage: onnxtrain merge BASE.onnx ADAPTERS.onnx -o MODEL.onnx\n\n"
                 "Applies a LoRA adapters file (onnxtrain export --adapters) to the base model it was trained on and\n"
                 "folds it into the weights: W + (A B) * alpha / rank. MODEL.onnx is a plain ONNX model.\n"},
@@ -255,7 +255,10 @@ int cmd_export(const std::vector<std::string>& argv) {
     const bool lora = !find_lora(m.graph).empty();
     if (a.options.count("--adapters")) {
       if (!lora) fail(ckpt, "--adapters: the checkpoint has no LoRA adapters (adapter.kind is none)");
-      m = extract_lora(m, s.config().adapter);
+      std::vector<std::string> also;  // weights trained in full beside the adapters (a new head)
+      for (const std::string& w : s.trainable())
+        if (!w.ends_with(".lora_A") && !w.ends_with(".lora_B")) also.push_back(w);
+      m = extract_lora(m, s.config().adapter, also);
     } else if (lora) {
       merge_lora(m);
     }

@@ -30,6 +30,7 @@ struct Use {
   size_t node = 0;
   bool conv = false;
   bool transposed = false;  // linear: W is [out, in] (nn.Linear's layout, reached through Transpose or transB)
+  double gemm_alpha = 1;    // a Gemm scales x W by alpha, so a merged update is divided by it
 };
 
 // Every use of W as the right operand of MatMul/Gemm (directly or through a 2D Transpose) or as a Conv kernel.
@@ -58,11 +59,14 @@ Uses find_uses(const Graph& g, const std::string& w) {
     if (slot != 1) return bad(n, "is the left operand; only x W is adapted");
     if (t.dims.size() != 2) return bad(n, "is not a matrix (rank " + std::to_string(t.dims.size()) + ")");
     bool transposed = through_transpose;
+    double alpha = 1;
     if (n.op_type == "Gemm") {
       if (n.attr_int("transA", 0) != 0) return bad(n, "is read by a Gemm with transA=1, which is not supported");
       if (n.attr_int("transB", 0) != 0) transposed = !transposed;
+      alpha = n.attr_float("alpha", 1.0f);
+      if (alpha == 0 || !std::isfinite(alpha)) return bad(n, "is read by a Gemm with alpha " + std::to_string(alpha));
     }
-    r.uses.push_back({i, false, transposed});
+    r.uses.push_back({i, false, transposed, alpha});
   };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
@@ -101,8 +105,8 @@ Uses find_uses(const Graph& g, const std::string& w) {
     if (o.name == w && r.error.empty()) r.error = "weight '" + w + "' is a graph output";
   if (r.error.empty() && !r.uses.empty()) {
     for (const Use& u : r.uses)
-      if (u.conv != r.uses[0].conv || u.transposed != r.uses[0].transposed)
-        r.error = "weight '" + w + "' is read in two layouts (" + g.nodes[r.uses[0].node].describe() + " and " +
+      if (u.conv != r.uses[0].conv || u.transposed != r.uses[0].transposed || u.gemm_alpha != r.uses[0].gemm_alpha)
+        r.error = "weight '" + w + "' is read in two layouts or Gemm alphas (" + g.nodes[r.uses[0].node].describe() + " and " +
                   g.nodes[u.node].describe() + "); one adapter cannot serve both";
   }
   return r;
@@ -351,8 +355,9 @@ int merge_lora(Model& m) {
     const TensorData& b = g.initializers.at(ad.b);
     if (a.dtype != w.dtype || b.dtype != w.dtype)
       fail("merge", "adapter of '" + ad.weight + "' is " + dtype_name(a.dtype) + ", the weight " + dtype_name(w.dtype));
-    if (w.dtype == DType::Float32) fold<float>(w, a, b, scale, uses.uses[0]);
-    else fold<double>(w, a, b, scale, uses.uses[0]);
+    const double s_w = scale / uses.uses[0].gemm_alpha;  // W's share of alpha_gemm * x W + x A B scale
+    if (w.dtype == DType::Float32) fold<float>(w, a, b, s_w, uses.uses[0]);
+    else fold<double>(w, a, b, s_w, uses.uses[0]);
     g.initializers.erase(ad.a);
     g.initializers.erase(ad.b);
   }
@@ -373,7 +378,7 @@ int merge_lora(Model& m) {
   return static_cast<int>(adapters.size());
 }
 
-Model extract_lora(const Model& adapted, const AdapterSpec& spec) {
+Model extract_lora(const Model& adapted, const AdapterSpec& spec, const std::vector<std::string>& also) {
   Model out;
   out.ir_version = adapted.ir_version;
   out.opset_imports[""] = std::max<int64_t>(adapted.opset(""), 13);
@@ -386,9 +391,14 @@ Model extract_lora(const Model& adapted, const AdapterSpec& spec) {
     if (kv.first.rfind(std::string(kCheckpointKeyPrefix) + "adapter.", 0) == 0) out.metadata.push_back(kv);
   const std::vector<LoraAdapter> adapters = find_lora(adapted.graph);
   if (adapters.empty()) fail("export", "the model has no LoRA adapters");
-  for (const LoraAdapter& ad : adapters)
-    for (const std::string& n : {ad.a, ad.b}) {
-      const TensorData& t = adapted.graph.initializers.at(n);
+  std::vector<std::string> names;
+  for (const LoraAdapter& ad : adapters) names.insert(names.end(), {ad.a, ad.b});
+  for (const std::string& n : also)
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  for (const std::string& n : names) {
+      auto it = adapted.graph.initializers.find(n);
+      if (it == adapted.graph.initializers.end()) fail("export", "'" + n + "' is not an initializer of the model");
+      const TensorData& t = it->second;
       out.graph.initializers[n] = t;
       Shape s;
       for (int64_t d : t.dims) s.push_back(Dim::of(d));
@@ -421,9 +431,19 @@ Model apply_lora_file(const Model& base, const Model& adapters, const std::strin
                          dtype_name(dst.dtype) + " " + dims_text(dst.dims) + ")");
       m.graph.initializers[n] = it->second;
     }
-  for (const auto& [n, t] : adapters.graph.initializers)
-    if (!m.graph.initializers.count(n))
-      fail(source, "tensor '" + n + "' matches no adapter of the base model (was it trained on another base?)");
+  std::set<std::string> adapter_tensors;
+  for (const LoraAdapter& ad : added) adapter_tensors.insert({ad.a, ad.b});
+  for (const auto& [n, t] : adapters.graph.initializers) {
+    if (adapter_tensors.count(n)) continue;
+    // A weight trained in full beside the adapters replaces the base's.
+    auto it = m.graph.initializers.find(n);
+    if (it == m.graph.initializers.end())
+      fail(source, "tensor '" + n + "' is neither an adapter nor a weight of the base model (was it trained on another base?)");
+    if (it->second.dtype != t.dtype || it->second.dims != t.dims)
+      fail(source, "tensor '" + n + "' is " + dtype_name(t.dtype) + " " + dims_text(t.dims) + "; the base model's is " +
+                       dtype_name(it->second.dtype) + " " + dims_text(it->second.dims));
+    it->second = t;
+  }
   return m;
 }
 

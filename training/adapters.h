@@ -51,9 +51,12 @@ std::vector<LoraAdapter> find_lora(const Graph& g);
 int merge_lora(Model& m);
 // The adapters alone, as a small ONNX model: A and B of every adapted weight as initializers (each passed
 // through an Identity so the file is a valid model any ONNX tool loads), and the spec in metadata_props.
-Model extract_lora(const Model& adapted, const AdapterSpec& spec);
-// Applies an adapters file to a base model: the same rewrite as when training, then A and B from the file.
-// The result still has the adapters as separate nodes; merge_lora folds them. Errors name `source`.
+// `also` names other weights trained in full beside the adapters (a fresh head), stored whole (peft's
+// modules_to_save), so that the file alone turns the base into the fine-tuned model.
+Model extract_lora(const Model& adapted, const AdapterSpec& spec, const std::vector<std::string>& also = {});
+// Applies an adapters file to a base model: the same rewrite as when training, then A and B from the file, and
+// the file's whole weights in place of the base's. The result still has the adapters as separate nodes;
+// merge_lora folds them. Errors name `source`.
 Model apply_lora_file(const Model& base, const Model& adapters, const std::string& source);
 
 }  // namespace onnxtrain

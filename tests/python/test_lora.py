@@ -227,3 +227,54 @@ def test_checkpoint_resumes_bit_for_bit_and_export_merges(tmp_path, build_dir):
     subprocess.run([cli, "merge", str(base_path), str(adapters), "-o", str(remerged)], check=True, capture_output=True)
     (again,) = ort.InferenceSession(str(remerged)).run(None, {"x": x.numpy()})
     np.testing.assert_array_equal(again, theirs)
+
+
+def test_example_config_trains_exports_and_merges_via_the_cli(tmp_path, build_dir):
+    """examples/lora/config.yaml as docs/lora.md runs it: LoRA on the digits body plus the fresh head."""
+    import pathlib
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    data, run = tmp_path / "data", tmp_path / "run"
+    subprocess.run([sys.executable, root / "examples" / "digits" / "make_digits.py", data], check=True,
+                   capture_output=True)
+    cli = str(build_dir / "cli" / "onnxtrain")
+    sets = [f"model={data / 'digits.onnx'}", f"data.train={data / 'train.npz'}",
+            f"data.validation={data / 'val.npz'}", f"output={run}", "log.progress=none"]
+    out = subprocess.run([cli, "train", str(root / "examples" / "lora" / "config.yaml")]
+                         + [a for s in sets for a in ("--set", s)], check=True, capture_output=True, text=True).stdout
+    assert ": 4 trainable tensors" in out, out  # body.weight.lora_A/B, head.weight, head.bias
+    accuracy = float(out.split("validation accuracy:")[1].split()[0])
+    assert accuracy > 0.9, out
+
+    base = onnx.load(str(data / "digits.onnx"))
+    adapted = onnx.load(str(run / "model.onnx"))
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in adapted.graph.initializer}
+    np.testing.assert_array_equal(inits["body.weight"], onnx.numpy_helper.to_array(
+        next(t for t in base.graph.initializer if t.name == "body.weight")))
+
+    (ckpt,) = (run / "checkpoints").glob("step-*.onnx")
+    merged, adapters = tmp_path / "merged.onnx", tmp_path / "adapters.onnx"
+    subprocess.run([cli, "export", str(ckpt), "-o", str(merged)], check=True, capture_output=True)
+    subprocess.run([cli, "export", str(ckpt), "-o", str(adapters), "--adapters"], check=True, capture_output=True)
+    # The adapters and the head trained in full beside them; not the frozen body.
+    assert sorted(t.name for t in onnx.load(str(adapters)).graph.initializer) == [
+        "body.weight.lora_A", "body.weight.lora_B", "head.bias", "head.weight"]
+    # 512 adapter numbers + 650 of the head, against 4160 of the body + 650: under 30% of the merged model.
+    assert adapters.stat().st_size < 0.3 * merged.stat().st_size
+    ort = pytest.importorskip("onnxruntime")
+    x = np.load(data / "val.npz")["pixels"][:50]
+    (want,) = ort.InferenceSession(str(run / "model.onnx")).run(None, {"pixels": x})
+    (got,) = ort.InferenceSession(str(merged)).run(None, {"pixels": x})
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+    assert [n.op_type for n in onnx.load(str(merged)).graph.node] == [n.op_type for n in base.graph.node]
+    # The adapters file alone turns the base into the fine-tuned model.
+    remerged = tmp_path / "remerged.onnx"
+    subprocess.run([cli, "merge", str(data / "digits.onnx"), str(adapters), "-o", str(remerged)], check=True,
+                   capture_output=True)
+    (again,) = ort.InferenceSession(str(remerged)).run(None, {"pixels": x})
+    np.testing.assert_array_equal(again, got)
+    # A file that is not an adapters file is refused, naming it.
+    bad = subprocess.run([cli, "merge", str(data / "digits.onnx"), str(data / "train.npz"), "-o", str(tmp_path / "x.onnx")],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "train.npz" in bad.stderr

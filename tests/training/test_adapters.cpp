@@ -1,0 +1,229 @@
+// LoRA adapters (training/adapters.h, docs/lora.md) on hand-built graphs: every weight layout the rewrite knows
+// (MatMul x W, Gemm transB, MatMul through Transpose, Conv) merges back into a model that computes what the
+// adapted one does; the initialisation is seeded and bounded as peft's; errors name the glob, weight and node;
+// an adapted model is never adapted twice; the configuration round-trips through checkpoint metadata.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "common/node.h"
+#include "common/test_env.h"
+#include "graph/error.h"
+#include "training/adapters.h"
+#include "training/checkpoint.h"
+#include "training/session.h"
+
+namespace onnxtrain {
+namespace {
+
+using test::node;
+
+TensorData random_tensor(std::vector<int64_t> dims, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0, 0.5f);
+  int64_t count = 1;
+  for (int64_t d : dims) count *= d;
+  std::vector<float> v(static_cast<size_t>(count));
+  for (float& x : v) x = n(rng);
+  return TensorData::from<float>(std::move(dims), v);
+}
+
+// x[2,3] -> MatMul(x, w1[3,4]) -> Gemm(., w2[5,4], transB=1) -> MatMul(., Transpose(w3[2,5])) -> y[2,2]
+Model three_layouts() {
+  Model m;
+  m.opset_imports[""] = 17;
+  Graph& g = m.graph;
+  g.inputs.push_back({"x", {DType::Float32, Shape{Dim::of(2), Dim::of(3)}}});
+  g.outputs.push_back({"y", {DType::Float32, Shape{Dim::of(2), Dim::of(2)}}});
+  g.initializers["w1"] = random_tensor({3, 4}, 1);
+  g.initializers["w2"] = random_tensor({5, 4}, 2);
+  g.initializers["b2"] = random_tensor({5}, 3);
+  g.initializers["w3"] = random_tensor({2, 5}, 4);
+  g.nodes.push_back(node("MatMul", {"x", "w1"}, {"h1"}));
+  Node gemm = node("Gemm", {"h1", "w2", "b2"}, {"h2"});
+  gemm.attributes["transB"] = int64_t{1};
+  gemm.attributes["alpha"] = 0.5f;  // the adapter adds to the Gemm's output, alpha or not
+  g.nodes.push_back(gemm);
+  g.nodes.push_back(node("Transpose", {"w3"}, {"w3t"}));
+  g.nodes.push_back(node("MatMul", {"h2", "w3t"}, {"y"}));
+  return m;
+}
+
+Model conv_model() {
+  Model m;
+  m.opset_imports[""] = 17;
+  Graph& g = m.graph;
+  g.inputs.push_back({"x", {DType::Float32, Shape{Dim::of(1), Dim::of(2), Dim::of(5), Dim::of(5)}}});
+  g.outputs.push_back({"y", {DType::Float32, std::nullopt}});
+  g.initializers["k"] = random_tensor({3, 2, 3, 3}, 5);
+  Node c = node("Conv", {"x", "k"}, {"y"});
+  c.attributes["pads"] = std::vector<int64_t>{1, 0, 1, 0};
+  c.attributes["strides"] = std::vector<int64_t>{2, 1};
+  g.nodes.push_back(c);
+  return m;
+}
+
+TrainingConfig lora(std::vector<std::string> target, int64_t rank = 2, double alpha = 3) {
+  TrainingConfig c;
+  c.loss.kind = "mse";
+  c.adapter.kind = "lora";
+  c.adapter.rank = rank;
+  c.adapter.alpha = alpha;
+  c.adapter.target = std::move(target);
+  return c;
+}
+
+Tensor input(std::vector<int64_t> shape, unsigned seed) {
+  TensorData d = random_tensor(std::move(shape), seed);
+  return Tensor::from_data(d);
+}
+
+float max_diff(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape, b.shape);
+  float m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::abs(a.ptr<float>()[i] - b.ptr<float>()[i]));
+  return m;
+}
+
+// Trained-looking adapters: B random (it starts at zero, which would merge to nothing).
+void randomize_b(TrainingSession& s) {
+  unsigned seed = 10;
+  for (const std::string& w : s.trainable())
+    if (w.ends_with(".lora_B")) {
+      Tensor b = s.get_weight(w);
+      s.set_weight(w, input(b.shape, seed++));
+    }
+}
+
+void expect_merge_matches(const Model& base, const TrainingConfig& cfg, const Tensor& x, size_t adapters) {
+  TrainingSession s(base, cfg);
+  EXPECT_EQ(s.trainable().size(), 2 * adapters);
+  const Tensor before = s.infer({{"x", x}})[0];
+  TrainingSession plain(base, TrainingConfig{});
+  EXPECT_EQ(max_diff(before, plain.infer({{"x", x}})[0]), 0.0f) << "B = 0 must leave the outputs exactly";
+  randomize_b(s);
+  const Tensor adapted = s.infer({{"x", x}})[0];
+  EXPECT_GT(max_diff(adapted, before), 1e-2f) << "the adapters must change the outputs";
+  Model merged = s.export_inference();
+  EXPECT_EQ(merge_lora(merged), static_cast<int>(adapters));
+  ASSERT_EQ(merged.graph.nodes.size(), base.graph.nodes.size());
+  for (size_t i = 0; i < base.graph.nodes.size(); ++i) {
+    EXPECT_EQ(merged.graph.nodes[i].op_type, base.graph.nodes[i].op_type);
+    EXPECT_EQ(merged.graph.nodes[i].outputs, base.graph.nodes[i].outputs);
+  }
+  EXPECT_EQ(merged.graph.initializers.size(), base.graph.initializers.size());
+  TrainingSession m(merged, TrainingConfig{});
+  EXPECT_LT(max_diff(m.infer({{"x", x}})[0], adapted), 1e-5f);
+}
+
+TEST(Lora, EveryLinearLayoutMergesBackToWhatTheAdaptedModelComputes) {
+  expect_merge_matches(three_layouts(), lora({"all-linear"}), input({2, 3}, 7), 3);
+}
+
+TEST(Lora, ConvKernelsAdaptAndMerge) {
+  expect_merge_matches(conv_model(), lora({"k"}, 2, 4), input({1, 2, 5, 5}, 8), 1);
+}
+
+TEST(Lora, AIsKaimingUniformSeededAndBIsZero) {
+  Model a = three_layouts(), b = three_layouts(), c = three_layouts();
+  AdapterSpec spec = lora({"w1", "w3"}, 4).adapter;
+  const auto added = apply_lora(a, spec);
+  ASSERT_EQ(added.size(), 2u);
+  EXPECT_EQ(added[0].weight, "w1");
+  EXPECT_EQ(added[1].nodes, std::vector<std::string>{"y"});
+  apply_lora(b, spec);
+  spec.seed = 1;
+  apply_lora(c, spec);
+  EXPECT_EQ(a.graph.initializers.at("w1.lora_A"), b.graph.initializers.at("w1.lora_A"));
+  EXPECT_NE(a.graph.initializers.at("w1.lora_A"), c.graph.initializers.at("w1.lora_A"));
+  // w1 [in 3, out 4]; w3 [out 2, in 5] through Transpose: fan_in 3 and 5.
+  for (auto [name, in, out] : {std::tuple{"w1", 3, 4}, std::tuple{"w3", 5, 2}}) {
+    const TensorData& A = a.graph.initializers.at(std::string(name) + ".lora_A");
+    const TensorData& B = a.graph.initializers.at(std::string(name) + ".lora_B");
+    EXPECT_EQ(A.dims, (std::vector<int64_t>{in, 4}));
+    EXPECT_EQ(B.dims, (std::vector<int64_t>{4, out}));
+    float hi = 0;
+    for (float v : A.as<float>()) hi = std::max(hi, std::abs(v));
+    EXPECT_LE(hi, 1 / std::sqrt(float(in)));
+    EXPECT_GT(hi, 0.3f / std::sqrt(float(in)));
+    for (float v : B.as<float>()) EXPECT_EQ(v, 0.0f);
+  }
+  EXPECT_FALSE(a.graph.initializers.count("w2.lora_A"));
+}
+
+TEST(Lora, ErrorsNameTheGlobTheWeightAndTheNode) {
+  auto err = [](Model m, std::vector<std::string> target) {
+    return test::error_of([&] { apply_lora(m, lora(std::move(target)).adapter); });
+  };
+  EXPECT_EQ(err(three_layouts(), {"fc*"}),
+            "adapter.target 'fc*': matches no floating-point initializer; they are: b2, w1, w2, w3");
+  EXPECT_EQ(err(three_layouts(), {"b*"}), "adapter.target 'b*': matches no MatMul/Gemm/Conv weight (it matches b2)");
+
+  Model tied = three_layouts();  // w1 also read by a Gather, as an embedding tied to a projection
+  tied.graph.inputs.push_back({"ids", {DType::Int64, Shape{Dim::of(2)}}});
+  tied.graph.nodes.push_back(node("Gather", {"w1", "ids"}, {"emb"}));
+  EXPECT_EQ(err(tied, {"w1"}), "adapter.target 'w1': weight 'w1' is also read by Gather, which an adapter would not "
+                               "follow (tied weights?) (node 'emb' (Gather))");
+  EXPECT_EQ(apply_lora(tied, lora({"all-linear"}).adapter).size(), 2u) << "all-linear skips the tied weight";
+
+  Model grouped = conv_model();
+  grouped.graph.initializers["k"] = random_tensor({2, 1, 3, 3}, 5);
+  grouped.graph.nodes[0].attributes["group"] = int64_t{2};
+  EXPECT_EQ(err(grouped, {"k"}), "adapter.target 'k': weight 'k' is the kernel of a grouped Conv, which is not "
+                                 "supported (node 'y' (Conv))");
+
+  Model left = three_layouts();
+  left.graph.nodes[0].inputs = {"w1", "x"};
+  EXPECT_NE(err(left, {"w1"}).find("weight 'w1' is the left operand"), std::string::npos);
+
+  EXPECT_EQ(test::error_of([] { validate_adapter(lora({}, 0).adapter); }), "adapter.rank: expected an integer >= 1, got 0");
+  AdapterSpec d = lora({}).adapter;
+  d.dropout = 0.1;
+  EXPECT_NE(test::error_of([&] { validate_adapter(d); }).find("adapter.dropout: only 0 is supported"), std::string::npos);
+}
+
+TEST(Lora, AnAdaptedModelKeepsItsAdaptersAndTheConfigRoundTrips) {
+  TrainingConfig cfg = lora({"w1", "w2"}, 3, 6);
+  cfg.adapter.seed = 9;
+  cfg.trainable = {"b2"};  // trained in full beside the adapters
+  TrainingSession s(three_layouts(), cfg);
+  EXPECT_EQ(s.trainable(), (std::vector<std::string>{"w1.lora_A", "w1.lora_B", "w2.lora_A", "w2.lora_B", "b2"}));
+  randomize_b(s);
+  // Handing the adapted model back with the same config continues with its adapters rather than adding more.
+  TrainingSession again(s.export_inference(), cfg);
+  EXPECT_EQ(again.trainable(), s.trainable());
+  for (const std::string& w : s.trainable()) EXPECT_EQ(max_diff(again.get_weight(w), s.get_weight(w)), 0.0f) << w;
+
+  const TrainingConfig back = config_from_metadata(config_to_metadata(cfg), "test");
+  EXPECT_EQ(back.adapter.kind, "lora");
+  EXPECT_EQ(back.adapter.rank, 3);
+  EXPECT_EQ(back.adapter.alpha, 6);
+  EXPECT_EQ(back.adapter.target, (std::vector<std::string>{"w1", "w2"}));
+  EXPECT_EQ(back.adapter.seed, 9);
+}
+
+TEST(Lora, AnAdaptersFileAppliesToTheBaseAndRefusesAnotherBase) {
+  TrainingConfig cfg = lora({"all-linear"});
+  cfg.trainable = {"b2"};
+  TrainingSession s(three_layouts(), cfg);
+  randomize_b(s);
+  const Model file = extract_lora(s.export_inference(), cfg.adapter, {"b2"});
+  EXPECT_EQ(file.graph.initializers.size(), 7u);  // A and B of three weights, and b2
+  Model applied = apply_lora_file(three_layouts(), file, "adapters.onnx");
+  for (const auto& [name, t] : s.export_inference().graph.initializers)
+    EXPECT_EQ(applied.graph.initializers.at(name), t) << name;
+
+  Model other = three_layouts();
+  other.graph.initializers["w1"] = random_tensor({3, 6}, 1);
+  other.graph.nodes[1].inputs[1] = "w2x";
+  other.graph.initializers["w2x"] = random_tensor({5, 6}, 1);
+  other.graph.initializers.erase("w2");
+  EXPECT_NE(test::error_of([&] { apply_lora_file(other, file, "adapters.onnx"); }).find("adapters.onnx: "),
+            std::string::npos);
+  EXPECT_EQ(test::error_of([&] { apply_lora_file(three_layouts(), three_layouts(), "base.onnx"); }),
+            "base.onnx: is not a LoRA adapters file (no 'onnxtrain.adapter.kind' metadata)");
+}
+
+}  // namespace
+}  // namespace onnxtrain
