@@ -10,11 +10,13 @@
 // branches (with matching shapes in both); recomputing keeps the graph standard, saves nothing beyond the
 // values the branch reads from outside (which the backward If reads again), and costs one more run of the
 // branch taken.
+#include <algorithm>
 #include <unordered_map>
 
 #include "gradients/builder.h"
 #include "gradients/rule.h"
 #include "graph/error.h"
+#include "graph/expr.h"
 #include "graph/shape_inference.h"
 #include "graph/validate.h"
 
@@ -126,8 +128,228 @@ void if_rule(RuleContext& c) {
   }
 }
 
+// ---- Scan ----
+//
+// Forward: states s (N), scan inputs x (M), per iteration the body B(s, x_t) -> (s', y_t) (K scan outputs),
+// reading outer values O. Backward: a Scan over the iterations in reverse whose body recomputes one forward
+// step from the state that entered it and differentiates it (build_gradients on B):
+//   carried: ds (the gradient of the state leaving the step; starts as dY of the final states) and one
+//            accumulator per outer value needing a gradient (starts at zero);
+//   scanned: the states entering each step, x_t, dy_t;
+//   outputs: ds for the step before, accumulators plus this step's dO, and dx_t as scan outputs.
+// The states entering each step are recomputed, not saved: a second forward Scan (in the backward graph) whose
+// body also emits its incoming states as scan outputs. A rule sees a copy of the forward node and cannot give
+// it extra outputs, and recomputing leaves the forward graph as written; the cost is one more forward pass,
+// and the stacked states (L times the state size) live only in the backward graph.
+
+// n's inputs are its own, then its subgraphs' outer references (the engine's copy): how many are its own.
+size_t own_inputs(const RuleContext& c) { return c.num_inputs() - subgraph_outer_references(c.node()).size(); }
+
+std::vector<int64_t> ints_or(const Node& n, const std::string& a, size_t count, int64_t fill) {
+  return n.attr_ints(a, std::vector<int64_t>(count, fill));
+}
+
+TypeInfo without_dim(TypeInfo t, int64_t axis) {
+  if (t.shape) t.shape->erase(t.shape->begin() + axis);
+  return t;
+}
+
+int64_t normalized(int64_t axis, const TypeInfo& t) {
+  const int64_t r = t.shape ? static_cast<int64_t>(t.shape->size()) : 0;
+  return axis < 0 ? axis + r : axis;
+}
+
+void scan_rule(RuleContext& c) {
+  if (c.opset() < 9) c.fail("the gradient of Scan needs opset 9 or later (opset 8's batch axis is not supported)");
+  const Node& n = c.node();
+  const Graph& body = graph_attr(c, "body");
+  const size_t own = own_inputs(c);
+  const size_t M = static_cast<size_t>(n.attr_int("num_scan_inputs", 0));
+  if (M < 1 || M > own) c.fail("num_scan_inputs must be between 1 and the number of inputs");
+  const size_t N = own - M, K = c.num_outputs() - N;
+  if (body.inputs.size() != N + M || body.outputs.size() != N + K)
+    c.fail("the body's inputs and outputs do not match the node's states, scan inputs and scan outputs");
+  for (size_t i = 0; i < own; ++i)
+    if (!c.has_input(i) || !c.X(i).valid() || !is_floating(c.X(i).dtype()) || !c.X(i).shape())
+      c.fail("the gradient of Scan needs every state and scan input floating-point with a known shape; input " +
+             std::to_string(i) + " is not");
+  std::vector<size_t> outer_targets;  // indices of the outer references that need a gradient
+  for (size_t i = own; i < c.num_inputs(); ++i)
+    if (c.needs_dX(i)) outer_targets.push_back(i);
+  for (size_t i = own; i < c.num_inputs(); ++i)
+    if (c.has_input(i) && c.builder().graph().type_of(n.inputs[i])) c.X(i);  // recomputed from: saved
+  const std::vector<int64_t> in_axes = ints_or(n, "scan_input_axes", M, 0);
+  const std::vector<int64_t> in_dirs = ints_or(n, "scan_input_directions", M, 0);
+  const std::vector<int64_t> out_axes = ints_or(n, "scan_output_axes", K, 0);
+  const std::vector<int64_t> out_dirs = ints_or(n, "scan_output_directions", K, 0);
+  GraphBuilder& b = c.builder();
+  const std::string tag = (n.name.empty() ? std::string("scan") : n.name) + "/";
+  const std::map<std::string, int64_t> opsets{{"", c.opset()}, {"onnxtrain", 1}};
+
+  // 1. The states entering every step, recomputed by a Scan whose body also emits its incoming states.
+  auto replay = std::make_shared<Graph>(body);
+  replay->name = body.name + "_states";
+  std::vector<int64_t> replay_axes = out_axes, replay_dirs = out_dirs;
+  for (size_t i = 0; i < N; ++i) {
+    const std::string copy = b.unique_name(tag + "state_in_" + std::to_string(i));
+    Node id;
+    id.name = copy;
+    id.op_type = "Identity";
+    id.inputs = {body.inputs[i].name};
+    id.outputs = {copy};
+    replay->nodes.push_back(id);
+    replay->outputs.push_back({copy, c.X(i).type});
+    replay_axes.push_back(0);
+    replay_dirs.push_back(0);
+  }
+  std::map<std::string, Attribute> replay_attrs = n.attributes;
+  replay_attrs["body"] = replay;
+  replay_attrs["scan_output_axes"] = replay_axes;
+  replay_attrs["scan_output_directions"] = replay_dirs;
+  std::vector<std::string> replay_in(n.inputs.begin(), n.inputs.begin() + static_cast<std::ptrdiff_t>(own));
+  for (size_t i = 0; i < own; ++i) c.X(i);
+  std::vector<std::string> replay_out = b.add_node("Scan", replay_in, N + K + N, replay_attrs);
+  std::vector<std::string> states_seq(replay_out.begin() + static_cast<std::ptrdiff_t>(N + K), replay_out.end());
+
+  // 2. The backward body: one forward step recomputed and differentiated.
+  Graph g = body;
+  g.name = body.name + "_grad";
+  // Types: the node's, which are concrete (the body may declare looser ones).
+  const int64_t len_axis = normalized(in_axes[0], c.X(N).type);
+  for (size_t i = 0; i < N; ++i) g.inputs[i].type = c.X(i).type;
+  for (size_t j = 0; j < M; ++j) g.inputs[N + j].type = without_dim(c.X(N + j).type, normalized(in_axes[j], c.X(N + j).type));
+  (void)len_axis;
+  std::vector<std::string> ds_in, acc_in, dy_in;
+  std::vector<ValueInfo> carried_inputs, scanned_extra;
+  for (size_t i = 0; i < N; ++i) {
+    ds_in.push_back(b.unique_name(tag + "d_state_" + std::to_string(i)));
+    carried_inputs.push_back({ds_in.back(), c.X(i).type});
+  }
+  for (size_t p : outer_targets) {
+    acc_in.push_back(b.unique_name(tag + "d_" + n.inputs[p] + "_acc"));
+    carried_inputs.push_back({acc_in.back(), c.X(p).type});
+  }
+  for (size_t k = 0; k < K; ++k) {
+    dy_in.push_back(b.unique_name(tag + "d_out_" + std::to_string(k)));
+    const Expr y = c.Y(N + k);
+    if (!y.valid()) c.fail("scan output " + std::to_string(k) + " has no known type");
+    scanned_extra.push_back({dy_in.back(), without_dim(y.type, normalized(out_axes[k], y.type))});
+  }
+  // While the engine works on it: the step's inputs, the seeds and the outer values as graph inputs.
+  std::vector<ValueInfo> step_inputs = g.inputs;
+  g.inputs.insert(g.inputs.begin(), carried_inputs.begin(), carried_inputs.end());
+  for (const ValueInfo& v : scanned_extra) g.inputs.push_back(v);
+  Node probe;
+  probe.attributes["g"] = std::make_shared<Graph>(body);
+  std::vector<ValueInfo> outer_inputs;
+  for (const std::string& v : subgraph_outer_references(probe)) {
+    const TypeInfo* t = b.graph().type_of(v);
+    if (!t) c.fail("the body reads '" + v + "', whose type is unknown; run shape inference first");
+    outer_inputs.push_back({v, *t});
+  }
+  for (size_t p : outer_targets)
+    if (std::none_of(outer_inputs.begin(), outer_inputs.end(), [&](const ValueInfo& v) { return v.name == n.inputs[p]; }))
+      outer_inputs.push_back({n.inputs[p], c.X(p).type});
+  const size_t declared = g.inputs.size();
+  for (const ValueInfo& v : outer_inputs) g.inputs.push_back(v);
+  {
+    Model m;
+    m.opset_imports = opsets;
+    m.graph = g;
+    infer_shapes(m);
+    for (auto& [name, t] : m.graph.value_info) g.value_info.try_emplace(name, t);
+  }
+  GradientRequest req;
+  for (size_t i = 0; i < N + M; ++i) req.wrt.push_back(body.inputs[i].name);
+  for (size_t p : outer_targets) req.wrt.push_back(n.inputs[p]);
+  for (size_t i = 0; i < N + K; ++i) {
+    req.outputs.push_back(body.outputs[i].name);
+    req.output_grads.push_back(i < N ? ds_in[i] : dy_in[i - N]);
+  }
+  const size_t n_forward = g.nodes.size();
+  GradientResult r;
+  try {
+    r = build_gradients(g, opsets, req);
+  } catch (const Error& e) {
+    c.fail(std::string("differentiating the body: ") + e.what());
+  }
+  g.inputs.resize(declared);  // the outer values are outer references again
+  std::unordered_map<std::string, std::string> renamed;
+  for (size_t i = n_forward; i < g.nodes.size(); ++i)
+    for (std::string& o : g.nodes[i].outputs)
+      if (!o.empty()) o = renamed[o] = b.unique_name(tag + "body_grad/" + o);
+  for (size_t i = n_forward; i < g.nodes.size(); ++i)
+    for (std::string& in : g.nodes[i].inputs)
+      if (auto it = renamed.find(in); it != renamed.end()) in = it->second;
+  for (const auto& [from, to] : renamed)
+    if (auto it = g.value_info.find(from); it != g.value_info.end()) g.value_info[to] = it->second;
+  auto grad_of = [&](const std::string& w) {
+    std::string name = r.grads.at(w);
+    auto it = renamed.find(name);
+    return it == renamed.end() ? name : it->second;
+  };
+  g.outputs.clear();
+  for (size_t i = 0; i < N; ++i) g.outputs.push_back({grad_of(body.inputs[i].name), c.X(i).type});
+  for (size_t q = 0; q < outer_targets.size(); ++q) {
+    const std::string sum = b.unique_name(tag + "d_" + n.inputs[outer_targets[q]] + "_acc_next");
+    Node add;
+    add.name = sum;
+    add.op_type = "Add";
+    add.inputs = {acc_in[q], grad_of(n.inputs[outer_targets[q]])};
+    add.outputs = {sum};
+    g.nodes.push_back(add);
+    g.outputs.push_back({sum, c.X(outer_targets[q]).type});
+  }
+  for (size_t j = 0; j < M; ++j) g.outputs.push_back({grad_of(body.inputs[N + j].name), step_inputs[N + j].type});
+
+  // 3. The reverse Scan: every sequence is read in the opposite direction of its forward pass, so its step t'
+  // is the forward step L-1-t'.
+  std::vector<std::string> bwd_in;
+  for (size_t i = 0; i < N; ++i) bwd_in.push_back(c.dY(i).name);
+  for (size_t p : outer_targets) bwd_in.push_back(zeros_like(c.X(p)).name);
+  std::vector<int64_t> bwd_in_axes, bwd_in_dirs, bwd_out_axes, bwd_out_dirs;
+  for (size_t i = 0; i < N; ++i) {
+    bwd_in.push_back(states_seq[i]);
+    b.set_type(states_seq[i], TypeInfo{c.X(i).dtype(), std::nullopt});
+    bwd_in_axes.push_back(0);
+    bwd_in_dirs.push_back(1);
+  }
+  for (size_t j = 0; j < M; ++j) {
+    bwd_in.push_back(n.inputs[N + j]);
+    bwd_in_axes.push_back(in_axes[j]);
+    bwd_in_dirs.push_back(1 - in_dirs[j]);
+    bwd_out_axes.push_back(in_axes[j]);
+    bwd_out_dirs.push_back(1 - in_dirs[j]);
+  }
+  for (size_t k = 0; k < K; ++k) {
+    bwd_in.push_back(c.dY(N + k).name);
+    bwd_in_axes.push_back(out_axes[k]);
+    bwd_in_dirs.push_back(1 - out_dirs[k]);
+  }
+  // The backward body takes the saved states and x_t under the forward body's own input names, after ds and the
+  // accumulators: reorder its declared inputs to [ds, acc, states, x, dy] (they already are).
+  auto bwd_body = std::make_shared<Graph>(std::move(g));
+  std::map<std::string, Attribute> attrs{{"body", bwd_body},
+                                         {"num_scan_inputs", static_cast<int64_t>(N + M + K)},
+                                         {"scan_input_axes", bwd_in_axes},
+                                         {"scan_input_directions", bwd_in_dirs},
+                                         {"scan_output_axes", bwd_out_axes},
+                                         {"scan_output_directions", bwd_out_dirs}};
+  std::vector<std::string> outs = b.add_node("Scan", bwd_in, N + outer_targets.size() + M, attrs);
+  auto emit = [&](size_t input, const std::string& name) {
+    b.set_type(name, c.X(input).type);
+    c.set_dX(input, value(b, name, c.X(input).type));
+  };
+  for (size_t i = 0; i < N; ++i) emit(i, outs[i]);
+  for (size_t q = 0; q < outer_targets.size(); ++q) emit(outer_targets[q], outs[N + q]);
+  for (size_t j = 0; j < M; ++j) emit(N + j, outs[N + outer_targets.size() + j]);
+}
+
 }  // namespace
 
-void register_control_flow_rules(GradientRegistry& r) { r.add("If", if_rule); }
+void register_control_flow_rules(GradientRegistry& r) {
+  r.add("If", if_rule);
+  r.add("Scan", scan_rule);
+}
 
 }  // namespace onnxtrain

@@ -153,5 +153,63 @@ TEST(ControlFlowGradients, IfBranchPassingAnOuterValueThrough) {
   }
 }
 
+// An RNN cell as a Scan: h' = tanh(x_t W + h U + c), y_t = h' * h (so the output reads the incoming state too).
+// W, U, c are read by the body from the enclosing scope; h0 is the carried state, X the sequence.
+Model rnn_scan_model(int64_t in_axis, int64_t in_dir, int64_t out_axis, int64_t out_dir) {
+  Model m;
+  m.opset_imports = {{"", 17}};
+  Graph& g = m.graph;
+  const std::vector<int64_t> x_shape = in_axis == 0 ? std::vector<int64_t>{4, 2} : std::vector<int64_t>{2, 4};
+  g.inputs = {{"h0", f64({3})}, {"X", f64(x_shape)}, {"W", f64({2, 3})}, {"U", f64({3, 3})}, {"c", f64({3})}};
+  auto body = std::make_shared<Graph>();
+  body->name = "cell";
+  body->inputs = {{"h", f64({3})}, {"x", f64({2})}};
+  body->nodes = {node("xw", "MatMul", {"x", "W"}, {"xw"}), node("hu", "MatMul", {"h", "U"}, {"hu"}),
+                 node("pre1", "Add", {"xw", "hu"}, {"pre1"}), node("pre", "Add", {"pre1", "c"}, {"pre"}),
+                 node("act", "Tanh", {"pre"}, {"h_next"}), node("emit", "Mul", {"h_next", "h"}, {"y"})};
+  body->outputs = {{"h_next", f64({3})}, {"y", f64({3})}};
+  Node n = node("rnn", "Scan", {"h0", "X"}, {"H", "Ys"});
+  n.attributes["body"] = body;
+  n.attributes["num_scan_inputs"] = int64_t{1};
+  n.attributes["scan_input_axes"] = std::vector<int64_t>{in_axis};
+  n.attributes["scan_input_directions"] = std::vector<int64_t>{in_dir};
+  n.attributes["scan_output_axes"] = std::vector<int64_t>{out_axis};
+  n.attributes["scan_output_directions"] = std::vector<int64_t>{out_dir};
+  g.nodes.push_back(n);
+  // L = sum(Ys * R) + sum(H * H): both the scan output and the final state carry gradient.
+  g.nodes.push_back(node("hh", "Mul", {"H", "H"}, {"HH"}));
+  g.nodes.push_back(node("hsum", "ReduceSum", {"HH"}, {"Lh"}));
+  g.nodes.back().attributes["keepdims"] = int64_t{0};
+  const std::vector<int64_t> y_shape = out_axis == 0 ? std::vector<int64_t>{4, 3} : std::vector<int64_t>{3, 4};
+  g.initializers["R"] = f64_tensor(y_shape, 0.7, -0.15).to_data();
+  g.nodes.push_back(node("weigh", "Mul", {"Ys", "R"}, {"weighted"}));
+  g.nodes.push_back(node("ysum", "ReduceSum", {"weighted"}, {"Ly"}));
+  g.nodes.back().attributes["keepdims"] = int64_t{0};
+  g.nodes.push_back(node("total", "Add", {"Lh", "Ly"}, {"L"}));
+  g.outputs.push_back({"L", f64({})});
+  return m;
+}
+
+std::map<std::string, Tensor> rnn_feeds(bool x_axis1) {
+  return {{"h0", f64_tensor({3}, 0.1, 0.2)},
+          {"X", f64_tensor(x_axis1 ? std::vector<int64_t>{2, 4} : std::vector<int64_t>{4, 2}, -0.8, 0.23)},
+          {"W", f64_tensor({2, 3}, 0.5, -0.17)},
+          {"U", f64_tensor({3, 3}, -0.4, 0.11)},
+          {"c", f64_tensor({3}, 0.05, 0.1)}};
+}
+
+TEST(ControlFlowGradients, ScanRnnCellMatchesCentralDifferences) {
+  Graph g = expect_gradients_match(rnn_scan_model(0, 0, 0, 0), {"h0", "X", "W", "U", "c"}, rnn_feeds(false));
+  // The backward is Scan of its own (a recomputing Scan and the reverse one): the training graph stays ONNX.
+  int scans = 0;
+  for (const Node& n : g.nodes) scans += n.op_type == "Scan";
+  EXPECT_EQ(scans, 3);
+}
+
+TEST(ControlFlowGradients, ScanReversedDirectionsAndOtherAxesMatchCentralDifferences) {
+  expect_gradients_match(rnn_scan_model(1, 1, 1, 0), {"h0", "X", "W", "U", "c"}, rnn_feeds(true));
+  expect_gradients_match(rnn_scan_model(0, 0, 1, 1), {"h0", "X", "W", "U", "c"}, rnn_feeds(false));
+}
+
 }  // namespace
 }  // namespace onnxtrain

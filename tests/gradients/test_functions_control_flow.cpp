@@ -1,9 +1,9 @@
 // Graph structures the per-op table cannot express:
 // - a call site of a model-local function is differentiated through the function's body (given
 //   GradientRequest::functions), and without the functions the error names the node and its op;
-// - If is differentiated even when the trainable tensor is only read by its branches (the gradient checks
-//   against central differences are in test_control_flow_gradients.cpp);
-// - control flow without a rule (Loop, Scan) on the path of a trainable tensor fails with an error naming the
+// - If and Scan are differentiated, also where the trainable tensor is only read by a subgraph (the gradient
+//   checks against central differences are in test_control_flow_gradients.cpp);
+// - control flow without a rule (Loop) on the path of a trainable tensor fails with an error naming the
 //   node and the op, whether the tensor is an input of the node or only read by its body (never a silent zero).
 #include <gtest/gtest.h>
 
@@ -184,8 +184,8 @@ TEST(ControlFlow, LoopWithATrainableCarriedValueFailsNamingTheNode) {
   expect_control_flow_error(gradient_error(g, {{"", 17}}, {"W"}, "L"), "repeat", "Loop");
 }
 
-TEST(ControlFlow, ScanOverATrainableSequenceFailsNamingTheNode) {
-  // Scan over W's rows: body (s, row) -> (s + row, row).
+TEST(ControlFlow, ScanOverATrainableSequenceGetsItsGradient) {
+  // Scan over W's rows: body (s, row) -> (s + row, row); S = S0 + the sum of W's rows, so dsum(S)/dW is all ones.
   Graph g;
   g.inputs.push_back({"W", f64({2, 3})});
   g.inputs.push_back({"S0", f64({3})});
@@ -200,7 +200,19 @@ TEST(ControlFlow, ScanOverATrainableSequenceFailsNamingTheNode) {
   g.value_info["S"] = f64({3});
   g.value_info["rows"] = f64({2, 3});
   add_sum_loss(g, "S");
-  expect_control_flow_error(gradient_error(g, {{"", 17}}, {"W"}, "L"), "accumulate", "Scan");
+  GraphBuilder b(g, "seed/");
+  Expr seed = scalar(b, DType::Float64, 1.0);
+  GradientRequest req;
+  req.wrt = {"W"};
+  req.outputs = {"L"};
+  req.output_grads = {seed.name};
+  GradientResult r = build_gradients(g, {{"", 17}, {"onnxtrain", 1}}, req);
+  g.outputs.push_back({r.grads.at("W"), f64({2, 3})});
+  Executor ex(g, {{"", 17}, {"onnxtrain", 1}}, std::make_shared<TensorStore>());
+  std::vector<Tensor> out = ex.run({{"W", Tensor::from_vector<double>({2, 3}, {1, 2, 3, 4, 5, 6})},
+                                    {"S0", Tensor::from_vector<double>({3}, {0, 0, 0})}});
+  ASSERT_EQ(out.size(), 2u);
+  for (int j = 0; j < 6; ++j) EXPECT_EQ(out[1].ptr<double>()[j], 1.0) << j;
 }
 
 }  // namespace
