@@ -256,17 +256,17 @@ TEST(Cli, CsvColumnsAndJsonLinesLog) {
 TEST(Cli, InfoReportsOpsWithoutGradientRule) {
   auto dir = test::temp_dir("cli_info");
   std::string cmd = test::python() + " -c 'import onnx, numpy as np; from onnx import helper as h, TensorProto as T\n"
-                    "g = h.make_graph([h.make_node(\"Mul\", [\"x\", \"w\"], [\"m\"]), h.make_node(\"Det\", [\"m\"], [\"y\"])], \"g\",\n"
-                    "  [h.make_tensor_value_info(\"x\", T.FLOAT, [\"n\", 3, 3])], [h.make_tensor_value_info(\"y\", T.FLOAT, [\"n\"])],\n"
+                    "g = h.make_graph([h.make_node(\"Mul\", [\"x\", \"w\"], [\"m\"]), h.make_node(\"Unique\", [\"m\"], [\"y\"])], \"g\",\n"
+                    "  [h.make_tensor_value_info(\"x\", T.FLOAT, [\"n\", 3, 3])], [h.make_tensor_value_info(\"y\", T.FLOAT, [\"k\"])],\n"
                     "  [onnx.numpy_helper.from_array(np.ones(3, np.float32), \"w\")])\n"
-                    "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid(\"\", 18)]), \"" + (dir / "det.onnx").string() + "\")'";
+                    "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid(\"\", 18)]), \"" + (dir / "unique.onnx").string() + "\")'";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
-  CliRun r = run("info " + (dir / "det.onnx").string());
+  CliRun r = run("info " + (dir / "unique.onnx").string());
   ASSERT_EQ(r.code, 3) << r.out;  // not trainable: an op without a CPU kernel
   EXPECT_NE(r.out.find("  x: float32 [n, 3, 3]"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("  w: float32 [3] 3"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("no gradient rule: Det (1 nodes) -- on a weight's path"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("no CPU kernel: Det (1 nodes)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no gradient rule: Unique (1 nodes) -- on a weight's path"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no CPU kernel: Unique (1 nodes)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("trainable: no (ops without a CPU kernel)"), std::string::npos) << r.out;
   // An op with a kernel but no rule on a weight's path: partly trainable, its own exit status.
   cmd = test::python() + " -c 'import onnx, numpy as np; from onnx import helper as h, TensorProto as T\n"

@@ -26,6 +26,20 @@ std::string key(const KernelDef& d) {
   return s;
 }
 
+// Ops that have CPU kernels only, for now: those issue 24 added (recurrent networks, the spatial and
+// normalization ops, control flow) landed on the CPU first, with no GPU at hand to test CUDA kernels on. A CUDA
+// plan that meets one fails at plan time naming the node and op ("no cuda kernel for op 'LSTM'"). The list must
+// be exact: giving one of these a CUDA kernel fails the test until its name goes from here too.
+const std::set<std::string> kCpuOnlyOps = {
+    "LSTM", "GRU", "RNN", "onnxtrain.LSTMGrad", "onnxtrain.GRUGrad", "onnxtrain.RNNGrad",
+    "GridSample", "Col2Im", "MaxRoiPool", "MaxUnpool", "LpPool", "GlobalLpPool",
+    "onnxtrain.GridSampleGrad", "onnxtrain.MaxRoiPoolGrad",
+    "LRN", "LpNormalization", "MeanVarianceNormalization", "Det", "Shrink", "CenterCropPad", "Compress",
+    "If", "Loop", "Scan",
+};
+
+std::string op_of(const KernelDef& d) { return (d.domain.empty() ? std::string() : d.domain + ".") + d.op_type; }
+
 TEST(CudaTwins, EveryCpuKernelKeyHasACudaTwin) {
   if (!built_with_cuda()) GTEST_SKIP() << "built without CUDA, so no CUDA kernels are registered: nothing to compare";
   const KernelRegistry& reg = default_kernels();
@@ -35,8 +49,18 @@ TEST(CudaTwins, EveryCpuKernelKeyHasACudaTwin) {
   // Every CPU kernel key (domain, op, opset range, dtypes) has a CUDA twin: a new CPU kernel without one fails
   // here, naming its key.
   std::vector<std::string> missing;
-  for (const KernelDef& d : reg.all())
-    if (d.device == Device::CPU && !cuda_keys.count(key(d))) missing.push_back(key(d));
+  std::set<std::string> cpu_only_seen;
+  for (const KernelDef& d : reg.all()) {
+    if (d.device != Device::CPU) continue;
+    if (kCpuOnlyOps.count(op_of(d))) {
+      cpu_only_seen.insert(op_of(d));
+      EXPECT_FALSE(cuda_keys.count(key(d))) << op_of(d) << " has a CUDA kernel now: take it off kCpuOnlyOps";
+    } else if (!cuda_keys.count(key(d))) {
+      missing.push_back(key(d));
+    }
+  }
+  for (const std::string& op : kCpuOnlyOps)
+    EXPECT_TRUE(cpu_only_seen.count(op)) << op << " is listed as CPU-only but has no CPU kernel";
   EXPECT_TRUE(missing.empty()) << "CPU kernels without a CUDA twin (same domain, op, opset range, dtypes):\n  "
                                << [&] {
                                     std::string s;

@@ -241,6 +241,22 @@ def test_export_error_names_module_and_op_and_fallback_warns():
         fb(x)  # the cached fallback does not warn again
 
 
+class Double(torch.autograd.Function):
+    """A user's custom op: exported as custom.Double, for which onnxtrain has no gradient rule (nor kernel)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return 2 * x
+
+    @staticmethod
+    def backward(ctx, g):
+        return 2 * g
+
+    @staticmethod
+    def symbolic(g, x):
+        return g.op("custom::Double", x).setType(x.type())
+
+
 class NoRule(nn.Module):
     def __init__(self):
         super().__init__()
@@ -248,7 +264,7 @@ class NoRule(nn.Module):
 
     def forward(self, x):
         h = self.fc(x)
-        return torch.det(h[:, :3]) * h  # ONNX Det: onnxtrain has neither a kernel nor a gradient rule for it
+        return Double.apply(h) * h
 
 
 class Outer(nn.Module):
@@ -262,11 +278,11 @@ class Outer(nn.Module):
 
 def test_missing_gradient_rule_names_module_submodule_and_op():
     x = torch.randn(3, 4)
-    with pytest.raises(ott.ExportError, match=r"Outer \(in submodule 'block'\).*\(Det\): no gradient rule for op 'Det'"
+    with pytest.raises(ott.ExportError, match=r"Outer \(in submodule 'block'\).*\(custom\.Double\): no gradient rule for op 'Double'"
                                               r".*'block\.fc\.weight'"):
         ott.TrainModule(Outer())(x)
     fb = ott.TrainModule(Outer(), fallback=True)
-    with pytest.warns(RuntimeWarning, match="no gradient rule for op 'Det'"):
+    with pytest.warns(RuntimeWarning, match="no gradient rule for op 'Double'"):
         out = fb(x)
     assert torch.equal(out, fb.module(x))
 
