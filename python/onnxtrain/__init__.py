@@ -46,7 +46,7 @@ from . import _onnxtrain
 
 __all__ = [
     "AdapterSpec", "Communicator", "Device", "DistributedSampler", "Elastic", "ForwardBackwardSession", "LossSpec", "MixedPrecisionSpec", "NonFiniteStepWarning", "OnnxtrainError", "OptimizerSpec", "ParamGroup",
-    "PenaltySpec", "ScheduleSpec", "TrainingConfig", "TrainingSession", "communicator_from_environment", "cuda_available", "cuda_unavailable_reason", "launched_by_mpi", "loss_kinds", "make_config", "make_adapter", "make_loss", "make_mixed_precision",
+    "PenaltySpec", "ScheduleSpec", "TrainingConfig", "TrainingSession", "communicator_from_environment", "cuda_available", "cuda_unavailable_reason", "launched_by_mpi", "loss_kinds", "make_config", "make_adapter", "make_loss", "merge_lora", "make_mixed_precision",
     "make_optimizer", "make_penalty", "make_schedule", "optimizer_kinds", "schedule_kinds", "__version__",
 ]
 
@@ -151,6 +151,13 @@ def make_adapter(adapter: Union[None, str, AdapterSpec, Mapping[str, Any]]) -> A
     """None (no adapter), 'lora' (rank 8, alpha 16, every MatMul/Gemm weight), a dict of AdapterSpec fields
     ({'kind': 'lora', 'rank': 4, 'target': ['*attention*weight']}) or an AdapterSpec (docs/lora.md)."""
     return _spec(AdapterSpec, "none" if adapter is None else adapter, "adapter")
+
+
+def merge_lora(model: ModelLike):
+    """A model with LoRA adapters (a path, bytes or onnx.ModelProto, e.g. ``TrainingSession.export_inference()``)
+    with every adapter folded into its weight (W + A B alpha / rank): an onnx.ModelProto of the base architecture
+    with new weights (docs/lora.md)."""
+    return _model_proto(_onnxtrain.merge_lora(model))
 
 
 def make_config(*, trainable: Iterable[str] | None = None, loss: Any = "mse", optimizer: Any = "sgd",

@@ -7,6 +7,7 @@
 
 #include "convert.h"
 #include "executor/device.h"
+#include "graph/model_io.h"
 #include "losses/loss.h"
 #include "losses/penalty.h"
 #include "optimizers/optimizer.h"
@@ -211,6 +212,13 @@ void bind_specs(py::module_& m) {
   m.def("loss_kinds", &loss_kinds, "Every loss kind (aliases included).");
   m.def("optimizer_kinds", &optimizer_kinds, "Every optimizer kind.");
   m.def("schedule_kinds", &schedule_kinds, "Every schedule kind.");
+  m.def("merge_lora", [](const py::handle& model) {
+    std::string source;
+    Model mm = load_model_from(model, source);
+    merge_lora(mm);
+    return py::bytes(serialize_model(mm));
+  }, py::arg("model"), "A model with LoRA adapters (path, bytes or ModelProto) with every adapter folded into its weight, "
+                       "serialized: the base architecture with new weights (docs/lora.md).");
 }
 
 }  // namespace onnxtrain::py_binding

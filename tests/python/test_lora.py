@@ -278,3 +278,27 @@ def test_example_config_trains_exports_and_merges_via_the_cli(tmp_path, build_di
     bad = subprocess.run([cli, "merge", str(data / "digits.onnx"), str(data / "train.npz"), "-o", str(tmp_path / "x.onnx")],
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "train.npz" in bad.stderr
+
+
+def test_estimator_trains_adapters_and_returns_the_merged_model():
+    from onnxtrain.sklearn import OnnxRegressor
+
+    torch.manual_seed(2)
+    x = torch.randn(64, 6)
+    onnx_bytes = export(MLP().eval(), x)  # a fixed batch of 64: one batch per epoch
+    y = np.sin(x.numpy() @ np.arange(1, 7, dtype=np.float32)).astype(np.float32)[:, None] * np.ones(3, np.float32)
+    est = OnnxRegressor(onnx_bytes, optimizer="adam", learning_rate=1e-2, max_iter=5, random_state=0,
+                        adapter={"kind": "lora", "rank": 2, "target": ["fc2.weight"]})
+    est.fit(x.numpy(), y)
+    assert sorted(est._session.trainable) == ["fc2.weight.lora_A", "fc2.weight.lora_B"]
+    m = est.model_
+    base = onnx.load_from_string(onnx_bytes)
+    assert [n.op_type for n in m.graph.node] == [n.op_type for n in base.graph.node]
+    before = {t.name: onnx.numpy_helper.to_array(t) for t in base.graph.initializer}
+    after = {t.name: onnx.numpy_helper.to_array(t) for t in m.graph.initializer}
+    assert sorted(after) == sorted(before)
+    changed = sorted(n for n in before if not np.array_equal(before[n], after[n]))
+    assert changed == ["fc2.weight"]  # only the adapted weight, by the folded update; biases stay frozen
+    ort = pytest.importorskip("onnxruntime")
+    (theirs,) = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x.numpy()})
+    np.testing.assert_allclose(theirs, est.predict(x.numpy()), atol=1e-5, rtol=1e-5)

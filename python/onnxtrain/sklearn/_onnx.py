@@ -14,7 +14,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import _check_partial_fit_first_call
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, column_or_1d
 
-from .. import LossSpec, ScheduleSpec, make_loss, make_optimizer, make_penalty, make_schedule
+from .. import LossSpec, ScheduleSpec, make_adapter, make_loss, make_optimizer, make_penalty, make_schedule, merge_lora
 from ._base import SessionEstimator, new_session, store_params, validate_data
 
 _NP_OF_ONNX = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64}
@@ -75,7 +75,7 @@ class _OnnxEstimator(SessionEstimator):
     def __init__(self, model, *, loss=None, optimizer="sgd", learning_rate=0.001, momentum=None, penalty=None,
                  max_iter=100, batch_size="auto", shuffle=True, random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10, tol=1e-4, trainable=None,
-                 prediction=None, device=None, verbose=False, on_non_finite="raise"):
+                 prediction=None, device=None, verbose=False, on_non_finite="raise", adapter=None):
         store_params(self, locals())
 
 
@@ -96,7 +96,8 @@ class _OnnxEstimator(SessionEstimator):
         pruned = prune(full, [prediction])
         float_inits = [i.name for i in pruned.graph.initializer if i.data_type in _NP_OF_ONNX]
         if self.trainable is None:
-            trainable = float_inits
+            # With adapters only they train, unless trainable adds weights (a fresh head).
+            trainable = [] if self._adapter_on() else float_inits
         elif isinstance(self.trainable, str):
             rx = re.compile(self.trainable)
             trainable = [n for n in float_inits if rx.search(n)]
@@ -119,6 +120,9 @@ class _OnnxEstimator(SessionEstimator):
         self._prediction_width = dims[1].dim_value if len(dims) == 2 and dims[1].HasField("dim_value") else None
         self._trainable_names = trainable
         return pruned
+
+    def _adapter_on(self):
+        return make_adapter(self.adapter).kind != "none"
 
     def _default_prediction(self, g, float_outputs):
         if not float_outputs:
@@ -144,7 +148,7 @@ class _OnnxEstimator(SessionEstimator):
         self._session = new_session(self, pruned, trainable=self._trainable_names, loss=self._loss_spec(), optimizer=opt,
                                         schedule=schedule, penalty=make_penalty(self.penalty),
                                         prediction=self._prediction, device=self.device,
-                                        on_non_finite=self.on_non_finite)
+                                        on_non_finite=self.on_non_finite, adapter=self.adapter)
         if weights is not None:
             self._session.set_weights(weights)
         self._sample_weight_dtype = self._prediction_dtype
@@ -183,7 +187,13 @@ class _OnnxEstimator(SessionEstimator):
         return False if self._adaptive else super()._trigger_stopping(msg)
 
     def _fitted_from_session(self):
-        self.model_ = with_weights(self._full_model, self._session.weights())
+        weights = self._session.weights()
+        if self._adapter_on():  # model_ is the base architecture: adapters folded into their weights
+            adapted = {w[:-len(".lora_A")] for w in weights if w.endswith(".lora_A")}
+            merged = merge_lora(self._session.export_inference_bytes())
+            weights = {k: v for k, v in weights.items() if not k.endswith((".lora_A", ".lora_B"))}
+            weights.update({t.name: numpy_helper.to_array(t) for t in merged.graph.initializer if t.name in adapted})
+        self.model_ = with_weights(self._full_model, weights)
 
     def _infer(self, X):
         X = X.toarray() if hasattr(X, "toarray") else X
@@ -213,6 +223,8 @@ class OnnxRegressor(RegressorMixin, _OnnxEstimator):
         on_non_finite: 'raise' (default: a NaN/Inf loss or gradient raises OnnxtrainError naming the step and the
         tensor) or 'skip' (that batch's update is not applied, a NonFiniteStepWarning names it, n_skipped_steps_
         counts it, and loss_ averages the other batches).
+        adapter: None, 'lora', a dict or an AdapterSpec: train LoRA adapters beside the targeted weights, which
+        stay frozen (docs/lora.md); ``trainable`` then adds weights trained in full. model_ has the adapters merged.
 
     Fitted: model_ (the trained ModelProto), loss_curve_, validation_scores_, n_iter_, n_features_in_,
     n_skipped_steps_.
