@@ -15,6 +15,7 @@
 
 #include "gradients/builder.h"
 #include "gradients/rule.h"
+#include "gradients/rules/util.h"
 #include "graph/error.h"
 #include "graph/expr.h"
 #include "graph/shape_inference.h"
@@ -170,9 +171,13 @@ void scan_rule(RuleContext& c) {
   if (body.inputs.size() != N + M || body.outputs.size() != N + K)
     c.fail("the body's inputs and outputs do not match the node's states, scan inputs and scan outputs");
   for (size_t i = 0; i < own; ++i)
-    if (!c.has_input(i) || !c.X(i).valid() || !is_floating(c.X(i).dtype()) || !c.X(i).shape())
-      c.fail("the gradient of Scan needs every state and scan input floating-point with a known shape; input " +
-             std::to_string(i) + " is not");
+    if (!c.has_input(i) || !c.X(i).valid() || (i < N && !is_floating(c.X(i).dtype())) || !c.X(i).shape())
+      c.fail("the gradient of Scan needs floating-point states and every state and scan input with a known "
+             "shape; input " + std::to_string(i) + " is not");
+  // Scan inputs that are not floating-point (Loop's iteration numbers, below) take no gradient.
+  std::vector<size_t> float_scans;
+  for (size_t j = 0; j < M; ++j)
+    if (is_floating(c.X(N + j).dtype())) float_scans.push_back(j);
   std::vector<size_t> outer_targets;  // indices of the outer references that need a gradient
   for (size_t i = own; i < c.num_inputs(); ++i)
     if (c.needs_dX(i)) outer_targets.push_back(i);
@@ -260,7 +265,8 @@ void scan_rule(RuleContext& c) {
     for (auto& [name, t] : m.graph.value_info) g.value_info.try_emplace(name, t);
   }
   GradientRequest req;
-  for (size_t i = 0; i < N + M; ++i) req.wrt.push_back(body.inputs[i].name);
+  for (size_t i = 0; i < N; ++i) req.wrt.push_back(body.inputs[i].name);
+  for (size_t j : float_scans) req.wrt.push_back(body.inputs[N + j].name);
   for (size_t p : outer_targets) req.wrt.push_back(n.inputs[p]);
   for (size_t i = 0; i < N + K; ++i) {
     req.outputs.push_back(body.outputs[i].name);
@@ -300,7 +306,7 @@ void scan_rule(RuleContext& c) {
     g.nodes.push_back(add);
     g.outputs.push_back({sum, c.X(outer_targets[q]).type});
   }
-  for (size_t j = 0; j < M; ++j) g.outputs.push_back({grad_of(body.inputs[N + j].name), step_inputs[N + j].type});
+  for (size_t j : float_scans) g.outputs.push_back({grad_of(body.inputs[N + j].name), step_inputs[N + j].type});
 
   // 3. The reverse Scan: every sequence is read in the opposite direction of its forward pass, so its step t'
   // is the forward step L-1-t'.
@@ -318,6 +324,8 @@ void scan_rule(RuleContext& c) {
     bwd_in.push_back(n.inputs[N + j]);
     bwd_in_axes.push_back(in_axes[j]);
     bwd_in_dirs.push_back(1 - in_dirs[j]);
+  }
+  for (size_t j : float_scans) {
     bwd_out_axes.push_back(in_axes[j]);
     bwd_out_dirs.push_back(1 - in_dirs[j]);
   }
@@ -335,14 +343,110 @@ void scan_rule(RuleContext& c) {
                                          {"scan_input_directions", bwd_in_dirs},
                                          {"scan_output_axes", bwd_out_axes},
                                          {"scan_output_directions", bwd_out_dirs}};
-  std::vector<std::string> outs = b.add_node("Scan", bwd_in, N + outer_targets.size() + M, attrs);
+  std::vector<std::string> outs = b.add_node("Scan", bwd_in, N + outer_targets.size() + float_scans.size(), attrs);
   auto emit = [&](size_t input, const std::string& name) {
     b.set_type(name, c.X(input).type);
     c.set_dX(input, value(b, name, c.X(input).type));
   };
   for (size_t i = 0; i < N; ++i) emit(i, outs[i]);
   for (size_t q = 0; q < outer_targets.size(); ++q) emit(outer_targets[q], outs[N + q]);
-  for (size_t j = 0; j < M; ++j) emit(N + j, outs[N + outer_targets.size() + j]);
+  for (size_t q = 0; q < float_scans.size(); ++q) emit(N + float_scans[q], outs[N + outer_targets.size() + q]);
+}
+
+// ---- Loop ----
+//
+// With a trip count T known when the gradient is built and a body that passes its condition through (so that
+// exactly T iterations run), Loop(M, cond, v) is the Scan over the iteration numbers 0..T-1 with the carried
+// values as states: body'(v, i) = body(i, true, v) without the condition output, its scan outputs stacked on
+// axis 0 like Loop's. Its gradient is that Scan's (above): a recomputing Scan and a reverse Scan. Loops that can
+// end early, or whose trip count is computed at run time, are refused: their number of iterations (and so the
+// shape of the saved states) is only known at run time.
+
+bool passes_condition_through(const Graph& body) {
+  if (body.inputs.size() < 2 || body.outputs.empty()) return false;
+  std::string out = body.outputs[0].name;
+  for (int hops = 0; hops < 8 && out != body.inputs[1].name; ++hops) {
+    auto it = std::find_if(body.nodes.begin(), body.nodes.end(), [&](const Node& n) {
+      return std::find(n.outputs.begin(), n.outputs.end(), out) != n.outputs.end();
+    });
+    if (it == body.nodes.end() || it->op_type != "Identity") return false;
+    out = it->inputs.at(0);
+  }
+  return out == body.inputs[1].name;
+}
+
+void loop_rule(RuleContext& c) {
+  const Node& n = c.node();
+  const Graph& body = graph_attr(c, "body");
+  GraphBuilder& b = c.builder();
+  const size_t own = own_inputs(c);
+  if (own < 2 || body.inputs.size() != own || body.outputs.size() != 1 + c.num_outputs())
+    c.fail("the body's inputs and outputs do not match the node's");
+  const size_t N = own - 2;
+  std::optional<std::vector<int64_t>> trips = c.has_input(0) ? rules::constant_int64s(b.graph(), n.inputs[0]) : std::nullopt;
+  const TensorData* cond = c.has_input(1) ? rules::constant_tensor(b.graph(), n.inputs[1]) : nullptr;
+  const bool starts = !c.has_input(1) || (cond && cond->dtype == DType::Bool && cond->numel() == 1 && cond->as<bool>()[0]);
+  if (!trips || trips->size() != 1 || !starts || !passes_condition_through(body))
+    c.fail("the gradient of Loop needs a number of iterations known when the gradient is built: a constant trip "
+           "count M, a constant true (or absent) cond, and a body that passes its condition through unchanged; "
+           "this loop's number of iterations is only known at run time");
+  const int64_t T = std::max<int64_t>(0, (*trips)[0]);
+
+  // body'(v..., i) -> (v'..., scan outputs...), the condition a constant true inside.
+  auto scan_body = std::make_shared<Graph>(body);
+  scan_body->inputs.clear();
+  for (size_t i = 0; i < N; ++i) scan_body->inputs.push_back(body.inputs[2 + i]);
+  scan_body->inputs.push_back({body.inputs[0].name, {DType::Int64, Shape{}}});
+  Node t;
+  t.name = body.inputs[1].name;
+  t.op_type = "Constant";
+  t.outputs = {body.inputs[1].name};
+  t.attributes["value"] = TensorData::scalar<bool>(true);
+  scan_body->nodes.insert(scan_body->nodes.begin(), t);
+  scan_body->outputs.erase(scan_body->outputs.begin());
+
+  std::vector<int64_t> iota(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) iota[static_cast<size_t>(i)] = i;
+  const std::string iters = b.constant(TensorData::from<int64_t>({T}, std::span<const int64_t>(iota)), n.name + "_iterations");
+  const TypeInfo iters_type{DType::Int64, Shape{Dim::of(T)}};
+  b.set_type(iters, iters_type);
+
+  Node scan;
+  scan.name = n.name;
+  scan.op_type = "Scan";
+  scan.attributes["body"] = scan_body;
+  scan.attributes["num_scan_inputs"] = int64_t{1};
+  std::vector<Expr> xs, ys, dys;
+  std::vector<bool> needs;
+  for (size_t i = 0; i < N; ++i) {
+    scan.inputs.push_back(n.inputs[2 + i]);
+    xs.push_back(c.X(2 + i));
+    needs.push_back(c.needs_dX(2 + i));
+  }
+  scan.inputs.push_back(iters);
+  xs.push_back(value(b, iters, iters_type));
+  needs.push_back(false);
+  std::unordered_map<std::string, size_t> loop_input;  // outer reference -> its index among the Loop's inputs
+  for (size_t i = own; i < c.num_inputs(); ++i) loop_input[n.inputs[i]] = i;
+  for (const std::string& v : subgraph_outer_references(scan)) {
+    scan.inputs.push_back(v);
+    auto it = loop_input.find(v);
+    const bool typed = it != loop_input.end() && b.graph().type_of(v);
+    xs.push_back(typed ? c.X(it->second) : Expr{});
+    needs.push_back(typed && c.needs_dX(it->second));
+  }
+  scan.outputs = n.outputs;
+  for (size_t o = 0; o < c.num_outputs(); ++o) {
+    ys.push_back(c.Y(o));
+    dys.push_back(c.dY(o));
+  }
+  RuleContext as_scan(b, scan, c.opset(), xs, ys, dys, needs);
+  scan_rule(as_scan);
+  const auto& dx = as_scan.results();
+  for (size_t i = 0; i < N; ++i)
+    if (i < dx.size() && dx[i]) c.set_dX(2 + i, *dx[i]);
+  for (size_t k = N + 1; k < scan.inputs.size() && k < dx.size(); ++k)
+    if (dx[k]) c.set_dX(loop_input.at(scan.inputs[k]), *dx[k]);
 }
 
 }  // namespace
@@ -350,6 +454,7 @@ void scan_rule(RuleContext& c) {
 void register_control_flow_rules(GradientRegistry& r) {
   r.add("If", if_rule);
   r.add("Scan", scan_rule);
+  r.add("Loop", loop_rule);
 }
 
 }  // namespace onnxtrain

@@ -211,5 +211,43 @@ TEST(ControlFlowGradients, ScanReversedDirectionsAndOtherAxesMatchCentralDiffere
   expect_gradients_match(rnn_scan_model(0, 0, 1, 1), {"h0", "X", "W", "U", "c"}, rnn_feeds(false));
 }
 
+// Loop with a constant trip count, no cond, a carried value and a scan output:
+//   h' = tanh(h * W + X),  y_i = h' * i + c  (i the iteration number, cast to float64),
+// W, X, c read from the enclosing scope. L = sum(H * H) + sum(Ys * R).
+TEST(ControlFlowGradients, LoopWithTripCountCarriedValueAndScanOutputMatchesCentralDifferences) {
+  Model m;
+  m.opset_imports = {{"", 17}};
+  Graph& g = m.graph;
+  g.inputs = {{"h0", f64({3})}, {"X", f64({3})}, {"W", f64({3})}, {"c", f64({3})}};
+  g.initializers["M"] = TensorData::scalar<int64_t>(3);
+  auto body = std::make_shared<Graph>();
+  body->inputs = {{"i", {DType::Int64, Shape{}}}, {"cond_in", {DType::Bool, Shape{}}}, {"h", f64({3})}};
+  Node cast = node("fi", "Cast", {"i"}, {"fi"});
+  cast.attributes["to"] = int64_t{11};  // DOUBLE
+  body->nodes = {node("keep", "Identity", {"cond_in"}, {"cond_out"}), node("hw", "Mul", {"h", "W"}, {"hw"}),
+                 node("pre", "Add", {"hw", "X"}, {"pre"}), node("act", "Tanh", {"pre"}, {"h_next"}), cast,
+                 node("scale", "Mul", {"h_next", "fi"}, {"scaled"}), node("shift", "Add", {"scaled", "c"}, {"y"})};
+  body->outputs = {{"cond_out", {DType::Bool, Shape{}}}, {"h_next", f64({3})}, {"y", f64({3})}};
+  Node n = node("repeat", "Loop", {"M", "", "h0"}, {"H", "Ys"});
+  n.attributes["body"] = body;
+  g.nodes.push_back(n);
+  g.nodes.push_back(node("hh", "Mul", {"H", "H"}, {"HH"}));
+  g.nodes.push_back(node("hsum", "ReduceSum", {"HH"}, {"Lh"}));
+  g.nodes.back().attributes["keepdims"] = int64_t{0};
+  g.initializers["R"] = f64_tensor({3, 3}, 0.7, -0.15).to_data();
+  g.nodes.push_back(node("weigh", "Mul", {"Ys", "R"}, {"weighted"}));
+  g.nodes.push_back(node("ysum", "ReduceSum", {"weighted"}, {"Ly"}));
+  g.nodes.back().attributes["keepdims"] = int64_t{0};
+  g.nodes.push_back(node("total", "Add", {"Lh", "Ly"}, {"L"}));
+  g.outputs.push_back({"L", f64({})});
+  Graph built = expect_gradients_match(m, {"h0", "X", "W", "c"},
+                                       {{"h0", f64_tensor({3}, 0.1, 0.2)}, {"X", f64_tensor({3}, -0.5, 0.4)},
+                                        {"W", f64_tensor({3}, 0.9, -0.3)}, {"c", f64_tensor({3}, 0.2, 0.1)}});
+  // The backward is control flow of its own (a recomputing Scan and the reverse one over the 3 iterations).
+  int scans = 0;
+  for (const Node& k : built.nodes) scans += k.op_type == "Scan";
+  EXPECT_EQ(scans, 2);
+}
+
 }  // namespace
 }  // namespace onnxtrain

@@ -137,7 +137,8 @@ TEST(GradCheck, EveryRuleHasACase) {
   // Control flow reads values from the enclosing scope, which a one-node case cannot express: its rules are
   // checked against central differences on whole models in the file named here.
   static const std::map<std::string, std::string> checked_elsewhere = {
-      {"If", "tests/gradients/test_control_flow_gradients.cpp"}, {"Scan", "tests/gradients/test_control_flow_gradients.cpp"}};
+      {"If", "tests/gradients/test_control_flow_gradients.cpp"}, {"Scan", "tests/gradients/test_control_flow_gradients.cpp"},
+      {"Loop", "tests/gradients/test_control_flow_gradients.cpp"}};
   for (const auto& op : default_rules().ops())
     EXPECT_TRUE(covered.count(op) || (op.first.empty() && checked_elsewhere.count(op.second))) << "gradient rule for '" << (op.first.empty() ? "" : op.first + ".") << op.second
                                    << "' has no case in tests/gradients/rule_cases.cpp";
