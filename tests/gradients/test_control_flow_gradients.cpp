@@ -3,6 +3,7 @@
 // values the control-flow node takes as inputs or that only its subgraphs read from the enclosing scope.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "executor/executor.h"
@@ -247,6 +248,70 @@ TEST(ControlFlowGradients, LoopWithTripCountCarriedValueAndScanOutputMatchesCent
   int scans = 0;
   for (const Node& k : built.nodes) scans += k.op_type == "Scan";
   EXPECT_EQ(scans, 2);
+}
+
+// Through the Yield boundary (ForwardBackwardSession's split): the backward If reads, inside its branches, a
+// value the forward part computes (P = sin(X)); the split must save it although no backward node lists it as an
+// input. The gradients must equal those of the graph built without the Yield.
+TEST(ControlFlowGradients, IfGradientSplitAtTheYieldSavesWhatTheBranchesRead) {
+  Model m;
+  m.opset_imports = {{"", 17}, {"onnxtrain", 1}};
+  Graph& g0 = m.graph;
+  g0.inputs = {{"cond", {DType::Bool, Shape{}}}, {"X", f64({3})}, {"W", f64({3})}};
+  g0.nodes.push_back(node("pre", "Sin", {"X"}, {"P"}));
+  auto then_b = std::make_shared<Graph>();
+  then_b->nodes = {node("t_mul", "Mul", {"P", "W"}, {"t_pw"}), node("t_tanh", "Tanh", {"t_pw"}, {"t_y"})};
+  then_b->outputs = {{"t_y", f64({3})}};
+  auto else_b = std::make_shared<Graph>();
+  else_b->nodes = {node("e_add", "Add", {"P", "W"}, {"e_y"})};
+  else_b->outputs = {{"e_y", f64({3})}};
+  Node n = node("choose", "If", {"cond"}, {"Y"});
+  n.attributes["then_branch"] = then_b;
+  n.attributes["else_branch"] = else_b;
+  g0.nodes.push_back(n);
+  add_weighted_loss(g0, "Y", {3});
+  infer_shapes(m);
+  for (bool cond : {true, false}) {
+    SCOPED_TRACE(cond ? "then" : "else");
+    const std::map<std::string, Tensor> feeds{
+        {"cond", bool_scalar(cond)}, {"X", f64_tensor({3}, -0.4, 0.5)}, {"W", f64_tensor({3}, 0.3, 0.2)}};
+    // Without the Yield: one graph.
+    Graph whole = m.graph;
+    GraphBuilder sb(whole, "seed/");
+    Expr seed = scalar(sb, DType::Float64, 1.0);
+    GradientRequest req;
+    req.wrt = {"X", "W"};
+    req.outputs = {"L"};
+    req.output_grads = {seed.name};
+    GradientResult r = build_gradients(whole, m.opset_imports, req);
+    whole.outputs = {{r.grads.at("X"), f64({3})}, {r.grads.at("W"), f64({3})}};
+    std::vector<Tensor> want = Executor(whole, m.opset_imports, std::make_shared<TensorStore>()).run(feeds);
+    // With the Yield: forward and backward halves.
+    Graph y = m.graph;
+    GradientRequest yreq;
+    yreq.wrt = {"X", "W"};
+    yreq.outputs = {"L"};
+    yreq.emit_yield = true;
+    GradientResult yr = build_gradients(y, m.opset_imports, yreq);
+    y.outputs.push_back({yr.grads.at("X"), f64({3})});
+    y.outputs.push_back({yr.grads.at("W"), f64({3})});
+    YieldSplit split = split_at_yield(y);
+    EXPECT_NE(std::find(split.saved.begin(), split.saved.end(), "P"), split.saved.end())
+        << "the value the backward branches recompute from is saved";
+    auto store = std::make_shared<TensorStore>();
+    Executor fwd(split.forward, m.opset_imports, store);
+    std::vector<Tensor> fo = fwd.run(feeds);
+    std::map<std::string, Tensor> known = feeds;
+    for (size_t i = 0; i < fo.size(); ++i) known[split.forward.outputs[i].name] = fo[i];
+    known[split.yield_outputs.at(0)] = Tensor::from_vector<double>({}, {1.0});
+    Executor bwd(split.backward, m.opset_imports, store);
+    std::map<std::string, Tensor> bfeeds;
+    for (const std::string& name : bwd.feed_names()) bfeeds[name] = known.at(name);
+    std::vector<Tensor> got = bwd.run(bfeeds);
+    ASSERT_EQ(got.size(), 2u);
+    for (size_t k = 0; k < 2; ++k)
+      for (int64_t i = 0; i < 3; ++i) EXPECT_NEAR(got[k].ptr<double>()[i], want[k].ptr<double>()[i], 1e-12) << k << "," << i;
+  }
 }
 
 }  // namespace
