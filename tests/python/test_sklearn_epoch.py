@@ -1,5 +1,6 @@
 """TrainingSession.train_epoch (the native epoch loop the estimators' fit uses) against the per-batch Python loop
 it replaced: the same batches, sample weights and steps must give the same weights."""
+import signal
 import warnings
 
 import numpy as np
@@ -183,8 +184,14 @@ def test_ctrl_c_stops_a_native_epoch_as_it_stopped_the_python_loop(monkeypatch):
     monkeypatch.setattr(onnxtrain.TrainingSession, "train_epoch",
                         lambda self, *a, **k: native(self, *a, **dict(k, interrupt_at_step=1000)))
     est = MLPRegressor(hidden_layer_sizes=(4,), batch_size=1, max_iter=1, shuffle=False, random_state=0)
-    with pytest.warns(UserWarning, match="Training interrupted by user"):
-        est.fit(X, y)
+    # Python keeps SIGINT ignored when it started with it ignored (a job a shell put in the background, as a
+    # stress script does); PyErr_SetInterrupt then does nothing. Install the usual handler for this test.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.warns(UserWarning, match="Training interrupted by user"):
+            est.fit(X, y)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert est.n_iter_ == 0  # the epoch did not finish
     assert est._session.step == 1000  # the steps before the Ctrl-C, and none after
     assert np.all(np.isfinite(est.predict(X[:5])))
