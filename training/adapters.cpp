@@ -106,7 +106,8 @@ Uses find_uses(const Graph& g, const std::string& w) {
   if (r.error.empty() && !r.uses.empty()) {
     for (const Use& u : r.uses)
       if (u.conv != r.uses[0].conv || u.transposed != r.uses[0].transposed || u.gemm_alpha != r.uses[0].gemm_alpha)
-        r.error = "weight '" + w + "' is read in two layouts or Gemm alphas (" + g.nodes[r.uses[0].node].describe() + " and " +
+        r.error = "weight '" + w + "' is read in two layouts or Gemm alphas (" +
+                  g.nodes[r.uses[0].node].describe() + " and " +
                   g.nodes[u.node].describe() + "); one adapter cannot serve both";
   }
   return r;
@@ -180,8 +181,10 @@ void validate_adapter(const AdapterSpec& s) {
   if (s.kind != "none" && s.kind != "lora") fail("adapter.kind", "expected 'none' or 'lora', got '" + s.kind + "'");
   if (!s.active()) return;
   if (s.rank < 1) fail("adapter.rank", "expected an integer >= 1, got " + std::to_string(s.rank));
-  if (!std::isfinite(s.alpha) || s.alpha <= 0) fail("adapter.alpha", "expected a finite number > 0, got " + std::to_string(s.alpha));
-  if (!(s.dropout >= 0 && s.dropout < 1)) fail("adapter.dropout", "expected a number in [0, 1), got " + std::to_string(s.dropout));
+  if (!std::isfinite(s.alpha) || s.alpha <= 0)
+    fail("adapter.alpha", "expected a finite number > 0, got " + std::to_string(s.alpha));
+  if (!(s.dropout >= 0 && s.dropout < 1))
+    fail("adapter.dropout", "expected a number in [0, 1), got " + std::to_string(s.dropout));
   // The inference graph is the training graph's forward half, with no training flag to turn a Dropout off.
   if (s.dropout != 0) fail("adapter.dropout", "only 0 is supported yet (got " + std::to_string(s.dropout) + ")");
   if (s.seed < 0) fail("adapter.seed", "expected an integer >= 0, got " + std::to_string(s.seed));
@@ -336,7 +339,8 @@ int merge_lora(Model& m) {
         drop.insert(i);
         continue;
       }
-      if (std::none_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& v) { return branch.count(v); })) continue;
+      auto in_branch = [&](const std::string& v) { return branch.count(v) != 0; };
+      if (std::none_of(n.inputs.begin(), n.inputs.end(), in_branch)) continue;
       drop.insert(i);
       if (n.op_type == "Add" && n.inputs.size() == 2 && !branch.count(n.inputs[0])) {
         rename[n.inputs[0]] = n.outputs[0];  // the branch ends here
@@ -411,7 +415,8 @@ Model extract_lora(const Model& adapted, const AdapterSpec& spec, const std::vec
 
 Model apply_lora_file(const Model& base, const Model& adapters, const std::string& source) {
   TrainingConfig c = config_from_metadata(adapters.metadata, source);
-  if (!c.adapter.active()) fail(source, "is not a LoRA adapters file (no '" + std::string(kCheckpointKeyPrefix) + "adapter.kind' metadata)");
+  if (!c.adapter.active())
+    fail(source, "is not a LoRA adapters file (no '" + std::string(kCheckpointKeyPrefix) + "adapter.kind' metadata)");
   Model m = base;
   if (!find_lora(m.graph).empty()) fail(source, "the base model already has LoRA adapters");
   std::vector<LoraAdapter> added;
@@ -438,7 +443,8 @@ Model apply_lora_file(const Model& base, const Model& adapters, const std::strin
     // A weight trained in full beside the adapters replaces the base's.
     auto it = m.graph.initializers.find(n);
     if (it == m.graph.initializers.end())
-      fail(source, "tensor '" + n + "' is neither an adapter nor a weight of the base model (was it trained on another base?)");
+      fail(source, "tensor '" + n + "' is neither an adapter nor a weight of the base model (was it trained on "
+                   "another base?)");
     if (it->second.dtype != t.dtype || it->second.dims != t.dims)
       fail(source, "tensor '" + n + "' is " + dtype_name(t.dtype) + " " + dims_text(t.dims) + "; the base model's is " +
                        dtype_name(it->second.dtype) + " " + dims_text(it->second.dims));

@@ -177,10 +177,12 @@ TEST(Lora, ErrorsNameTheGlobTheWeightAndTheNode) {
   left.graph.nodes[0].inputs = {"w1", "x"};
   EXPECT_NE(err(left, {"w1"}).find("weight 'w1' is the left operand"), std::string::npos);
 
-  EXPECT_EQ(test::error_of([] { validate_adapter(lora({}, 0).adapter); }), "adapter.rank: expected an integer >= 1, got 0");
+  EXPECT_EQ(test::error_of([] { validate_adapter(lora({}, 0).adapter); }),
+            "adapter.rank: expected an integer >= 1, got 0");
   AdapterSpec d = lora({}).adapter;
   d.dropout = 0.1;
-  EXPECT_NE(test::error_of([&] { validate_adapter(d); }).find("adapter.dropout: only 0 is supported"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { validate_adapter(d); }).find("adapter.dropout: only 0 is supported"),
+            std::string::npos);
 }
 
 TEST(Lora, AnAdaptedModelKeepsItsAdaptersAndTheConfigRoundTrips) {
