@@ -268,21 +268,39 @@ class ScanKernel : public Kernel {
 
 // ---- Loop ----
 
-// True when the body's condition output is its condition input unchanged (passed through, or by Identity): the
-// loop then runs exactly as long as the trip count and the initial condition say.
-bool condition_passes_through(const Graph& body) {
+// True when the body's condition output is, through Identity nodes, its condition input or a constant true (a
+// Constant or initializer of the body, or an outer value known true at plan time: torch's export writes Identity
+// of an outer Constant): the loop then runs exactly as long as the trip count and the initial condition say.
+bool condition_passes_through(const PrepareContext& ctx, const Graph& body) {
   if (body.inputs.size() < 2 || body.outputs.empty()) return false;
   const std::string& in = body.inputs[1].name;
   std::string out = body.outputs[0].name;
+  const Node* producer = nullptr;
   for (int hops = 0; hops < 8 && out != in; ++hops) {
-    const Node* producer = nullptr;
+    producer = nullptr;
     for (const Node& n : body.nodes)
       for (const std::string& o : n.outputs)
         if (o == out) producer = &n;
-    if (!producer || producer->op_type != "Identity" || producer->inputs.size() != 1) return false;
+    if (!producer || producer->op_type != "Identity" || producer->inputs.size() != 1) break;
     out = producer->inputs[0];
   }
-  return out == in;
+  if (out == in) return true;
+  auto is_true = [](const TensorData& t) { return t.dtype == DType::Bool && t.numel() == 1 && t.as<bool>()[0]; };
+  if (auto it = body.initializers.find(out); it != body.initializers.end()) return is_true(it->second);
+  if (producer && producer->op_type == "Constant") {
+    const TensorData* v = producer->attr_tensor("value");
+    return v && is_true(*v);
+  }
+  if (producer) return false;
+  // An outer value: the node's extra inputs, in subgraph_outer_references order.
+  const std::vector<std::string> outer = subgraph_outer_references(ctx.node);
+  const size_t first = ctx.node.inputs.size() - outer.size();
+  for (size_t k = 0; k < outer.size(); ++k)
+    if (outer[k] == out) {
+      const Tensor* v = ctx.inputs[first + k].value;
+      return v && v->dtype == DType::Bool && v->numel() == 1 && *v->ptr<bool>();
+    }
+  return false;
 }
 
 class LoopKernel : public Kernel {
@@ -307,14 +325,14 @@ class LoopKernel : public Kernel {
     iter_ = Tensor::empty(DType::Int64, {});
     cond_ = Tensor::empty(DType::Bool, {});
     // The number of iterations, where the plan knows it: M is a plan-time constant and nothing ends the loop
-    // earlier (the body passes its condition through and the initial one is true or absent), or the initial
-    // condition is a constant false.
+    // earlier (no cond input, whereupon ONNX ignores the body's condition; or a constant true one that the body
+    // passes through), or the initial condition is a constant false.
     const Graph& body = graph_attr(ctx, "body");
     const bool cond_known = !has_cond_ || ctx.inputs[1].value;
     const bool initial_true = !has_cond_ || (ctx.inputs[1].value && *ctx.inputs[1].value->ptr<bool>());
     std::optional<int64_t> trips;
     if (has_cond_ && cond_known && !initial_true) trips = 0;
-    else if (has_m_ && ctx.inputs[0].value && initial_true && (!has_cond_ || condition_passes_through(body)))
+    else if (has_m_ && ctx.inputs[0].value && initial_true && (!has_cond_ || condition_passes_through(ctx, body)))
       trips = std::max<int64_t>(0, *ctx.inputs[0].value->ptr<int64_t>());
     try {
       body_ = std::make_unique<Body>(ctx, "body", body_in);
@@ -377,7 +395,7 @@ class LoopKernel : public Kernel {
       if (!body_ && i >= static_cast<int64_t>(per_iteration_.size()))
         fail("Loop", "ran more iterations than it has plans for");  // guarded at plan time
       std::span<const Tensor* const> r = (body_ ? *body_ : *per_iteration_[static_cast<size_t>(i)]).run(own, in);
-      cond = *r[0]->ptr<bool>();
+      if (has_cond_) cond = *r[0]->ptr<bool>();  // without the cond input, ONNX ignores the body's condition
       for (size_t k = 0; k < slice_bytes_.size(); ++k) {
         if (i >= trips_) fail("Loop", "ran more iterations than planned for its scan outputs");  // guarded at plan time
         std::memcpy(static_cast<std::byte*>(out[N_ + k]->data) + static_cast<size_t>(i) * slice_bytes_[k],

@@ -355,24 +355,34 @@ void scan_rule(RuleContext& c) {
 
 // ---- Loop ----
 //
-// With a trip count T known when the gradient is built and a body that passes its condition through (so that
-// exactly T iterations run), Loop(M, cond, v) is the Scan over the iteration numbers 0..T-1 with the carried
+// With a trip count T known when the gradient is built and nothing that ends the loop earlier (no cond input,
+// whereupon ONNX ignores the body's condition, or a constant true one that the body passes through or keeps
+// true), so that exactly T iterations run, Loop(M, cond, v) is the Scan over the iteration numbers 0..T-1 with the carried
 // values as states: body'(v, i) = body(i, true, v) without the condition output, its scan outputs stacked on
 // axis 0 like Loop's. Its gradient is that Scan's (above): a recomputing Scan and a reverse Scan. Loops that can
 // end early, or whose trip count is computed at run time, are refused: their number of iterations (and so the
 // shape of the saved states) is only known at run time.
 
-bool passes_condition_through(const Graph& body) {
+// True when the body's condition output is, through Identity nodes, its condition input or a constant true (a
+// Constant or initializer of the body, or a constant of the enclosing graph `outer`: torch's export writes
+// Identity of an outer Constant): the loop cannot end before its trip count.
+bool passes_condition_through(const Graph& body, const Graph& outer) {
   if (body.inputs.size() < 2 || body.outputs.empty()) return false;
   std::string out = body.outputs[0].name;
   for (int hops = 0; hops < 8 && out != body.inputs[1].name; ++hops) {
     auto it = std::find_if(body.nodes.begin(), body.nodes.end(), [&](const Node& n) {
       return std::find(n.outputs.begin(), n.outputs.end(), out) != n.outputs.end();
     });
-    if (it == body.nodes.end() || it->op_type != "Identity") return false;
+    if (it == body.nodes.end() || it->op_type != "Identity") break;
     out = it->inputs.at(0);
   }
-  return out == body.inputs[1].name;
+  if (out == body.inputs[1].name) return true;
+  const TensorData* t = rules::constant_tensor(body, out);
+  const bool local = t || std::any_of(body.nodes.begin(), body.nodes.end(), [&](const Node& n) {
+    return std::find(n.outputs.begin(), n.outputs.end(), out) != n.outputs.end();
+  });
+  if (!t && !local) t = rules::constant_tensor(outer, out);
+  return t && t->dtype == DType::Bool && t->numel() == 1 && t->as<bool>()[0];
 }
 
 void loop_rule(RuleContext& c) {
@@ -386,7 +396,8 @@ void loop_rule(RuleContext& c) {
   std::optional<std::vector<int64_t>> trips = c.has_input(0) ? rules::constant_int64s(b.graph(), n.inputs[0]) : std::nullopt;
   const TensorData* cond = c.has_input(1) ? rules::constant_tensor(b.graph(), n.inputs[1]) : nullptr;
   const bool starts = !c.has_input(1) || (cond && cond->dtype == DType::Bool && cond->numel() == 1 && cond->as<bool>()[0]);
-  if (!trips || trips->size() != 1 || !starts || !passes_condition_through(body))
+  // Without the cond input ONNX ignores the body's condition: M iterations run.
+  if (!trips || trips->size() != 1 || !starts || (c.has_input(1) && !passes_condition_through(body, b.graph())))
     c.fail("the gradient of Loop needs a number of iterations known when the gradient is built: a constant trip "
            "count M, a constant true (or absent) cond, and a body that passes its condition through unchanged; "
            "this loop's number of iterations is only known at run time");

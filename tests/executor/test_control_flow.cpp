@@ -98,7 +98,7 @@ TEST(ControlFlowKernels, IfWithAConstantConditionPlansOnlyTheBranchTaken) {
 }
 
 // Loop(M, cond, x): body (i, c, x) -> (i < 2, x * 2): the condition stops it after 3 iterations of at most 10.
-TEST(ControlFlowKernels, LoopStopsWhenItsConditionTurnsFalse) {
+Graph doubling_loop(const std::string& cond) {
   Graph g;
   g.inputs = {{"x", f32({1})}};
   g.initializers["M"] = TensorData::scalar<int64_t>(10);
@@ -109,12 +109,22 @@ TEST(ControlFlowKernels, LoopStopsWhenItsConditionTurnsFalse) {
   body->initializers["twice"] = TensorData::scalar<float>(2);
   body->nodes = {node("more", "Less", {"i", "two"}, {"c_out"}), node("dbl", "Mul", {"v", "twice"}, {"v_out"})};
   body->outputs = {{"c_out", {DType::Bool, Shape{}}}, {"v_out", f32({1})}};
-  Node n = node("repeat", "Loop", {"M", "go", "x"}, {"y"});
+  Node n = node("repeat", "Loop", {"M", cond, "x"}, {"y"});
   n.attributes["body"] = body;
   g.nodes.push_back(n);
   g.outputs = {{"y", f32({1})}};
-  Executor ex(g, kOpsets, std::make_shared<TensorStore>());
+  return g;
+}
+
+TEST(ControlFlowKernels, LoopStopsWhenItsConditionTurnsFalse) {
+  Executor ex(doubling_loop("go"), kOpsets, std::make_shared<TensorStore>());
   EXPECT_EQ(ex.run({{"x", Tensor::from_vector<float>({1}, {1.5f})}})[0].ptr<float>()[0], 1.5f * 8);
+}
+
+// Without the cond input ONNX ignores the body's condition ("a for loop"): all M = 10 iterations run.
+TEST(ControlFlowKernels, LoopWithoutACondInputRunsItsTripCount) {
+  Executor ex(doubling_loop(""), kOpsets, std::make_shared<TensorStore>());
+  EXPECT_EQ(ex.run({{"x", Tensor::from_vector<float>({1}, {1.5f})}})[0].ptr<float>()[0], 1.5f * 1024);
 }
 
 TEST(ControlFlowKernels, LoopScanOutputWithARunTimeTripCountIsRefusedNamingTheNode) {

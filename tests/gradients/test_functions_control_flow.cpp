@@ -162,17 +162,18 @@ TEST(ControlFlow, IfReadingATrainableOnlyInItsBranchesGetsItsGradient) {
 }
 
 TEST(ControlFlow, LoopWithAConditionComputedAtRunTimeFailsNamingTheNode) {
-  // Loop(M, cond, W): body (i, c, w) -> (i < 1, -w): the condition can end the loop before M iterations, so the
-  // number of iterations is only known at run time.
+  // Loop(M, go, W): body (i, c, w) -> (i < 1, -w): with a cond input the body's condition can end the loop
+  // before M iterations, so the number of iterations is only known at run time.
   Graph g;
   g.inputs.push_back({"W", f64({3})});
   g.initializers["M"] = TensorData::scalar<int64_t>(2);
+  g.initializers["go"] = TensorData::scalar<bool>(true);
   auto body = std::make_shared<Graph>();
   body->inputs = {{"i", {DType::Int64, Shape{}}}, {"c", {DType::Bool, Shape{}}}, {"w", f64({3})}};
   body->initializers["one"] = TensorData::scalar<int64_t>(1);
   body->nodes = {node("early", "Less", {"i", "one"}, {"c_out"}), node("step", "Neg", {"w"}, {"w_out"})};
   body->outputs = {{"c_out", {DType::Bool, Shape{}}}, {"w_out", f64({3})}};
-  Node loop = node("repeat", "Loop", {"M", "", "W"}, {"Y"});
+  Node loop = node("repeat", "Loop", {"M", "go", "W"}, {"Y"});
   loop.attributes["body"] = body;
   g.nodes.push_back(loop);
   g.value_info["Y"] = f64({3});
