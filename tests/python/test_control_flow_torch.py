@@ -1,0 +1,81 @@
+"""Control flow exported by torch (issue 24, point 2): torch.jit.script modules with a loop and a data-dependent
+branch, exported with torch.onnx.export (TorchScript exporter, opset 17) to Loop and If nodes whose bodies read
+the weights from the enclosing scope. Their gradients, from TrainingSession.gradients and through the Yield
+boundary (run_forward/run_backward), match torch autograd on the eager module."""
+import copy
+import io
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import onnxtrain  # noqa: E402
+
+
+class ScriptedLoop(nn.Module):
+    """h <- tanh(fc(h)), once per row of x: a Loop whose trip count the exporter writes as a Constant."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = x
+        for _ in range(x.size(0)):
+            h = torch.tanh(self.fc(h))
+        return h
+
+
+class ScriptedBranch(nn.Module):
+    """A branch on the data: an If whose condition is only known at run time, each branch reading weights."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+
+    def forward(self, x):
+        if bool(x.sum() > 0):
+            y = torch.tanh(self.a(x))
+        else:
+            y = torch.sigmoid(self.b(x)) * x
+        return y
+
+
+def export(module, x):
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(torch.jit.script(copy.deepcopy(module)), (x,), f, opset_version=17, dynamo=False,
+                          input_names=["x"], output_names=["y"])
+    return f.getvalue()
+
+
+@pytest.mark.parametrize("make,sign,op", [(ScriptedLoop, 1.0, "Loop"), (ScriptedBranch, 1.0, "If"),
+                                          (ScriptedBranch, -1.0, "If")], ids=["loop", "if_then", "if_else"])
+def test_scripted_control_flow_gradients_match_torch(make, sign, op):
+    onnx = pytest.importorskip("onnx")
+    torch.manual_seed(0)
+    eager = make()
+    x = torch.randn(3, 4).abs() * sign  # the sign of the sum picks the branch
+    data = export(eager, torch.randn(3, 4))
+    assert op in {n.op_type for n in onnx.load_from_string(data).graph.node}, "the exporter kept the control flow"
+    target = torch.randn(3, 4)
+    loss = ((eager(x) - target) ** 2).mean()
+    loss.backward()
+    # The weights of the branch not taken get no gradient in torch: zero, which ours must be too.
+    want = {n: (p.grad if p.grad is not None else torch.zeros_like(p)).numpy() for n, p in eager.named_parameters()}
+
+    s = onnxtrain.TrainingSession(data, loss="mse")
+    got_loss, grads = s.gradients({"x": x.numpy(), s.target_name: target.numpy()})
+    assert got_loss == pytest.approx(loss.item(), rel=1e-5)
+    # Through the Yield boundary: the backward If/Scan read, inside their bodies, what the forward saved.
+    s.run_forward({"x": x.numpy()})
+    split = s.run_backward([(2 * (eager(x) - target) / target.numel()).detach().numpy()])
+    for name, w in want.items():
+        scale = max(np.abs(w).max(), 1e-6)
+        assert np.abs(grads[name] - w).max() / scale < 1e-4, name
+        assert np.abs(split[name] - w).max() / scale < 1e-4, name
