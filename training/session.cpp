@@ -2,6 +2,7 @@
 #include "training/weights.h"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -381,10 +382,18 @@ Model TrainingSession::export_gradient_model() const {
   // runtimes expect a function and its caller to agree on it.
   const int64_t onnx_opset = std::max<int64_t>(m.opset(""), 13);
   m.opset_imports[""] = onnx_opset;
+  // Control-flow gradients (If, Loop, Scan) hold their fused ops inside subgraphs: look there too.
+  std::function<bool(const Graph&, const Function&)> uses = [&](const Graph& gr, const Function& f) {
+    return std::any_of(gr.nodes.begin(), gr.nodes.end(), [&](const Node& n) {
+      if (n.op_type == f.name && n.domain == f.domain) return true;
+      return std::any_of(n.attributes.begin(), n.attributes.end(), [&](const auto& a) {
+        const auto* sub = std::get_if<std::shared_ptr<Graph>>(&a.second);
+        return sub && *sub && uses(**sub, f);
+      });
+    });
+  };
   for (Function f : fused_grad_functions()) {
-    bool used = std::any_of(m.graph.nodes.begin(), m.graph.nodes.end(),
-                            [&](const Node& n) { return n.op_type == f.name && n.domain == f.domain; });
-    if (!used) continue;
+    if (!uses(m.graph, f)) continue;
     f.opset_imports[""] = onnx_opset;
     m.opset_imports[f.domain] = 1;
     m.functions.push_back(std::move(f));

@@ -79,3 +79,26 @@ def test_scripted_control_flow_gradients_match_torch(make, sign, op):
         scale = max(np.abs(w).max(), 1e-6)
         assert np.abs(grads[name] - w).max() / scale < 1e-4, name
         assert np.abs(split[name] - w).max() / scale < 1e-4, name
+
+
+@pytest.mark.parametrize("make,sign", [(ScriptedLoop, 1.0), (ScriptedBranch, -1.0)], ids=["loop", "if_else"])
+def test_exported_gradient_graph_with_control_flow_is_standard_onnx(make, sign):
+    # The fused gradient ops sit inside the backward If/Scan bodies: the exported model must still carry their
+    # functions and the onnxtrain opset, pass the full checker, and give our gradients in onnxruntime.
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    x = (torch.randn(3, 4).abs() * sign).numpy()
+    s = onnxtrain.TrainingSession(export(make(), torch.randn(3, 4)), loss="mse")
+    target = np.random.default_rng(1).normal(size=(3, 4)).astype(np.float32)
+    _, grads = s.gradients({"x": x, s.target_name: target})
+    model = s.export_gradient_model()
+    onnx.checker.check_model(model, full_check=True)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {i.name: {"x": x}.get(i.name, target) for i in sess.get_inputs()}
+    outs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    for name, g in grads.items():
+        # "<weight>_grad", made unique when a body already uses that name ("fc.bias_grad_1")
+        got = [v for k, v in outs.items() if k == name + "_grad" or k.startswith(name + "_grad_")]
+        assert len(got) == 1, (name, list(outs))
+        assert np.abs(got[0] - g).max() <= 1e-4 * max(np.abs(g).max(), 1e-6), name
