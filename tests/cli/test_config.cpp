@@ -65,6 +65,25 @@ TEST(Config, ErrorsNameLineKeyExpectationAndChoices) {
   EXPECT_EQ(error_of(kBase + "device: [cuda]\n"), "dir/run.yaml:4: device: expected a string, got a list");
 }
 
+// The adapter keys reach TrainingConfig::adapter (docs/lora.md); off by default; a target may be one glob.
+TEST(Config, AdapterKeys) {
+  RunConfig d = parse_config(kBase, "dir/run.yaml");
+  EXPECT_EQ(d.training.adapter.kind, "none");
+  RunConfig c = parse_config(kBase + "adapter:\n  kind: lora\n  rank: 4\n  alpha: 8\n  target: [\"*query*\", w]\n",
+                             "dir/run.yaml", {"adapter.seed=5"});
+  EXPECT_EQ(c.training.adapter.kind, "lora");
+  EXPECT_EQ(c.training.adapter.rank, 4);
+  EXPECT_DOUBLE_EQ(c.training.adapter.alpha, 8);
+  EXPECT_EQ(c.training.adapter.target, (std::vector<std::string>{"*query*", "w"}));
+  EXPECT_EQ(c.training.adapter.seed, 5);
+  EXPECT_EQ(parse_config(kBase + "adapter: {kind: lora, target: all-linear}\n", "r.yaml").training.adapter.target,
+            std::vector<std::string>{"all-linear"});
+  const std::string kind = error_of(kBase + "adapter:\n  kind: lorra\n");
+  EXPECT_NE(kind.find("dir/run.yaml:5: adapter.kind: expected one of: none, lora; got 'lorra' (did you mean 'lora'?)"),
+            std::string::npos) << kind;
+  EXPECT_EQ(error_of(kBase + "adapter:\n  rank: 0\n"), "dir/run.yaml:5: adapter.rank: expected an integer >= 1 and <= 1048576, got '0'");
+}
+
 // The numerical-guard keys reach TrainingConfig (docs/reliability.md), defaults "raise" and false.
 TEST(Config, NonFinitePolicyKeys) {
   RunConfig d = parse_config(kBase, "dir/run.yaml");
