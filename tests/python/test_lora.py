@@ -342,3 +342,23 @@ def test_text_classification_example_fine_tunes_minilm_with_lora(tmp_path, build
     (want,) = ort.InferenceSession(str(tmp_path / "run" / "model.onnx")).run(None, feeds)
     (got,) = ort.InferenceSession(str(merged)).run(None, feeds)
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("options", [{"mixed_precision": "float16"}, {"replicas": 2},
+                                     {"optimizer": {"kind": "adamw", "gradient_accumulation": 2}}],
+                         ids=["mixed_precision", "replicas", "accumulation"])
+def test_lora_combines_with_other_options_and_resumes(options, tmp_path):
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 6), torch.randn(8, 3)
+    m = onnx.load_from_string(export(MLP().eval(), x))
+    for v in (m.graph.input[0], m.graph.output[0]):  # a symbolic batch, so replicas can split it
+        v.type.tensor_type.shape.dim[0].dim_param = "n"
+    kw = {"loss": "mse", "optimizer": "adamw", "learning_rate": 1e-2, "adapter": "lora", **options}
+    s = ot.TrainingSession(m.SerializeToString(), **kw)
+    feeds = {"x": x.numpy(), s.target_name: y.numpy()}
+    losses = [s.train_step(feeds) for _ in range(6)]
+    assert losses[-1] < losses[0]
+    s.save_checkpoint(tmp_path / "c.onnx")
+    r = ot.TrainingSession.from_checkpoint(str(tmp_path / "c.onnx"), replicas=options.get("replicas", 1))
+    assert sorted(r.trainable) == sorted(s.trainable) and all(w.endswith(("lora_A", "lora_B")) for w in s.trainable)
+    assert r.train_step(feeds) == s.train_step(feeds)
