@@ -4,13 +4,6 @@
 
 namespace onnxtrain::test {
 
-namespace {
-
-using Shapes = std::vector<std::vector<int64_t>>;
-using Ranges = std::vector<std::pair<double, double>>;
-using Attrs = std::map<std::string, Attribute>;
-using Consts = std::vector<std::optional<TensorData>>;
-
 TensorData ints(const std::vector<int64_t>& v) {
   return TensorData::from<int64_t>({static_cast<int64_t>(v.size())}, std::span<const int64_t>(v));
 }
@@ -23,10 +16,7 @@ TensorData bools(std::vector<int64_t> dims, const std::vector<bool>& v) {
   return t;
 }
 
-TensorData f64_scalar(double v) { return TensorData::scalar<double>(v); }
-
-RuleCase make(std::string label, std::string op, Shapes shapes, Attrs attrs = {}, Ranges ranges = {},
-              int64_t opset = 17) {
+RuleCase make(std::string label, std::string op, Shapes shapes, Attrs attrs, Ranges ranges, int64_t opset) {
   RuleCase c;
   c.label = std::move(label);
   c.op = std::move(op);
@@ -37,7 +27,6 @@ RuleCase make(std::string label, std::string op, Shapes shapes, Attrs attrs = {}
   return c;
 }
 
-// A case whose input `i` is the constant `v` (the rest are float inputs).
 RuleCase with_const(RuleCase c, size_t i, TensorData v) {
   c.const_inputs.resize(c.input_shapes.size());
   c.input_shapes[i] = v.dims;
@@ -54,6 +43,12 @@ RuleCase signed_(RuleCase c) {
   c.random_sign = true;
   return c;
 }
+
+namespace {
+
+using Consts = std::vector<std::optional<TensorData>>;
+
+TensorData f64_scalar(double v) { return TensorData::scalar<double>(v); }
 
 std::vector<RuleCase> build() {
   std::vector<RuleCase> v;

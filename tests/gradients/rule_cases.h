@@ -36,6 +36,19 @@ struct RuleCase {
 
 const std::vector<RuleCase>& rule_cases();
 
+// Helpers the case files share (rule_cases.cpp).
+using Shapes = std::vector<std::vector<int64_t>>;
+using Ranges = std::vector<std::pair<double, double>>;
+using Attrs = std::map<std::string, Attribute>;
+RuleCase make(std::string label, std::string op, Shapes shapes, Attrs attrs = {}, Ranges ranges = {},
+              int64_t opset = 17);
+// A case whose input `i` is the constant `v` (the rest are float inputs).
+RuleCase with_const(RuleCase c, size_t i, TensorData v);
+RuleCase kinked(RuleCase c);   // avoid_zero
+RuleCase signed_(RuleCase c);  // random_sign
+TensorData ints(const std::vector<int64_t>& v);
+TensorData bools(std::vector<int64_t> dims, const std::vector<bool>& v);
+
 // Cases of op families kept beside their rules' own tests; rule_cases() appends them.
 void add_recurrent_cases(std::vector<RuleCase>& v);      // rule_cases_recurrent.cpp
 void add_spatial_cases(std::vector<RuleCase>& v);        // rule_cases_spatial.cpp

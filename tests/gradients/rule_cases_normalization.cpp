@@ -6,51 +6,6 @@
 
 namespace onnxtrain::test {
 
-namespace {
-
-using Shapes = std::vector<std::vector<int64_t>>;
-using Ranges = std::vector<std::pair<double, double>>;
-using Attrs = std::map<std::string, Attribute>;
-
-RuleCase make(std::string label, std::string op, Shapes shapes, Attrs attrs = {}, Ranges ranges = {},
-              int64_t opset = 17) {
-  RuleCase c;
-  c.label = std::move(label);
-  c.op = std::move(op);
-  c.input_shapes = std::move(shapes);
-  c.attrs = std::move(attrs);
-  c.ranges = std::move(ranges);
-  c.opset = opset;
-  return c;
-}
-
-TensorData ints(const std::vector<int64_t>& v) {
-  return TensorData::from<int64_t>({static_cast<int64_t>(v.size())}, std::span<const int64_t>(v));
-}
-
-TensorData bools(std::vector<int64_t> dims, const std::vector<bool>& v) {
-  TensorData t;
-  t.dtype = DType::Bool;
-  t.dims = std::move(dims);
-  for (bool b : v) t.bytes.push_back(std::byte{b ? uint8_t{1} : uint8_t{0}});
-  return t;
-}
-
-// A case whose input `i` is the constant `v` (the rest are float inputs).
-RuleCase with_const(RuleCase c, size_t i, TensorData v) {
-  c.const_inputs.resize(c.input_shapes.size());
-  c.input_shapes[i] = v.dims;
-  c.const_inputs[i] = std::move(v);
-  return c;
-}
-
-RuleCase signed_(RuleCase c) {
-  c.random_sign = true;
-  return c;
-}
-
-}  // namespace
-
 void add_normalization_cases(std::vector<RuleCase>& v) {
   using I = std::vector<int64_t>;
   // Shrink's kinks (and, with a bias, jumps) sit at +-lambd: each case samples one side of them only.

@@ -7,14 +7,11 @@ namespace onnxtrain::test {
 
 namespace {
 
-using Shapes = std::vector<std::vector<int64_t>>;
-using Attrs = std::map<std::string, Attribute>;
-
 constexpr int64_t S = 3, N = 2, I = 2, H = 2;
 
 // X, W, R, B, sequence_lens, initial_h[, initial_c, P] for D directions; `with` says which optional inputs
 // are given ("B", "h", "c", "P"); sequence_lens is a constant when lens is non-empty.
-RuleCase make(std::string label, const std::string& op, int64_t D, const std::string& with, Attrs attrs,
+RuleCase rnn_case(std::string label, const std::string& op, int64_t D, const std::string& with, Attrs attrs,
               std::vector<int32_t> lens = {}, bool layout1 = false) {
   const int64_t G = op == "LSTM" ? 4 : op == "GRU" ? 3 : 1;
   const bool lstm = op == "LSTM";
@@ -60,34 +57,34 @@ void add_recurrent_cases(std::vector<RuleCase>& v) {
   for (const char* op : {"LSTM", "GRU", "RNN"}) {
     const std::string o = op;
     const std::string all = o == "LSTM" ? "BhcP" : "Bh";
-    v.push_back(make(o + "_forward", o, 1, "", {}));
-    v.push_back(make(o + "_reverse_with_B_and_initial_state", o, 1, o == "LSTM" ? "Bhc" : "Bh",
+    v.push_back(rnn_case(o + "_forward", o, 1, "", {}));
+    v.push_back(rnn_case(o + "_reverse_with_B_and_initial_state", o, 1, o == "LSTM" ? "Bhc" : "Bh",
                      {{"direction", rev}}));
-    v.push_back(make(o + "_bidirectional_all_inputs", o, 2, all, {}));
-    v.push_back(make(o + "_forward_sequence_lens", o, 1, all, {}, {3, 1}));
-    v.push_back(make(o + "_reverse_sequence_lens", o, 1, "h", {{"direction", rev}}, {2, 3}));
-    v.push_back(make(o + "_bidirectional_sequence_lens_zero_length", o, 2, all, {}, {0, 2}));
-    v.push_back(make(o + "_layout1_bidirectional", o, 2, all, {}, {3, 2}, true));
+    v.push_back(rnn_case(o + "_bidirectional_all_inputs", o, 2, all, {}));
+    v.push_back(rnn_case(o + "_forward_sequence_lens", o, 1, all, {}, {3, 1}));
+    v.push_back(rnn_case(o + "_reverse_sequence_lens", o, 1, "h", {{"direction", rev}}, {2, 3}));
+    v.push_back(rnn_case(o + "_bidirectional_sequence_lens_zero_length", o, 2, all, {}, {0, 2}));
+    v.push_back(rnn_case(o + "_layout1_bidirectional", o, 2, all, {}, {3, 2}, true));
     // clip 0.4 clips some pre-activations of these inputs: there the gradient is zero.
-    v.push_back(make(o + "_clip", o, 1, "B", {{"clip", 0.4f}}));
+    v.push_back(rnn_case(o + "_clip", o, 1, "B", {{"clip", 0.4f}}));
   }
-  v.push_back(make("LSTM_input_forget", "LSTM", 1, "BhcP", {{"input_forget", int64_t{1}}}));
-  v.push_back(make("LSTM_activations", "LSTM", 2, "Bh",
+  v.push_back(rnn_case("LSTM_input_forget", "LSTM", 1, "BhcP", {{"input_forget", int64_t{1}}}));
+  v.push_back(rnn_case("LSTM_activations", "LSTM", 2, "Bh",
                    {{"activations", strings({"HardSigmoid", "Softsign", "ScaledTanh", "Sigmoid", "Tanh", "Elu"})},
                     {"activation_alpha", std::vector<float>{0.3f, 0.8f, 1.5f}},
                     {"activation_beta", std::vector<float>{0.45f, 1.2f}}}));
-  v.push_back(make("GRU_linear_before_reset", "GRU", 2, "Bh", {{"linear_before_reset", int64_t{1}}}, {3, 2}));
-  v.push_back(make("GRU_linear_before_reset_reverse", "GRU", 1, "", {{"linear_before_reset", int64_t{1}},
+  v.push_back(rnn_case("GRU_linear_before_reset", "GRU", 2, "Bh", {{"linear_before_reset", int64_t{1}}}, {3, 2}));
+  v.push_back(rnn_case("GRU_linear_before_reset_reverse", "GRU", 1, "", {{"linear_before_reset", int64_t{1}},
                                                                        {"direction", rev}}));
-  v.push_back(make("GRU_activations", "GRU", 1, "Bh", {{"activations", strings({"Softsign", "Affine"})},
+  v.push_back(rnn_case("GRU_activations", "GRU", 1, "Bh", {{"activations", strings({"Softsign", "Affine"})},
                                                        {"activation_alpha", std::vector<float>{0.7f}},
                                                        {"activation_beta", std::vector<float>{0.1f}}}));
-  v.push_back(make("RNN_activations", "RNN", 2, "Bh",
+  v.push_back(rnn_case("RNN_activations", "RNN", 2, "Bh",
                    {{"activations", strings({"Softplus", "ScaledTanh"})},
                     {"activation_alpha", std::vector<float>{0.9f}},
                     {"activation_beta", std::vector<float>{1.3f}}}));
   // Opset 13 still uses the opset-7 schema of RNN (layout came with 14).
-  v.push_back(make("RNN_opset13_schema7", "RNN", 1, "Bh", {}));
+  v.push_back(rnn_case("RNN_opset13_schema7", "RNN", 1, "Bh", {}));
   v.back().opset = 13;
 }
 

@@ -9,34 +9,8 @@ namespace onnxtrain::test {
 
 namespace {
 
-using Shapes = std::vector<std::vector<int64_t>>;
-using Ranges = std::vector<std::pair<double, double>>;
-using Attrs = std::map<std::string, Attribute>;
 using I = std::vector<int64_t>;
 using S = std::string;
-
-TensorData ints(const std::vector<int64_t>& v) {
-  return TensorData::from<int64_t>({static_cast<int64_t>(v.size())}, std::span<const int64_t>(v));
-}
-
-RuleCase make(std::string label, std::string op, Shapes shapes, Attrs attrs = {}, Ranges ranges = {},
-              int64_t opset = 17) {
-  RuleCase c;
-  c.label = std::move(label);
-  c.op = std::move(op);
-  c.input_shapes = std::move(shapes);
-  c.attrs = std::move(attrs);
-  c.ranges = std::move(ranges);
-  c.opset = opset;
-  return c;
-}
-
-RuleCase with_const(RuleCase c, size_t i, TensorData v) {
-  c.const_inputs.resize(c.input_shapes.size());
-  c.input_shapes[i] = v.dims;
-  c.const_inputs[i] = std::move(v);
-  return c;
-}
 
 void add_grid_sample(std::vector<RuleCase>& v) {
   const std::pair<double, double> any{-1, 1}, inside{-0.95, 0.95}, beyond{-1.3, 1.3}, far{-2.6, 2.6};
