@@ -167,10 +167,18 @@ std::vector<std::string> select_targets(const Graph& g, const AdapterSpec& spec)
       chosen.insert(w);
       ++found;
     }
-    if (!found)
+    if (!found) {
+      // torch.onnx.export's constant folding turns Transpose(W) into a new initializer named onnx::MatMul_N.
+      const bool folded = std::any_of(floats.begin(), floats.end(),
+                                      [](const std::string& n) { return n.rfind("onnx::MatMul_", 0) == 0; });
+      const std::string hint = folded ? " (initializers named onnx::MatMul_N are nn.Linear weights that "
+                                        "torch.onnx.export transposed and renamed: export with "
+                                        "do_constant_folding=False to keep their names)"
+                                      : "";
       fail("adapter.target '" + pat + "'",
-           matched.empty() ? "matches no floating-point initializer; they are: " + list(floats)
+           matched.empty() ? "matches no floating-point initializer; they are: " + list(floats) + hint
                            : "matches no MatMul/Gemm/Conv weight (it matches " + list(matched) + ")");
+    }
   }
   return {chosen.begin(), chosen.end()};
 }

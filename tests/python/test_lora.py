@@ -178,6 +178,11 @@ def test_bad_targets_are_named():
         ot.TrainingSession(onnx_bytes, adapter={"kind": "lora", "target": ["nope*"]})
     with pytest.raises(ot.OnnxtrainError, match=r"adapter.target 'fc1.bias'.*matches no MatMul/Gemm/Conv weight"):
         ot.TrainingSession(onnx_bytes, adapter={"kind": "lora", "target": ["fc1.bias"]})
+    # torch's default export folds Transpose(W) of a 3-D nn.Linear into a renamed initializer: the error says so.
+    f = io.BytesIO()
+    torch.onnx.export(Attention().eval(), (torch.randn(2, 3, 8),), f, opset_version=17, dynamo=False)
+    with pytest.raises(ot.OnnxtrainError, match=r"onnx::MatMul_N .*do_constant_folding=False"):
+        ot.TrainingSession(f.getvalue(), adapter={"kind": "lora", "target": ["q_proj.weight"]})
     with pytest.raises(ot.OnnxtrainError, match=r"adapter.rank: expected an integer >= 1"):
         ot.TrainingSession(onnx_bytes, adapter={"kind": "lora", "rank": 0})
 
