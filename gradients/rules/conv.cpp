@@ -191,20 +191,6 @@ Expr bias_grad(RuleContext& c, const Expr& dy, size_t rank) {
   return rules::reduce_sum(rules::reduce_sum(dy, spatial, false, c.opset()), {0}, false, c.opset());
 }
 
-// The wanted gradients from the fused op: the others' outputs are left unnamed (""), so no kernel computes
-// them. All outputs stay listed: onnx's function shape inference expects one per function output.
-std::vector<Expr> fused_grads(RuleContext& c, const std::string& op, const std::vector<Expr>& inputs,
-                              std::vector<TypeInfo> types, std::map<std::string, Attribute> attrs) {
-  std::vector<Expr> g = apply_n(c.builder(), op, inputs, std::move(types), std::move(attrs), kFusedGradDomain);
-  Node& n = c.builder().graph().nodes.back();
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (i < c.num_inputs() && c.has_input(i) && c.needs_dX(i)) continue;
-    c.builder().graph().value_info.erase(n.outputs[i]);
-    n.outputs[i].clear();
-  }
-  return g;
-}
-
 // The fused onnxtrain.ConvGrad with the geometry resolved (explicit pads, so its body can hand them to
 // ConvTranspose and Conv). Its body is the classic decomposition (dX by ConvTranspose, dW by a Conv with
 // strides and dilations exchanged, dB by ReduceSum), written against runtime shapes.
@@ -215,7 +201,7 @@ void conv_rule(RuleContext& c) {
   std::vector<Expr> ins{c.dY(0), c.X(0), c.X(1)};
   std::vector<TypeInfo> types{xt, wt};
   types.push_back(c.has_input(2) ? rules::input_type(c, 2) : TypeInfo{xt.dtype, std::nullopt});  // dB or ""
-  std::vector<Expr> d = fused_grads(c, "ConvGrad", ins, types,
+  std::vector<Expr> d = rules::fused_grads(c, "ConvGrad", ins, types,
                                     {{"kernel_shape", g.k}, {"strides", g.s}, {"dilations", g.d}, {"pads", g.pads()},
                                      {"group", group}});
   for (size_t i = 0; i < d.size(); ++i)
@@ -350,7 +336,7 @@ void average_pool_rule(RuleContext& c) {
   if (std::all_of(g.d.begin(), g.d.end(), [](int64_t d) { return d == 1; })) {
     // The fused op, its geometry explicit (its body reads pads, strides and count_include_pad as tensors and
     // has no dilated AveragePool to lean on, hence the decomposition below for dilations).
-    c.set_dX(0, fused_grads(c, "AveragePoolGrad", {c.dY(0), c.X(0)}, {xt},
+    c.set_dX(0, rules::fused_grads(c, "AveragePoolGrad", {c.dY(0), c.X(0)}, {xt},
                             {{"kernel_shape", g.k}, {"strides", g.s}, {"pads", g.pads()},
                              {"count_include_pad", int64_t{include_pad}}, {"ceil_mode", c.node().attr_int("ceil_mode", 0)}})[0]);
     return;

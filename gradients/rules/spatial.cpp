@@ -23,22 +23,8 @@ namespace onnxtrain {
 
 namespace {
 
-// The fused op with only the wanted gradients named (as in rules/conv.cpp): the other outputs stay listed,
-// unnamed, so no kernel computes them.
-std::vector<Expr> fused_grads(RuleContext& c, const std::string& op, const std::vector<Expr>& inputs,
-                              std::vector<TypeInfo> types, std::map<std::string, Attribute> attrs) {
-  std::vector<Expr> g = apply_n(c.builder(), op, inputs, std::move(types), std::move(attrs), kFusedGradDomain);
-  Node& n = c.builder().graph().nodes.back();
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (i < c.num_inputs() && c.has_input(i) && c.needs_dX(i)) continue;
-    c.builder().graph().value_info.erase(n.outputs[i]);
-    n.outputs[i].clear();
-  }
-  return g;
-}
-
 void grid_sample_rule(RuleContext& c) {
-  std::vector<Expr> d = fused_grads(c, "GridSampleGrad", {c.dY(0), c.X(0), c.X(1)},
+  std::vector<Expr> d = rules::fused_grads(c, "GridSampleGrad", {c.dY(0), c.X(0), c.X(1)},
                                     {rules::input_type(c, 0), rules::input_type(c, 1)}, c.node().attributes);
   for (size_t i = 0; i < 2; ++i)
     if (c.needs_dX(i)) c.set_dX(i, d[i]);

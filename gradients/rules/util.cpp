@@ -173,4 +173,16 @@ Expr sum_to_shape(Expr g, const Expr& x, const Node& n, int64_t opset) {
   return reshape_like(r, x);
 }
 
+std::vector<Expr> fused_grads(RuleContext& c, const std::string& op, const std::vector<Expr>& inputs,
+                              std::vector<TypeInfo> types, std::map<std::string, Attribute> attrs) {
+  std::vector<Expr> g = apply_n(c.builder(), op, inputs, std::move(types), std::move(attrs), kFusedGradDomain);
+  Node& n = c.builder().graph().nodes.back();
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (i < c.num_inputs() && c.has_input(i) && c.needs_dX(i)) continue;
+    c.builder().graph().value_info.erase(n.outputs[i]);
+    n.outputs[i].clear();
+  }
+  return g;
+}
+
 }  // namespace onnxtrain::rules

@@ -46,4 +46,10 @@ Expr reshape_to_input(RuleContext& c, const Expr& dy, size_t i);
 // unknown rank) leave it open.
 Expr sum_to_shape(Expr g, const Expr& x, const Node& n, int64_t opset);
 
+// A fused gradient op (domain onnxtrain) whose output i is the gradient of input i: the outputs of inputs
+// without a wanted gradient are left unnamed (""), so no kernel computes them. All outputs stay listed, since
+// onnx's function shape inference expects one per function output.
+std::vector<Expr> fused_grads(RuleContext& c, const std::string& op, const std::vector<Expr>& inputs,
+                              std::vector<TypeInfo> types, std::map<std::string, Attribute> attrs);
+
 }  // namespace onnxtrain::rules
