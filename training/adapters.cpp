@@ -103,6 +103,9 @@ Uses find_uses(const Graph& g, const std::string& w) {
   }
   for (const ValueInfo& o : g.outputs)
     if (o.name == w && r.error.empty()) r.error = "weight '" + w + "' is a graph output";
+  // Readers through a Transpose were found from the Transpose: in node order, the first use is where the shared
+  // scale constant goes, before every branch that reads it.
+  std::sort(r.uses.begin(), r.uses.end(), [](const Use& a, const Use& b) { return a.node < b.node; });
   if (r.error.empty() && !r.uses.empty()) {
     for (const Use& u : r.uses)
       if (u.conv != r.uses[0].conv || u.transposed != r.uses[0].transposed || u.gemm_alpha != r.uses[0].gemm_alpha)

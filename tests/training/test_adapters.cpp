@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <random>
+#include <set>
 
 #include "common/node.h"
 #include "common/test_env.h"
@@ -119,6 +120,33 @@ void expect_merge_matches(const Model& base, const TrainingConfig& cfg, const Te
 
 TEST(Lora, EveryLinearLayoutMergesBackToWhatTheAdaptedModelComputes) {
   expect_merge_matches(three_layouts(), lora({"all-linear"}), input({2, 3}, 7), 3);
+}
+
+// W read by two MatMuls through two Transposes, the later Transpose's reader first: one adapter serves both,
+// its scale constant placed before either branch.
+TEST(Lora, AWeightReadTwiceThroughTransposesSharesOneAdapter) {
+  Model m;
+  m.opset_imports[""] = 17;
+  Graph& g = m.graph;
+  g.inputs.push_back({"x", {DType::Float32, Shape{Dim::of(2), Dim::of(3)}}});
+  g.outputs.push_back({"y", {DType::Float32, Shape{Dim::of(2), Dim::of(4)}}});
+  g.initializers["w"] = random_tensor({4, 3}, 1);
+  g.nodes.push_back(node("Transpose", {"w"}, {"t1"}));
+  g.nodes.push_back(node("Transpose", {"w"}, {"t2"}));
+  g.nodes.push_back(node("MatMul", {"x", "t2"}, {"h"}));
+  g.nodes.push_back(node("Sigmoid", {"h"}, {"s"}));
+  g.nodes.push_back(node("MatMul", {"x", "t1"}, {"h2"}));
+  g.nodes.push_back(node("Add", {"s", "h2"}, {"y"}));
+  expect_merge_matches(m, lora({"w"}), input({2, 3}, 9), 1);
+  // The adapted graph stays in topological order (ONNX requires it of a file; our executor would not notice).
+  Model adapted = m;
+  apply_lora(adapted, lora({"w"}).adapter);
+  std::set<std::string> defined = {"x"};
+  for (const auto& [name, t] : adapted.graph.initializers) defined.insert(name);
+  for (const Node& n : adapted.graph.nodes) {
+    for (const std::string& in : n.inputs) EXPECT_TRUE(defined.count(in)) << n.describe() << " reads " << in << " early";
+    defined.insert(n.outputs.begin(), n.outputs.end());
+  }
 }
 
 TEST(Lora, ConvKernelsAdaptAndMerge) {
