@@ -19,4 +19,21 @@ inline Node node(std::string op, std::vector<std::string> in, std::vector<std::s
   return n;
 }
 
+// A node with a name of its own, for graphs whose nodes are named apart from their outputs (control-flow bodies).
+inline Node named_node(std::string name, std::string op, std::vector<std::string> in, std::vector<std::string> out) {
+  Node n;
+  n.name = std::move(name);
+  n.op_type = std::move(op);
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  return n;
+}
+
+// A tensor type with static dims.
+inline TypeInfo static_type(DType t, const std::vector<int64_t>& dims) {
+  Shape s;
+  for (int64_t d : dims) s.push_back(Dim::of(d));
+  return {t, s};
+}
+
 }  // namespace onnxtrain::test

@@ -40,6 +40,19 @@ template <class T> Tensor random_tensor(std::vector<int64_t> shape, uint32_t see
   return t;
 }
 
+// A tensor of dtype T holding `v` (hand-worked values), row-major.
+template <class T> Tensor tensor(std::vector<int64_t> shape, const std::vector<double>& v) {
+  Tensor t = Tensor::empty(dtype_of<T>(), std::move(shape));
+  for (size_t i = 0; i < v.size(); ++i) t.span<T>()[i] = static_cast<T>(v[i]);
+  return t;
+}
+
+// Every element of `got` within `tol` of `want`, naming the first index that is not.
+template <class T> void expect_values(const Tensor& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size()));
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(static_cast<double>(got.span<T>()[i]), want[i], tol) << i;
+}
+
 // A test parameterised by the OpenMP thread count: runs on GetParam() threads and restores the count after.
 // A derived SetUp that skips does so before calling this one, so TearDown has nothing to restore.
 class ThreadsTest : public ::testing::TestWithParam<int> {

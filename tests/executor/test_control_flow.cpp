@@ -5,26 +5,16 @@
 
 #include <functional>
 
+#include "common/node.h"
 #include "executor/executor.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
 namespace {
 
-Node node(std::string name, std::string op, std::vector<std::string> in, std::vector<std::string> out) {
-  Node n;
-  n.name = std::move(name);
-  n.op_type = std::move(op);
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  return n;
-}
+using test::named_node;
 
-TypeInfo f32(std::vector<int64_t> dims) {
-  Shape s;
-  for (int64_t d : dims) s.push_back(Dim::of(d));
-  return {DType::Float32, s};
-}
+TypeInfo f32(const std::vector<int64_t>& dims) { return test::static_type(DType::Float32, dims); }
 
 const std::map<std::string, int64_t> kOpsets{{"", 17}};
 
@@ -50,18 +40,18 @@ Graph if_graph(std::vector<int64_t> else_shape) {
   g.inputs = {{"cond", {DType::Bool, Shape{}}}, {"X", f32({2})}};
   g.initializers["B"] = Tensor::from_vector<float>({2}, {10, 20}).to_data();
   auto then_b = std::make_shared<Graph>();
-  then_b->nodes = {node("t", "Add", {"X", "B"}, {"t_y"})};
+  then_b->nodes = {named_node("t", "Add", {"X", "B"}, {"t_y"})};
   then_b->outputs = {{"t_y", f32({2})}};
   auto else_b = std::make_shared<Graph>();
   if (else_shape == std::vector<int64_t>{2}) {
-    else_b->nodes = {node("e", "Mul", {"X", "B"}, {"e_y"})};
+    else_b->nodes = {named_node("e", "Mul", {"X", "B"}, {"e_y"})};
   } else {
     else_b->initializers["e_shape"] = TensorData::from<int64_t>({static_cast<int64_t>(else_shape.size())},
                                                                std::span<const int64_t>(else_shape));
-    else_b->nodes = {node("e", "Reshape", {"X", "e_shape"}, {"e_y"})};
+    else_b->nodes = {named_node("e", "Reshape", {"X", "e_shape"}, {"e_y"})};
   }
   else_b->outputs = {{"e_y", f32(else_shape)}};
-  Node n = node("choose", "If", {"cond"}, {"Y"});
+  Node n = named_node("choose", "If", {"cond"}, {"Y"});
   n.attributes["then_branch"] = then_b;
   n.attributes["else_branch"] = else_b;
   g.nodes.push_back(n);
@@ -107,9 +97,9 @@ Graph doubling_loop(const std::string& cond) {
   body->inputs = {{"i", {DType::Int64, Shape{}}}, {"c", {DType::Bool, Shape{}}}, {"v", f32({1})}};
   body->initializers["two"] = TensorData::scalar<int64_t>(2);
   body->initializers["twice"] = TensorData::scalar<float>(2);
-  body->nodes = {node("more", "Less", {"i", "two"}, {"c_out"}), node("dbl", "Mul", {"v", "twice"}, {"v_out"})};
+  body->nodes = {named_node("more", "Less", {"i", "two"}, {"c_out"}), named_node("dbl", "Mul", {"v", "twice"}, {"v_out"})};
   body->outputs = {{"c_out", {DType::Bool, Shape{}}}, {"v_out", f32({1})}};
-  Node n = node("repeat", "Loop", {"M", cond, "x"}, {"y"});
+  Node n = named_node("repeat", "Loop", {"M", cond, "x"}, {"y"});
   n.attributes["body"] = body;
   g.nodes.push_back(n);
   g.outputs = {{"y", f32({1})}};
@@ -132,10 +122,10 @@ TEST(ControlFlowKernels, LoopScanOutputWithARunTimeTripCountIsRefusedNamingTheNo
   g.inputs = {{"M", {DType::Int64, Shape{}}}, {"x", f32({1})}};
   auto body = std::make_shared<Graph>();
   body->inputs = {{"i", {DType::Int64, Shape{}}}, {"c", {DType::Bool, Shape{}}}, {"v", f32({1})}};
-  body->nodes = {node("keep", "Identity", {"c"}, {"c_out"}), node("neg", "Neg", {"v"}, {"v_out"}),
-                 node("emit", "Identity", {"v_out"}, {"y_i"})};
+  body->nodes = {named_node("keep", "Identity", {"c"}, {"c_out"}), named_node("neg", "Neg", {"v"}, {"v_out"}),
+                 named_node("emit", "Identity", {"v_out"}, {"y_i"})};
   body->outputs = {{"c_out", {DType::Bool, Shape{}}}, {"v_out", f32({1})}, {"y_i", f32({1})}};
-  Node n = node("repeat", "Loop", {"M", "", "x"}, {"y", "ys"});
+  Node n = named_node("repeat", "Loop", {"M", "", "x"}, {"y", "ys"});
   n.attributes["body"] = body;
   g.nodes.push_back(n);
   g.outputs = {{"y", f32({1})}, {"ys", {DType::Float32, std::nullopt}}};
@@ -154,9 +144,9 @@ TEST(ControlFlowKernels, ScanHonoursAxesAndDirections) {
   g.inputs = {{"s0", f32({2})}, {"X", f32({2, 3})}};
   auto body = std::make_shared<Graph>();
   body->inputs = {{"s", f32({2})}, {"col", f32({2})}};
-  body->nodes = {node("acc", "Add", {"s", "col"}, {"s_out"}), node("emit", "Identity", {"s_out"}, {"y"})};
+  body->nodes = {named_node("acc", "Add", {"s", "col"}, {"s_out"}), named_node("emit", "Identity", {"s_out"}, {"y"})};
   body->outputs = {{"s_out", f32({2})}, {"y", f32({2})}};
-  Node n = node("sweep", "Scan", {"s0", "X"}, {"S", "Ys"});
+  Node n = named_node("sweep", "Scan", {"s0", "X"}, {"S", "Ys"});
   n.attributes["body"] = body;
   n.attributes["num_scan_inputs"] = int64_t{1};
   n.attributes["scan_input_axes"] = std::vector<int64_t>{1};

@@ -15,17 +15,6 @@ namespace {
 
 using namespace test;
 
-template <class T> Tensor tensor(std::vector<int64_t> shape, const std::vector<double>& v) {
-  Tensor t = Tensor::empty(dtype_of<T>(), std::move(shape));
-  for (size_t i = 0; i < v.size(); ++i) t.span<T>()[i] = static_cast<T>(v[i]);
-  return t;
-}
-
-template <class T> void expect_values(const Tensor& got, const std::vector<double>& want, double tol) {
-  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size()));
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(static_cast<double>(got.span<T>()[i]), want[i], tol) << i;
-}
-
 template <class T> class NormOps : public ::testing::Test {};
 using FloatTypes = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(NormOps, FloatTypes);

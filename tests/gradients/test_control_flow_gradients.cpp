@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/node.h"
 #include "executor/executor.h"
 #include "gradients/builder.h"
 #include "graph/error.h"
@@ -15,20 +16,9 @@
 namespace onnxtrain {
 namespace {
 
-Node node(std::string name, std::string op, std::vector<std::string> in, std::vector<std::string> out) {
-  Node n;
-  n.name = std::move(name);
-  n.op_type = std::move(op);
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  return n;
-}
+using test::named_node;
 
-TypeInfo f64(std::vector<int64_t> dims) {
-  Shape s;
-  for (int64_t d : dims) s.push_back(Dim::of(d));
-  return {DType::Float64, s};
-}
+TypeInfo f64(const std::vector<int64_t>& dims) { return test::static_type(DType::Float64, dims); }
 
 Tensor f64_tensor(std::vector<int64_t> shape, double start, double step) {
   Tensor t = Tensor::empty(DType::Float64, shape);
@@ -39,8 +29,8 @@ Tensor f64_tensor(std::vector<int64_t> shape, double start, double step) {
 // L = ReduceSum(v * R) for a fixed R of v's shape, so that every element of v weighs differently.
 void add_weighted_loss(Graph& g, const std::string& v, std::vector<int64_t> shape) {
   g.initializers["R"] = f64_tensor(shape, 0.7, -0.35).to_data();
-  g.nodes.push_back(node("weigh", "Mul", {v, "R"}, {"weighted"}));
-  g.nodes.push_back(node("total", "ReduceSum", {"weighted"}, {"L"}));
+  g.nodes.push_back(named_node("weigh", "Mul", {v, "R"}, {"weighted"}));
+  g.nodes.push_back(named_node("total", "ReduceSum", {"weighted"}, {"L"}));
   g.nodes.back().attributes["keepdims"] = int64_t{0};
   g.outputs.push_back({"L", f64({})});
 }
@@ -97,18 +87,18 @@ Model if_model() {
   g.inputs = {{"cond", {DType::Bool, Shape{}}}, {"X", f64({2, 3})}, {"W", f64({3})}};
   auto then_b = std::make_shared<Graph>();
   then_b->name = "then";
-  then_b->nodes = {node("t_mul", "Mul", {"X", "W"}, {"t_xw"}), node("t_tanh", "Tanh", {"t_xw"}, {"t_y"})};
+  then_b->nodes = {named_node("t_mul", "Mul", {"X", "W"}, {"t_xw"}), named_node("t_tanh", "Tanh", {"t_xw"}, {"t_y"})};
   then_b->outputs = {{"t_y", f64({2, 3})}};
   auto else_b = std::make_shared<Graph>();
   else_b->name = "else";
-  else_b->nodes = {node("e_sin", "Sin", {"W"}, {"e_s"}), node("e_mul", "Mul", {"e_s", "X"}, {"e_sx"}),
-                   node("e_add", "Add", {"e_sx", "W"}, {"e_y"})};
+  else_b->nodes = {named_node("e_sin", "Sin", {"W"}, {"e_s"}), named_node("e_mul", "Mul", {"e_s", "X"}, {"e_sx"}),
+                   named_node("e_add", "Add", {"e_sx", "W"}, {"e_y"})};
   else_b->outputs = {{"e_y", f64({2, 3})}};
-  Node n = node("choose", "If", {"cond"}, {"Y"});
+  Node n = named_node("choose", "If", {"cond"}, {"Y"});
   n.attributes["then_branch"] = then_b;
   n.attributes["else_branch"] = else_b;
   g.nodes.push_back(n);
-  g.nodes.push_back(node("scale", "Mul", {"Y", "W"}, {"Z"}));
+  g.nodes.push_back(named_node("scale", "Mul", {"Y", "W"}, {"Z"}));
   add_weighted_loss(g, "Z", {2, 3});
   return m;
 }
@@ -138,11 +128,11 @@ TEST(ControlFlowGradients, IfBranchPassingAnOuterValueThrough) {
   Graph& g = m.graph;
   g.inputs = {{"cond", {DType::Bool, Shape{}}}, {"X", f64({3})}, {"W", f64({3})}};
   auto then_b = std::make_shared<Graph>();
-  then_b->nodes = {node("t_mul", "Mul", {"X", "W"}, {"t_y"})};
+  then_b->nodes = {named_node("t_mul", "Mul", {"X", "W"}, {"t_y"})};
   then_b->outputs = {{"t_y", f64({3})}};
   auto else_b = std::make_shared<Graph>();
   else_b->outputs = {{"W", f64({3})}};
-  Node n = node("choose", "If", {"cond"}, {"Y"});
+  Node n = named_node("choose", "If", {"cond"}, {"Y"});
   n.attributes["then_branch"] = then_b;
   n.attributes["else_branch"] = else_b;
   g.nodes.push_back(n);
@@ -165,11 +155,11 @@ Model rnn_scan_model(int64_t in_axis, int64_t in_dir, int64_t out_axis, int64_t 
   auto body = std::make_shared<Graph>();
   body->name = "cell";
   body->inputs = {{"h", f64({3})}, {"x", f64({2})}};
-  body->nodes = {node("xw", "MatMul", {"x", "W"}, {"xw"}), node("hu", "MatMul", {"h", "U"}, {"hu"}),
-                 node("pre1", "Add", {"xw", "hu"}, {"pre1"}), node("pre", "Add", {"pre1", "c"}, {"pre"}),
-                 node("act", "Tanh", {"pre"}, {"h_next"}), node("emit", "Mul", {"h_next", "h"}, {"y"})};
+  body->nodes = {named_node("xw", "MatMul", {"x", "W"}, {"xw"}), named_node("hu", "MatMul", {"h", "U"}, {"hu"}),
+                 named_node("pre1", "Add", {"xw", "hu"}, {"pre1"}), named_node("pre", "Add", {"pre1", "c"}, {"pre"}),
+                 named_node("act", "Tanh", {"pre"}, {"h_next"}), named_node("emit", "Mul", {"h_next", "h"}, {"y"})};
   body->outputs = {{"h_next", f64({3})}, {"y", f64({3})}};
-  Node n = node("rnn", "Scan", {"h0", "X"}, {"H", "Ys"});
+  Node n = named_node("rnn", "Scan", {"h0", "X"}, {"H", "Ys"});
   n.attributes["body"] = body;
   n.attributes["num_scan_inputs"] = int64_t{1};
   n.attributes["scan_input_axes"] = std::vector<int64_t>{in_axis};
@@ -178,15 +168,15 @@ Model rnn_scan_model(int64_t in_axis, int64_t in_dir, int64_t out_axis, int64_t 
   n.attributes["scan_output_directions"] = std::vector<int64_t>{out_dir};
   g.nodes.push_back(n);
   // L = sum(Ys * R) + sum(H * H): both the scan output and the final state carry gradient.
-  g.nodes.push_back(node("hh", "Mul", {"H", "H"}, {"HH"}));
-  g.nodes.push_back(node("hsum", "ReduceSum", {"HH"}, {"Lh"}));
+  g.nodes.push_back(named_node("hh", "Mul", {"H", "H"}, {"HH"}));
+  g.nodes.push_back(named_node("hsum", "ReduceSum", {"HH"}, {"Lh"}));
   g.nodes.back().attributes["keepdims"] = int64_t{0};
   const std::vector<int64_t> y_shape = out_axis == 0 ? std::vector<int64_t>{4, 3} : std::vector<int64_t>{3, 4};
   g.initializers["R"] = f64_tensor(y_shape, 0.7, -0.15).to_data();
-  g.nodes.push_back(node("weigh", "Mul", {"Ys", "R"}, {"weighted"}));
-  g.nodes.push_back(node("ysum", "ReduceSum", {"weighted"}, {"Ly"}));
+  g.nodes.push_back(named_node("weigh", "Mul", {"Ys", "R"}, {"weighted"}));
+  g.nodes.push_back(named_node("ysum", "ReduceSum", {"weighted"}, {"Ly"}));
   g.nodes.back().attributes["keepdims"] = int64_t{0};
-  g.nodes.push_back(node("total", "Add", {"Lh", "Ly"}, {"L"}));
+  g.nodes.push_back(named_node("total", "Add", {"Lh", "Ly"}, {"L"}));
   g.outputs.push_back({"L", f64({})});
   return m;
 }
@@ -223,23 +213,23 @@ TEST(ControlFlowGradients, LoopWithTripCountCarriedValueAndScanOutputMatchesCent
   g.initializers["M"] = TensorData::scalar<int64_t>(3);
   auto body = std::make_shared<Graph>();
   body->inputs = {{"i", {DType::Int64, Shape{}}}, {"cond_in", {DType::Bool, Shape{}}}, {"h", f64({3})}};
-  Node cast = node("fi", "Cast", {"i"}, {"fi"});
+  Node cast = named_node("fi", "Cast", {"i"}, {"fi"});
   cast.attributes["to"] = int64_t{11};  // DOUBLE
-  body->nodes = {node("keep", "Identity", {"cond_in"}, {"cond_out"}), node("hw", "Mul", {"h", "W"}, {"hw"}),
-                 node("pre", "Add", {"hw", "X"}, {"pre"}), node("act", "Tanh", {"pre"}, {"h_next"}), cast,
-                 node("scale", "Mul", {"h_next", "fi"}, {"scaled"}), node("shift", "Add", {"scaled", "c"}, {"y"})};
+  body->nodes = {named_node("keep", "Identity", {"cond_in"}, {"cond_out"}), named_node("hw", "Mul", {"h", "W"}, {"hw"}),
+                 named_node("pre", "Add", {"hw", "X"}, {"pre"}), named_node("act", "Tanh", {"pre"}, {"h_next"}), cast,
+                 named_node("scale", "Mul", {"h_next", "fi"}, {"scaled"}), named_node("shift", "Add", {"scaled", "c"}, {"y"})};
   body->outputs = {{"cond_out", {DType::Bool, Shape{}}}, {"h_next", f64({3})}, {"y", f64({3})}};
-  Node n = node("repeat", "Loop", {"M", "", "h0"}, {"H", "Ys"});
+  Node n = named_node("repeat", "Loop", {"M", "", "h0"}, {"H", "Ys"});
   n.attributes["body"] = body;
   g.nodes.push_back(n);
-  g.nodes.push_back(node("hh", "Mul", {"H", "H"}, {"HH"}));
-  g.nodes.push_back(node("hsum", "ReduceSum", {"HH"}, {"Lh"}));
+  g.nodes.push_back(named_node("hh", "Mul", {"H", "H"}, {"HH"}));
+  g.nodes.push_back(named_node("hsum", "ReduceSum", {"HH"}, {"Lh"}));
   g.nodes.back().attributes["keepdims"] = int64_t{0};
   g.initializers["R"] = f64_tensor({3, 3}, 0.7, -0.15).to_data();
-  g.nodes.push_back(node("weigh", "Mul", {"Ys", "R"}, {"weighted"}));
-  g.nodes.push_back(node("ysum", "ReduceSum", {"weighted"}, {"Ly"}));
+  g.nodes.push_back(named_node("weigh", "Mul", {"Ys", "R"}, {"weighted"}));
+  g.nodes.push_back(named_node("ysum", "ReduceSum", {"weighted"}, {"Ly"}));
   g.nodes.back().attributes["keepdims"] = int64_t{0};
-  g.nodes.push_back(node("total", "Add", {"Lh", "Ly"}, {"L"}));
+  g.nodes.push_back(named_node("total", "Add", {"Lh", "Ly"}, {"L"}));
   g.outputs.push_back({"L", f64({})});
   Graph built = expect_gradients_match(m, {"h0", "X", "W", "c"},
                                        {{"h0", f64_tensor({3}, 0.1, 0.2)}, {"X", f64_tensor({3}, -0.5, 0.4)},
@@ -258,14 +248,14 @@ TEST(ControlFlowGradients, IfGradientSplitAtTheYieldSavesWhatTheBranchesRead) {
   m.opset_imports = {{"", 17}, {"onnxtrain", 1}};
   Graph& g0 = m.graph;
   g0.inputs = {{"cond", {DType::Bool, Shape{}}}, {"X", f64({3})}, {"W", f64({3})}};
-  g0.nodes.push_back(node("pre", "Sin", {"X"}, {"P"}));
+  g0.nodes.push_back(named_node("pre", "Sin", {"X"}, {"P"}));
   auto then_b = std::make_shared<Graph>();
-  then_b->nodes = {node("t_mul", "Mul", {"P", "W"}, {"t_pw"}), node("t_tanh", "Tanh", {"t_pw"}, {"t_y"})};
+  then_b->nodes = {named_node("t_mul", "Mul", {"P", "W"}, {"t_pw"}), named_node("t_tanh", "Tanh", {"t_pw"}, {"t_y"})};
   then_b->outputs = {{"t_y", f64({3})}};
   auto else_b = std::make_shared<Graph>();
-  else_b->nodes = {node("e_add", "Add", {"P", "W"}, {"e_y"})};
+  else_b->nodes = {named_node("e_add", "Add", {"P", "W"}, {"e_y"})};
   else_b->outputs = {{"e_y", f64({3})}};
-  Node n = node("choose", "If", {"cond"}, {"Y"});
+  Node n = named_node("choose", "If", {"cond"}, {"Y"});
   n.attributes["then_branch"] = then_b;
   n.attributes["else_branch"] = else_b;
   g0.nodes.push_back(n);
