@@ -27,13 +27,7 @@ constexpr size_t kHostMirrorBytes = 1 << 16;
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // Ops whose result must not be computed once at plan time even when every input is known.
-bool never_fold(const Node& n) {
-  static const char* const kOps[] = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                                     "Multinomial",  "Bernoulli",     "Dropout"};
-  for (const char* op : kOps)
-    if (n.op_type == op) return true;
-  return false;
-}
+bool never_fold(const Node& n) { return is_random_op(n) || n.op_type == "Dropout"; }
 
 }  // namespace
 

@@ -325,8 +325,7 @@ YieldSplit split_at_yield(const Graph& g) {
   for (size_t i = 0; i < *at; ++i) {
     const Node& n = g.nodes[i];
     const bool std_domain = n.domain.empty() || n.domain == "ai.onnx";
-    const bool random = n.op_type.rfind("Random", 0) == 0 || n.op_type == "Bernoulli" || n.op_type == "Multinomial";
-    if (!std_domain || random || n.outputs.empty() || is_control_flow(n)) continue;
+    if (!std_domain || is_random_op(n) || n.outputs.empty() || is_control_flow(n)) continue;
     if (!std::all_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& in) { return in.empty() || constants.count(in); }))
       continue;
     for (const std::string& o : n.outputs)

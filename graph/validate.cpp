@@ -251,4 +251,9 @@ void sort_topologically(Graph& g) {
   g.nodes = std::move(sorted);
 }
 
+bool is_random_op(const Node& n) {
+  return (n.domain.empty() || n.domain == "ai.onnx") &&
+         (n.op_type.starts_with("Random") || n.op_type == "Bernoulli" || n.op_type == "Multinomial");
+}
+
 }  // namespace onnxtrain

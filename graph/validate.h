@@ -24,4 +24,8 @@ void sort_topologically(Graph& g);
 // as extra inputs of a control-flow step and the gradient engine routes gradients to them.
 std::vector<std::string> subgraph_outer_references(const Node& n);
 
+// A random-sampling op (RandomNormal[Like], RandomUniform[Like], Bernoulli, Multinomial): its value differs
+// from run to run, so it is never computed ahead (folded, or recomputed in place of a saved value).
+bool is_random_op(const Node& n);
+
 }  // namespace onnxtrain

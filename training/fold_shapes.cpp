@@ -9,6 +9,7 @@
 #include "executor/executor.h"
 #include "graph/error.h"
 #include "graph/shape_inference.h"
+#include "graph/validate.h"
 
 namespace onnxtrain {
 
@@ -19,8 +20,6 @@ bool has_subgraph(const Node& n) {
     return std::holds_alternative<std::shared_ptr<Graph>>(a.second);
   });
 }
-
-bool is_random(const std::string& op) { return op.starts_with("Random") || op == "Bernoulli" || op == "Multinomial"; }
 
 // The node run alone by the CPU kernels on its known inputs; nullopt when it cannot be (no kernel, say): the
 // value is then left to run time, as before.
@@ -82,7 +81,7 @@ size_t fold_static_shapes(Model& m) {
       if (const TensorData* v = n.attr_tensor("value"); v && n.outputs.size() == 1) known[n.outputs[0]] = *v;
       continue;
     }
-    if (n.outputs.size() != 1 || n.outputs[0].empty() || has_subgraph(n) || is_random(n.op_type)) continue;
+    if (n.outputs.size() != 1 || n.outputs[0].empty() || has_subgraph(n) || is_random_op(n)) continue;
     const TypeInfo* type = g.type_of(n.outputs[0]);
     if (!type || type->dtype == DType::Undefined || type->dtype == DType::String) continue;
 
