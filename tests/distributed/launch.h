@@ -5,7 +5,6 @@
 #include <sys/wait.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <span>
@@ -16,14 +15,12 @@ namespace onnxtrain::test {
 struct Launch {
   int status = -1;  // exit status of mpirun (or of timeout: 137 when it had to kill it)
   std::string output;
-  double seconds = 0;
   // The launch's time limit ended it (timeout --verbose says so on stderr): an event, not a stopwatch reading.
   bool hung() const { return output.find("timeout: sending signal KILL") != std::string::npos; }
 };
 
 // The output and exit status of a shell command (stderr included).
 inline Launch launch(const std::string& command) {
-  const auto start = std::chrono::steady_clock::now();
   Launch l;
   FILE* p = popen((command + " 2>&1").c_str(), "r");
   if (!p) return l;
@@ -31,7 +28,6 @@ inline Launch launch(const std::string& command) {
   while (size_t n = fread(buf, 1, sizeof buf, p)) l.output.append(buf, n);
   const int st = pclose(p);
   l.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return l;
 }
 

@@ -3,12 +3,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include "common/test_env.h"
 #include "distributed/mpi.h"

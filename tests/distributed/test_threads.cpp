@@ -3,7 +3,6 @@
 // a rank that never came.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <functional>
 #include <thread>
 #include <vector>

@@ -5,13 +5,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <random>
 #include <set>
-#include <thread>
 
 #include "common/test_env.h"
 #include "graph/error.h"

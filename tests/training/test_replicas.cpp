@@ -2,7 +2,6 @@
 // session takes on the whole batch (up to float rounding), keep identical weights, and fail clearly.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <mutex>
