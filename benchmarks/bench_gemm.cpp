@@ -59,7 +59,7 @@ struct Shape {
   Index m, n, k;
 };
 
-// W3 (1024 tokens, d 128, FF 512, vocab 1000) and W1 (batch 128, 64 -> 256 -> 256): forward products (N, N),
+// W3 (1024 tokens, d 128, FF 512, vocab 1000), W1 (batch 128, 64 -> 256 -> 256): forward products (N, N),
 // input gradients (N, T) and weight gradients (T, N).
 const Shape kShapes[] = {
     {"w3 qkv/o forward", 'N', 'N', 1024, 128, 128},  {"w3 qkv/o input grad", 'N', 'T', 1024, 128, 128},
@@ -74,6 +74,15 @@ const Shape kShapes[] = {
     // scores Q K^T and their gradient dP V^T, P V and dS K, and the weight-like P^T dO and dS^T Q.
     {"w3 attn scores", 'N', 'T', 64, 64, 32},        {"w3 attn P V", 'N', 'N', 64, 32, 64},
     {"w3 attn P^T dO", 'T', 'N', 64, 32, 64},
+    // W5, all-MiniLM-L6-v2 at batch 16 x 128 (2048 tokens, d 384, FF 1536), and one of its 192 attention heads
+    // per layer (128 tokens, 32 dims).
+    {"w5 qkv/o forward", 'N', 'N', 2048, 384, 384},  {"w5 qkv/o input grad", 'N', 'T', 2048, 384, 384},
+    {"w5 qkv/o weight grad", 'T', 'N', 384, 384, 2048},
+    {"w5 ff1 forward", 'N', 'N', 2048, 1536, 384},   {"w5 ff2 forward", 'N', 'N', 2048, 384, 1536},
+    {"w5 ff1 input grad", 'N', 'T', 2048, 384, 1536}, {"w5 ff2 input grad", 'N', 'T', 2048, 1536, 384},
+    {"w5 ff1 weight grad", 'T', 'N', 384, 1536, 2048}, {"w5 ff2 weight grad", 'T', 'N', 1536, 384, 2048},
+    {"w5 attn scores", 'N', 'T', 128, 128, 32},      {"w5 attn P V", 'N', 'N', 128, 32, 128},
+    {"w5 attn P^T dO", 'T', 'N', 128, 32, 128},
 };
 
 }  // namespace
@@ -96,7 +105,10 @@ int main(int argc, char** argv) {
     std::printf("this build has no AVX-512 kernel: the \"own\" column below is oneDNN's sgemm again\n");
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
-  constexpr size_t kElems = size_t{1} << 20;
+  size_t kElems = 0;  // the largest operand or result of any shape
+  for (const Shape& s : kShapes)
+    kElems = std::max({kElems, static_cast<size_t>(s.m * s.k), static_cast<size_t>(s.k * s.n),
+                       static_cast<size_t>(s.m * s.n)});
   std::vector<float> a(kElems), b(kElems), c_dnnl(kElems), c_own(kElems), c_eigen(kElems);
   for (float& v : a) v = u(rng);
   for (float& v : b) v = u(rng);

