@@ -273,6 +273,13 @@ GradientResult build_gradients(Graph& g, const std::map<std::string, int64_t>& o
     named.set_type(name, src.type);
     result.grads[w] = name;
   }
+  if (req.recompute.active()) {
+    std::unordered_set<std::string> on_grad_path;
+    for (const auto& [v, w] : from_wrt) on_grad_path.insert(v);
+    RecomputeReport rr = apply_recompute(g, n_forward, n_forward + (req.emit_yield ? 1 : 0), on_grad_path, req.recompute);
+    result.recomputed = std::move(rr.recomputed);
+    result.saved_forward_values = std::move(rr.kept);
+  }
   return result;
 }
 

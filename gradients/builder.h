@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "gradients/recompute.h"
 #include "gradients/rule.h"
 #include "graph/ir.h"
 
@@ -21,6 +22,9 @@ struct GradientRequest {
   // The model's local functions. A call site of one that has no gradient rule is inlined (in g) before
   // differentiating, so the gradient flows through the function's body.
   std::vector<Function> functions;
+  // Activation recomputation (gradients/recompute.h, docs/memory.md): the backward part reads copies of these
+  // forward nodes instead of their saved outputs.
+  RecomputePolicy recompute;
 };
 
 struct GradientResult {
@@ -28,6 +32,7 @@ struct GradientResult {
   std::map<std::string, std::string> grads;
   std::set<std::string> saved_forward_values;  // forward values the backward graph reads
   std::vector<std::string> yield_outputs;      // with emit_yield: the seed per output, in request order
+  std::vector<std::string> recomputed;         // with a recompute policy: the forward nodes copied into the backward part
 };
 
 // The graph's value_info must hold types (infer_shapes). Throws Error naming the op, the node and the

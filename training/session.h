@@ -16,6 +16,7 @@
 #include "executor/device.h"
 #include "executor/executor.h"
 #include "graph/ir.h"
+#include "graph/model_io.h"  // TensorBytes
 #include "losses/loss.h"
 #include "losses/penalty.h"
 #include "optimizers/optimizer.h"
@@ -23,6 +24,7 @@
 #include "training/adapters.h"
 #include "training/forward_backward.h"
 #include "training/mixed_precision.h"
+#include "training/recompute.h"
 
 namespace onnxtrain {
 
@@ -64,6 +66,10 @@ struct TrainingConfig {
   // `trainable` names (a fresh classification head, say); the base weights stay frozen. A model that already
   // carries adapters (a checkpoint, an exported adapted model) keeps them and trains them on.
   AdapterSpec adapter;
+  // Activation recomputation (docs/memory.md): the backward pass of train_step and gradients() recomputes the
+  // chosen forward activations ("auto", or node globs) from kept boundaries instead of keeping them alive.
+  // Losses and gradients are the same bits. Not applied to run_forward/run_backward.
+  MemorySpec memory;
   // Debugging aid: check every value a step computes, so the error names the node that first produced a
   // NaN/Inf rather than the loss or gradient it reached. Costs a pass over every intermediate.
   bool check_every_value = false;
@@ -133,6 +139,13 @@ class TrainingSession {
   // training_info[0] holding one training step, its update bindings and the optimizer state, plus the
   // configuration in metadata_props. Standard ONNX: inference runtimes run it and ignore training_info.
   Model checkpoint() const;
+  // checkpoint() and export_inference() without the copies: every tensor the session stores (weights,
+  // optimizer state) is hollow (dtype and dims, no bytes; graph/model_io.h), and stored_bytes() reads them in
+  // place until the next train_step. save_checkpoint and export_inference(path) stream them to the file this way
+  // (docs/checkpoint.md, "Large models"). On a device other than the CPU they hold host copies instead.
+  Model checkpoint_shell() const;
+  Model export_shell() const;
+  TensorBytes stored_bytes() const;
   // Atomic: temp file, fsync, rename. When data-parallel only rank 0 writes (the others return at once; the
   // ranks hold the same state), as for export_inference(path).
   void save_checkpoint(const std::filesystem::path& path) const;
@@ -163,11 +176,17 @@ class TrainingSession {
   // (accumulation micro-batches not included). Empty without.
   std::vector<StepTime> profile() const { return train_->profile(); }
   const Graph& gradient_graph() const { return grad_->graph(); }
+  // Bytes of the arena of train_step's latest plan (every intermediate value, placed by lifetime by the
+  // memory planner; 0 before the first step): the activation memory that memory.recompute reduces.
+  size_t arena_bytes() const { return train_->last_plan() ? train_->last_plan()->arena_bytes() : 0; }
   // The communicator of a data-parallel session; null otherwise.
   const std::shared_ptr<Communicator>& communicator() const { return config_.parallel.communicator; }
   Device device() const { return device_; }
 
  private:
+  // from_checkpoint on a model it may take apart (the path overload's, loaded for it).
+  static TrainingSession resume(Model&& checkpoint, const std::string& source, DataParallelSpec parallel,
+                                std::string device);
   std::span<const Tensor* const> order_feeds(Executor& ex, const Feeds& feeds);
   // Data-parallel: the collectives between gradients and optimizer, and rank 0's state on every rank.
   void reduce_gradients(Graph& step_graph, std::map<std::string, std::string>& grads) const;
@@ -176,6 +195,12 @@ class TrainingSession {
   void skip_or_raise(const NonFiniteError& e);
   // Records how reports name the loss and gradients a step checks; returns them, loss first.
   std::vector<std::string> describe_guarded(const std::string& loss, const std::map<std::string, std::string>& grads);
+
+  // A hollow tensor for what the store holds (a host copy off the CPU), for the shells above.
+  TensorData stored_or_hollow(const std::string& name) const;
+  // The model and the graphs the session builds keep dtype and dims of their floating-point initializers; the
+  // store holds the one copy of the bytes (a large model would otherwise be held once per executor).
+  void keep_in_store(Graph& g);
 
   Model model_;
   TrainingConfig config_;
@@ -186,6 +211,7 @@ class TrainingSession {
   std::shared_ptr<TensorStore> store_;
   std::unique_ptr<Executor> infer_, grad_, train_, accumulate_;
   std::vector<std::string> state_names_, group_lr_names_;
+  Graph initialization_;  // the checkpoint's initialization graph, built while the state's initial values exist
   std::string step_name_;
   std::vector<std::pair<std::string, std::string>> updates_;  // the training step's (new value, state)
   int micro_ = 0;  // micro-batches accumulated since the last update
