@@ -17,6 +17,10 @@ ReduceOp reduce_op_from_name(const std::string& name, const std::string& where) 
   fail(where, "expected reduction 'sum' or 'mean', got '" + name + "'");
 }
 
+bool reducible_dtype(DType t) {
+  return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16;
+}
+
 std::string Communicator::describe() const {
   return backend() + " rank " + std::to_string(rank()) + " of " + std::to_string(size());
 }
@@ -52,8 +56,8 @@ void Communicator::broadcast(void* data, size_t bytes, int root) {
 
 void Communicator::allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
   check_usable("allreduce");
-  if (dtype != DType::Float32 && dtype != DType::Float64)
-    fail(describe(), "allreduce: expected float32 or float64 values, got " + dtype_name(dtype));
+  if (!reducible_dtype(dtype))
+    fail(describe(), "allreduce: expected float32, float64, float16 or bfloat16 values, got " + dtype_name(dtype));
   if (count == 0) return;
   if (!send || !recv) fail(describe(), "allreduce: null buffer");
   do_allreduce(send, recv, count, dtype, op);
@@ -62,8 +66,8 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DType d
 void Communicator::allreduce_many(std::span<const void* const> send, std::span<void* const> recv,
                                   std::span<const size_t> counts, DType dtype, ReduceOp op) {
   check_usable("allreduce");
-  if (dtype != DType::Float32 && dtype != DType::Float64)
-    fail(describe(), "allreduce: expected float32 or float64 values, got " + dtype_name(dtype));
+  if (!reducible_dtype(dtype))
+    fail(describe(), "allreduce: expected float32, float64, float16 or bfloat16 values, got " + dtype_name(dtype));
   if (send.size() != recv.size() || send.size() != counts.size())
     fail(describe(), "allreduce: expected as many send and receive buffers as counts");
   for (size_t i = 0; i < send.size(); ++i)
@@ -76,6 +80,30 @@ void Communicator::do_allreduce_many(std::span<const void* const> send, std::spa
   for (size_t i = 0; i < send.size(); ++i)
     if (counts[i]) do_allreduce(send[i], recv[i], counts[i], dtype, op);
 }
+
+void Communicator::start_allreduce(PendingReduce& p, void* data, size_t count, DType dtype, ReduceOp op) {
+  if (p.in_flight) wait(p);
+  check_usable("allreduce");
+  if (!reducible_dtype(dtype))
+    fail(describe(), "allreduce: expected float32, float64, float16 or bfloat16 values, got " + dtype_name(dtype));
+  if (count && !data) fail(describe(), "allreduce: null buffer");
+  p.data = data;
+  p.count = count;
+  p.dtype = dtype;
+  p.op = op;
+  if (count) do_start_allreduce(p);
+}
+
+void Communicator::wait(PendingReduce& p) {
+  if (!p.in_flight) return;
+  check_usable("allreduce");
+  do_wait(p);
+  p.in_flight = false;
+}
+
+void Communicator::do_start_allreduce(PendingReduce& p) { do_allreduce(p.data, p.data, p.count, p.dtype, p.op); }
+
+void Communicator::do_wait(PendingReduce&) {}
 
 void Communicator::barrier() {
   check_usable("barrier");

@@ -6,7 +6,9 @@
 // Every rank must call the same collectives in the same order (SPMD). A backend never waits forever: a
 // collective that does not complete within its timeout throws Error naming the operation, and the
 // communicator is then broken (every later call throws at once).
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -16,6 +18,22 @@
 namespace onnxtrain {
 
 enum class ReduceOp { Sum, Mean };
+
+// True for the dtypes allreduce takes: float32 and float64, and float16/bfloat16 (gradient compression), which
+// every backend sums in float32 and rounds once per addition, as NCCL does.
+bool reducible_dtype(DType t);
+
+// A nonblocking allreduce in flight (Communicator::start_allreduce). The buffer belongs to the collective until
+// wait() returns. Plain data owned by its caller (the AllReduceStart kernel), so a steady-state step allocates
+// nothing; the handle holds the backend's request (an MPI_Request, CUDA events).
+struct PendingReduce {
+  void* data = nullptr;
+  size_t count = 0;
+  DType dtype = DType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  bool in_flight = false;
+  std::array<uint64_t, 4> handle{};
+};
 std::string reduce_op_name(ReduceOp op);  // "sum", "mean"
 ReduceOp reduce_op_from_name(const std::string& name, const std::string& where);
 
@@ -40,6 +58,14 @@ class Communicator {
   void allreduce_many(std::span<const void* const> send, std::span<void* const> recv, std::span<const size_t> counts,
                       DType dtype, ReduceOp op);
   virtual bool reduces_many_at_once() const { return false; }
+  // Starts reducing p's count values in place at `data` and returns; wait(p) completes it. Every rank must start
+  // the same reductions in the same order (they may be waited for in any order). Backends that cannot leave a
+  // collective running (threads, single process, test communicators) reduce before start_allreduce returns, which
+  // overlaps nothing but gives the same values; overlaps() says which kind this is. A p still in flight is waited
+  // for first.
+  void start_allreduce(PendingReduce& p, void* data, size_t count, DType dtype, ReduceOp op);
+  void wait(PendingReduce& p);
+  virtual bool overlaps() const { return false; }
   void barrier();
   // Host-side conveniences for metrics and small values (always host memory, whatever the backend's device).
   double allreduce(double value, ReduceOp op);
@@ -59,6 +85,9 @@ class Communicator {
   virtual void do_barrier() = 0;
   virtual void do_allreduce_many(std::span<const void* const> send, std::span<void* const> recv,
                                  std::span<const size_t> counts, DType dtype, ReduceOp op);
+  // The default reduces at once (do_allreduce) and has nothing to wait for.
+  virtual void do_start_allreduce(PendingReduce& p);
+  virtual void do_wait(PendingReduce& p);
   // Host-memory allreduce of doubles for the conveniences above; the default uses do_allreduce, which suits
   // backends whose device is the host.
   virtual void host_allreduce(double* values, size_t count, ReduceOp op);

@@ -4,9 +4,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
+#include <vector>
 
 #include "graph/error.h"
+#include "graph/float16.h"
 
 #if ONNXTRAIN_WITH_MPI
 #include <mpi.h>
@@ -64,7 +67,33 @@ std::string mpi_error(int code) {
   return std::string(text, static_cast<size_t>(len));
 }
 
-MPI_Datatype mpi_type(DType t) { return t == DType::Float32 ? MPI_FLOAT : MPI_DOUBLE; }
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::Float32: return MPI_FLOAT;
+    case DType::Float64: return MPI_DOUBLE;
+    default: return MPI_UINT16_T;  // float16, bfloat16: summed by the user ops below
+  }
+}
+
+// Sums of 16-bit floats: each addition in float32, rounded once (MPI has no float16/bfloat16 sum).
+template <class ToFloat, class FromFloat> void sum16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = FromFloat{}(ToFloat{}(a[i]) + ToFloat{}(b[i]));
+}
+
+MPI_Op mpi_sum(DType t) {
+  static MPI_Op half = MPI_OP_NULL, bf16 = MPI_OP_NULL;  // made once, after MPI_Init, freed by MPI_Finalize
+  if (t == DType::Float16) {
+    if (half == MPI_OP_NULL) MPI_Op_create(&sum16<HalfToFloat, FloatToHalf>, 1, &half);
+    return half;
+  }
+  if (t == DType::BFloat16) {
+    if (bf16 == MPI_OP_NULL) MPI_Op_create(&sum16<BFloat16ToFloat, FloatToBFloat16>, 1, &bf16);
+    return bf16;
+  }
+  return MPI_SUM;
+}
 
 // MPI counts are int: larger buffers go in chunks.
 constexpr size_t kMaxChunk = size_t(1) << 30;
@@ -125,13 +154,36 @@ class MpiCommunicator final : public Communicator {
       char* r = static_cast<char*>(recv) + off * es;
       const void* s = send == recv ? MPI_IN_PLACE : static_cast<const char*>(send) + off * es;
       MPI_Request req;
-      check(MPI_Iallreduce(s, r, n, mpi_type(dtype), MPI_SUM, comm_, &req), "allreduce");
+      check(MPI_Iallreduce(s, r, n, mpi_type(dtype), mpi_sum(dtype), comm_, &req), "allreduce");
       wait(req, "allreduce of " + std::to_string(count) + " " + dtype_name(dtype) + " values");
     }
-    if (op == ReduceOp::Mean) {
-      if (dtype == DType::Float32) scale(static_cast<float*>(recv), count);
-      else scale(static_cast<double*>(recv), count);
-    }
+    if (op == ReduceOp::Mean) mean(recv, count, dtype);
+  }
+
+  // The nonblocking path (AllReduceStart/AllReduceWait): one MPI_Iallreduce left running between the two.
+  // OpenMPI moves a collective's data only inside MPI calls, so starting a reduction also tests the ones still
+  // in flight: the reductions of earlier buckets advance while the backward pass computes the next.
+  bool overlaps() const override { return true; }
+
+  void do_start_allreduce(PendingReduce& p) override {
+    if (p.count > kMaxChunk) return Communicator::do_start_allreduce(p);  // several messages: at once
+    MPI_Request req;
+    check(MPI_Iallreduce(MPI_IN_PLACE, p.data, static_cast<int>(p.count), mpi_type(p.dtype), mpi_sum(p.dtype), comm_,
+                         &req),
+          "allreduce");
+    static_assert(sizeof(MPI_Request) <= sizeof(PendingReduce::handle));
+    std::memcpy(p.handle.data(), &req, sizeof req);
+    p.in_flight = true;
+    progress();
+    in_flight_.push_back(&p);  // capacity kept: no allocation once every bucket has been seen
+  }
+
+  void do_wait(PendingReduce& p) override {
+    MPI_Request req;
+    std::memcpy(&req, p.handle.data(), sizeof req);
+    std::erase(in_flight_, &p);
+    wait(req, "allreduce of " + std::to_string(p.count) + " " + dtype_name(p.dtype) + " values");
+    if (p.op == ReduceOp::Mean) mean(p.data, p.count, p.dtype);
   }
 
   void do_barrier() override {
@@ -144,6 +196,34 @@ class MpiCommunicator final : public Communicator {
   template <class T> void scale(T* p, size_t n) const {
     const T f = T(1) / static_cast<T>(size_);
     for (size_t i = 0; i < n; ++i) p[i] *= f;
+  }
+  template <class ToFloat, class FromFloat> void scale16(uint16_t* p, size_t n) const {
+    const float f = 1.0f / static_cast<float>(size_);
+    for (size_t i = 0; i < n; ++i) p[i] = FromFloat{}(ToFloat{}(p[i]) * f);
+  }
+  void mean(void* p, size_t n, DType dtype) const {
+    switch (dtype) {
+      case DType::Float32: return scale(static_cast<float*>(p), n);
+      case DType::Float64: return scale(static_cast<double*>(p), n);
+      case DType::Float16: return scale16<HalfToFloat, FloatToHalf>(static_cast<uint16_t*>(p), n);
+      default: return scale16<BFloat16ToFloat, FloatToBFloat16>(static_cast<uint16_t*>(p), n);
+    }
+  }
+
+  // Tests every reduction in flight once (MPI_Test on a completed request leaves MPI_REQUEST_NULL, which the
+  // final wait sees as done).
+  void progress() {
+    for (PendingReduce* q : in_flight_) {
+      MPI_Request req;
+      std::memcpy(&req, q->handle.data(), sizeof req);
+      int done = 0;
+      const int rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) {
+        runtime().failed = true;
+        fail_collective("allreduce failed: " + mpi_error(rc) + " (another rank probably died)");
+      }
+      std::memcpy(q->handle.data(), &req, sizeof req);
+    }
   }
 
   void check(int rc, const std::string& what) {
@@ -179,6 +259,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  std::vector<PendingReduce*> in_flight_;  // started, not yet waited for (in start order)
   int rank_ = 0, size_ = 1;
   double timeout_;
 };

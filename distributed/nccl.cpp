@@ -2,7 +2,9 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
+#include <vector>
 
 #include "graph/error.h"
 
@@ -25,6 +27,9 @@ std::shared_ptr<Communicator> nccl_communicator(std::shared_ptr<Communicator>, N
 #else
 
 bool cuda_available();  // executor/cuda/device.cu
+namespace cuda {
+cudaStream_t stream();  // executor/cuda/runtime.h: the stream the kernels of this thread run on
+}
 
 bool nccl_available() { return true; }
 
@@ -34,7 +39,14 @@ void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("nccl", std::string(what) + " failed: " + cudaGetErrorString(e));
 }
 
-ncclDataType_t nccl_type(DType t) { return t == DType::Float32 ? ncclFloat32 : ncclFloat64; }
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::Float32: return ncclFloat32;
+    case DType::Float64: return ncclFloat64;
+    case DType::Float16: return ncclFloat16;
+    default: return ncclBfloat16;
+  }
+}
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -50,6 +62,8 @@ class NcclCommunicator final : public Communicator {
   }
   ~NcclCommunicator() override {
     if (comm_) broken() ? ncclCommAbort(comm_) : ncclCommDestroy(comm_);
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    if (side_) cudaStreamDestroy(side_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -73,6 +87,27 @@ class NcclCommunicator final : public Communicator {
           "ncclAllReduce");
     wait("allreduce of " + std::to_string(count) + " " + dtype_name(dtype) + " values");
   }
+  // The nonblocking path (AllReduceStart/AllReduceWait): the reduction runs on a non-blocking stream of its own,
+  // after an event marks the compute stream's work so far (the kernels that wrote the bucket), so the kernels
+  // launched after it (the rest of the backward pass) run beside it. wait() polls its completion event against
+  // the timeout, as every NCCL wait here does. Compiled, never run on a GPU (docs/distributed.md).
+  bool overlaps() const override { return true; }
+  void do_start_allreduce(PendingReduce& p) override {
+    if (!side_) check_cuda(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    cudaEvent_t ready = event(p, 0), done = event(p, 1);
+    check_cuda(cudaEventRecord(ready, cuda::stream()), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(side_, ready, 0), "cudaStreamWaitEvent");
+    check(ncclAllReduce(p.data, p.data, p.count, nccl_type(p.dtype), p.op == ReduceOp::Sum ? ncclSum : ncclAvg, comm_,
+                        side_),
+          "ncclAllReduce");
+    check_cuda(cudaEventRecord(done, side_), "cudaEventRecord");
+    p.in_flight = true;
+  }
+  void do_wait(PendingReduce& p) override {
+    const cudaEvent_t done = event(p, 1);
+    wait_until([&] { return cudaEventQuery(done); },
+               "allreduce of " + std::to_string(p.count) + " " + dtype_name(p.dtype) + " values");
+  }
   void do_barrier() override { bootstrap_->barrier(); }
   void host_allreduce(double* values, size_t count, ReduceOp op) override {
     bootstrap_->allreduce(values, count, DType::Float64, op);
@@ -87,12 +122,27 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
+  // Event `which` (0 ready, 1 done) of p, made on first use and kept in p's handle until the communicator goes.
+  cudaEvent_t event(PendingReduce& p, size_t which) {
+    cudaEvent_t e = nullptr;
+    std::memcpy(&e, &p.handle[which], sizeof e);
+    if (!e) {
+      check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+      events_.push_back(e);
+      std::memcpy(&p.handle[which], &e, sizeof e);
+    }
+    return e;
+  }
+
   // Polls the stream: NCCL kernels spin on the GPU forever when a peer is gone, so the host must give up.
   void wait(const std::string& what) {
+    wait_until([&] { return cudaStreamQuery(stream_); }, what);
+  }
+  template <class Query> void wait_until(Query query, const std::string& what) {
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
     for (;;) {
-      const cudaError_t e = cudaStreamQuery(stream_);
+      const cudaError_t e = query();
       if (e == cudaSuccess) return;
       if (e != cudaErrorNotReady) check_cuda(e, what.c_str());
       ncclResult_t async = ncclSuccess;
@@ -110,6 +160,8 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Communicator> bootstrap_;
   double timeout_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t side_ = nullptr;  // the nonblocking reductions'
+  std::vector<cudaEvent_t> events_;
   ncclComm_t comm_ = nullptr;
 };
 

@@ -11,6 +11,7 @@
 
 #include "distributed/spin.h"
 #include "graph/error.h"
+#include "graph/float16.h"
 
 
 namespace onnxtrain {
@@ -21,6 +22,23 @@ namespace {
 // plan on equal shards), so a short spin saves a futex round trip; past it, a rank sleeps on the condition
 // variable so that more ranks than cores still make progress.
 constexpr int kSpins = 4000;
+
+// How one dtype is stored and summed: float32/float64 as themselves, float16/bfloat16 (gradient compression)
+// widened to float32 for each addition and rounded once.
+template <class T> struct Plain {
+  using Stored = T;
+  using Acc = T;
+  static Acc load(T v) { return v; }
+  static T store(Acc v) { return v; }
+};
+template <class ToFloat, class FromFloat> struct Half {
+  using Stored = uint16_t;
+  using Acc = float;
+  static float load(uint16_t v) { return ToFloat{}(v); }
+  static uint16_t store(float v) { return FromFloat{}(v); }
+};
+using Float16Num = Half<HalfToFloat, FloatToHalf>;
+using BFloat16Num = Half<BFloat16ToFloat, FloatToBFloat16>;
 
 }  // namespace
 
@@ -113,8 +131,12 @@ class ThreadRank final : public Communicator {
 
   void do_allreduce_many(std::span<const void* const> send, std::span<void* const> recv,
                          std::span<const size_t> counts, DType dtype, ReduceOp op) override {
-    if (dtype == DType::Float32) reduce<float>(send, recv, counts, op);
-    else reduce<double>(send, recv, counts, op);
+    switch (dtype) {
+      case DType::Float32: return reduce<Plain<float>>(send, recv, counts, op);
+      case DType::Float64: return reduce<Plain<double>>(send, recv, counts, op);
+      case DType::Float16: return reduce<Float16Num>(send, recv, counts, op);
+      default: return reduce<BFloat16Num>(send, recv, counts, op);
+    }
   }
 
   void do_barrier() override { wait("barrier"); }
@@ -124,7 +146,7 @@ class ThreadRank final : public Communicator {
   // ranks and writes the result into every rank's recv: each element is summed once, in rank order, so all ranks
   // get the same bits, and a slice is read and written by one rank only, which makes send == recv safe. The
   // buffers are read where they are: no packing into one message.
-  template <class T> void reduce(std::span<const void* const> send, std::span<void* const> recv,
+  template <class Num> void reduce(std::span<const void* const> send, std::span<void* const> recv,
                                  std::span<const size_t> counts, ReduceOp op) {
     ThreadGroup::Shared& s = *s_;
     const auto me = static_cast<size_t>(rank_);
@@ -144,6 +166,7 @@ class ThreadRank final : public Communicator {
         mismatch += (k ? ", " : "") + std::to_string(s.reduce[k].n) + " buffer(s) of " + std::to_string(total);
       }
     if (same) {
+      using T = typename Num::Acc;
       T w[64];
       for (size_t k = 0; k < n; ++k)
         w[k] = op == ReduceOp::Sum ? (s.sum_weights.empty() ? T(1) : static_cast<T>(s.sum_weights[k]))
@@ -155,7 +178,7 @@ class ThreadRank final : public Communicator {
       size_t offset = 0;
       for (size_t i = 0; i < counts.size(); offset += counts[i], ++i) {
         const size_t a = std::max(lo, offset), b = std::min(hi, offset + counts[i]);
-        if (a < b) reduce_range<T>(i, a - offset, b - offset, w, plain_sum);
+        if (a < b) reduce_range<Num>(i, a - offset, b - offset, w, plain_sum);
       }
     }
     wait("allreduce");
@@ -163,7 +186,10 @@ class ThreadRank final : public Communicator {
   }
 
   // Elements [lo, hi) of buffer i, over every rank.
-  template <class T> void reduce_range(size_t i, size_t lo, size_t hi, const T* w, bool plain_sum) {
+  template <class Num>
+  void reduce_range(size_t i, size_t lo, size_t hi, const typename Num::Acc* w, bool plain_sum) {
+    using T = typename Num::Stored;
+    using A = typename Num::Acc;
     ThreadGroup::Shared& s = *s_;
     const size_t n = static_cast<size_t>(s.n);
     auto src = [&](size_t k) { return static_cast<const T*>(s.reduce[k].send[i]); };
@@ -172,17 +198,17 @@ class ThreadRank final : public Communicator {
       // The common case, as one vectorisable loop.
       const T *src0 = src(0), *src1 = src(1);
       T *d0 = dst(0), *d1 = dst(1);
-      const T w0 = w[0], w1 = w[1];
+      const A w0 = w[0], w1 = w[1];
       if (plain_sum)
-        for (size_t j = lo; j < hi; ++j) d0[j] = d1[j] = src0[j] + src1[j];
+        for (size_t j = lo; j < hi; ++j) d0[j] = d1[j] = Num::store(Num::load(src0[j]) + Num::load(src1[j]));
       else
-        for (size_t j = lo; j < hi; ++j) d0[j] = d1[j] = w0 * src0[j] + w1 * src1[j];
+        for (size_t j = lo; j < hi; ++j) d0[j] = d1[j] = Num::store(w0 * Num::load(src0[j]) + w1 * Num::load(src1[j]));
       return;
     }
     for (size_t j = lo; j < hi; ++j) {
-      T acc = w[0] * src(0)[j];
-      for (size_t k = 1; k < n; ++k) acc += w[k] * src(k)[j];
-      for (size_t k = 0; k < n; ++k) dst(k)[j] = acc;
+      A acc = w[0] * Num::load(src(0)[j]);
+      for (size_t k = 1; k < n; ++k) acc += w[k] * Num::load(src(k)[j]);
+      for (size_t k = 0; k < n; ++k) dst(k)[j] = Num::store(acc);
     }
   }
 

@@ -49,6 +49,12 @@ TrainingConfig dp_config(const std::string& name) {
   return c;
 }
 
+void set_dp_mode(DataParallelSpec& spec, const std::string& mode) {
+  if (mode == "overlap") spec.overlap = true;
+  else if (mode == "sync") spec.overlap = false;
+  else fail("set_dp_mode", "unknown mode '" + mode + "'");
+}
+
 Feeds gather_batch(const Dataset& d, const std::vector<int64_t>& idx, int64_t begin, int64_t count,
                    const TrainingSession& s) {
   const int64_t f = d.x.shape[1];

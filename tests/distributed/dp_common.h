@@ -20,6 +20,11 @@ Dataset make_dataset(int64_t n, int64_t features, uint64_t seed);
 // "sgd_momentum", "adam", "adam_sum" (loss reduction sum), "sgd_accumulate" (2 micro-batches per update).
 TrainingConfig dp_config(const std::string& name);
 
+// How the ranks reduce (DataParallelSpec), the parameter of the equivalence tests: "overlap" (the default:
+// AllReduceStart/AllReduceWait), "sync" (one blocking AllReduce per bucket).
+void set_dp_mode(DataParallelSpec& spec, const std::string& mode);
+inline const char* const kDpModes[] = {"overlap", "sync"};
+
 // Rows idx[begin, begin + count) of the data set as a batch for session s.
 Feeds gather_batch(const Dataset& d, const std::vector<int64_t>& idx, int64_t begin, int64_t count,
                    const TrainingSession& s);

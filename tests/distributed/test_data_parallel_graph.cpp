@@ -57,8 +57,10 @@ std::filesystem::path make_mlp(const std::string& name, const std::string& sizes
   return path;
 }
 
+// Buckets: blocking AllReduce nodes, or AllReduceStart nodes (each with its AllReduceWait).
 size_t count_allreduce(const Graph& g) {
-  return std::count_if(g.nodes.begin(), g.nodes.end(), [](const Node& n) { return n.op_type == kAllReduceOp; });
+  return std::count_if(g.nodes.begin(), g.nodes.end(),
+                       [](const Node& n) { return n.op_type == kAllReduceOp || n.op_type == kAllReduceStartOp; });
 }
 
 TEST(Communicator, SingleProcess) {
@@ -75,7 +77,7 @@ TEST(Communicator, SingleProcess) {
     c->allreduce(&i, 1, DType::Int64, ReduceOp::Sum);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "single rank 0 of 1: allreduce: expected float32 or float64 values, got int64");
+    EXPECT_STREQ(e.what(), "single rank 0 of 1: allreduce: expected float32, float64, float16 or bfloat16 values, got int64");
   }
   EXPECT_THROW(c->broadcast(&i, sizeof i, 1), Error);
   EXPECT_FALSE(c->broken()) << "argument errors leave it usable";
@@ -148,8 +150,66 @@ TEST(AllReduceGraph, RemoveRestoresTheSingleProcessGraph) {
   EXPECT_FALSE(g.value_info.count(reduced.at("w_grad")));
 }
 
-void expect_same_training(const std::string& config) {
-  const auto path = make_mlp("dp_mirror_" + config, "16 32 8 1");
+// Overlap: the start right after the node producing the bucket's last gradient, the wait right before the
+// first node reading a reduced value; buckets fill in the order the gradients are produced.
+TEST(AllReduceGraph, StartsAsEarlyAndWaitsAsLateAsTheDependenciesAllow) {
+  Graph g;
+  g.inputs = {{"x", TypeInfo{DType::Float32, Shape{Dim::of(1)}}}};
+  g.nodes = {Node{"n0", "Neg", "", {"x"}, {"g1"}, {}}, Node{"n1", "Neg", "", {"g1"}, {"h"}, {}},
+             Node{"n2", "Neg", "", {"h"}, {"g2"}, {}}, Node{"n3", "Neg", "", {"g2"}, {"k"}, {}}};
+  BucketOptions o;
+  o.bucket_bytes = 4;  // one value per bucket
+  o.overlap = true;
+  // Listed in layer order (g2 is the "first layer's"), so the buckets must be reordered: g1 is produced first.
+  auto reduced = insert_allreduce(g, {{"g2", DType::Float32, 4}, {"g1", DType::Float32, 4}}, ReduceOp::Mean, o);
+  g.nodes.push_back(Node{"use2", "Neg", "", {reduced.at("g2")}, {"u2"}, {}});
+  g.nodes.push_back(Node{"use1", "Neg", "", {reduced.at("g1")}, {"u1"}, {}});
+  g.outputs = {{"u1", {}}, {"u2", {}}, {"k", {}}};
+  place_collectives(g);
+  std::vector<std::string> order;
+  for (const Node& n : g.nodes)
+    order.push_back(n.op_type == "Neg" ? n.name : n.op_type + "(" + n.inputs.back() + ")");
+  EXPECT_EQ(order, (std::vector<std::string>{"n0", "AllReduceStart(g1)", "n1", "n2", "AllReduceStart(g2)", "n3",
+                                             "AllReduceWait(g2)", "use2", "AllReduceWait(g1)", "use1"}));
+  // And the single-process graph comes back without them.
+  remove_allreduce(g);
+  ASSERT_EQ(g.nodes.size(), 6u);
+  EXPECT_EQ(g.nodes[4].inputs[0], "g2");
+  EXPECT_EQ(g.nodes[5].inputs[0], "g1");
+}
+
+TEST(AllReduceGraph, StartAndWaitKernelsPackAndUnpack) {
+  auto mirror = std::make_shared<Mirror>();
+  KernelRegistry reg = default_kernels();
+  register_allreduce_kernel(reg, mirror);
+  Graph g;
+  g.inputs = {{"p", TypeInfo{DType::Float32, Shape{Dim::of(2), Dim::of(3)}}}, {"q", TypeInfo{DType::Float32, Shape{Dim::of(4)}}}};
+  BucketOptions o;
+  o.overlap = true;
+  auto reduced = insert_allreduce(g, {{"p", DType::Float32, 24}, {"q", DType::Float32, 16}}, ReduceOp::Sum, o);
+  g.outputs = {{reduced.at("p"), {}}, {reduced.at("q"), {}}};
+  place_collectives(g);
+  ExecutorOptions eo;
+  eo.registry = &reg;
+  Executor ex(g, {{"", 17}, {"onnxtrain", 1}}, std::make_shared<TensorStore>(), eo);
+  for (int run = 0; run < 2; ++run) {
+    auto out = ex.run({{"p", Tensor::from_vector<float>({2, 3}, {1, 2, 3, 4, 5, 6})},
+                       {"q", Tensor::from_vector<float>({4}, {-1, -2, -3, -4})}});
+    EXPECT_EQ(std::vector<float>(out[0].span<float>().begin(), out[0].span<float>().end()),
+              (std::vector<float>{2, 4, 6, 8, 10, 12}));
+    EXPECT_EQ(std::vector<float>(out[1].span<float>().begin(), out[1].span<float>().end()),
+              (std::vector<float>{-2, -4, -6, -8}));
+  }
+  EXPECT_EQ(mirror->allreduces, 2) << "one message per bucket and run";
+  EXPECT_THROW(insert_allreduce(g, {{"p", DType::Float32, 24}}, ReduceOp::Sum, BucketOptions{64, true, "int8"}), Error);
+}
+
+class MirrorEquivalence : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};
+
+// With and without overlap (test::kDpModes), for each optimizer configuration.
+TEST_P(MirrorEquivalence, TrainsLikeOneProcess) {
+  const std::string config = std::get<0>(GetParam()), mode = std::get<1>(GetParam());
+  const auto path = make_mlp("dp_mirror_" + config + "_" + mode, "16 32 8 1");
   const test::Dataset data = test::make_dataset(256, 16, 1);
   TrainingConfig plain_cfg = test::dp_config(config);
   TrainingSession plain = TrainingSession::from_file(path, plain_cfg);
@@ -157,8 +217,12 @@ void expect_same_training(const std::string& config) {
   TrainingConfig cfg = test::dp_config(config);
   cfg.parallel.communicator = mirror;
   cfg.parallel.bucket_bytes = 1024;
+  test::set_dp_mode(cfg.parallel, mode);
   TrainingSession dp = TrainingSession::from_file(path, cfg);
   EXPECT_EQ(count_allreduce(plain.training_graph()), 0u);
+  const Graph& tg = dp.training_graph();
+  EXPECT_EQ(std::count_if(tg.nodes.begin(), tg.nodes.end(), [](const Node& n) { return n.op_type == kAllReduceOp; }) == 0,
+            mode == "overlap");
   // 1 KB buckets: fc1.weight (2 KB) alone, the smaller tensors and the loss packed together.
   const size_t expected_buckets = count_allreduce(dp.training_graph());
   EXPECT_GE(expected_buckets, 3u);
@@ -185,9 +249,12 @@ void expect_same_training(const std::string& config) {
   EXPECT_EQ(ca.training_info[0].update_binding, cb.training_info[0].update_binding);
 }
 
-TEST(DataParallelSession, MirrorTrainsLikeOneProcessSgdMomentum) { expect_same_training("sgd_momentum"); }
-TEST(DataParallelSession, MirrorTrainsLikeOneProcessAdam) { expect_same_training("adam"); }
-TEST(DataParallelSession, MirrorTrainsLikeOneProcessAccumulatingWithClipping) { expect_same_training("sgd_accumulate"); }
+INSTANTIATE_TEST_SUITE_P(DataParallelSession, MirrorEquivalence,
+                         ::testing::Combine(::testing::Values("sgd_momentum", "adam", "sgd_accumulate"),
+                                            ::testing::ValuesIn(test::kDpModes)),
+                         [](const auto& i) {
+                           return std::string(std::get<0>(i.param)) + "_" + std::get<1>(i.param);
+                         });
 
 TEST(DataParallelSession, MismatchedRanksFailAtConstruction) {
   const auto path = make_mlp("dp_mismatch", "16 8 1");
