@@ -1,15 +1,26 @@
-// MatMul, Gemm and ReduceSum on float16/bfloat16 tensors (mixed precision, docs/gpu.md). The CPU has no half-precision
-// GEMM we can use portably, so this emulates one: the operands are widened to float32 (exactly), the float32
-// kernel registered in matmul.cpp computes with float32 accumulation, and the result is rounded to the half
-// type once, which is what a tensor-core GEMM with a float32 accumulator (cuBLAS CUBLAS_COMPUTE_32F) gives.
-// Reusing the float32 def's factory keeps shape checks, broadcasting and the GEMM paths in one place.
+// MatMul, Gemm, ReduceSum and SumToShape on float16/bfloat16 tensors (mixed precision, docs/gpu.md).
+//
+// bfloat16 MatMul and Gemm on a CPU with AVX-512 BF16 run natively (bf16_gemm.h): bfloat16 operands, float32
+// accumulation, one rounding of the result; operands are read in place with their strides, so the Transposes
+// the plan folds into a MatMul (executor/plan_fusion.h) cost no copy.
+//
+// Everything else (float16, ReduceSum, SumToShape, and bfloat16 on a CPU without AVX-512 BF16) is emulated: the
+// operands are widened to float32 (exactly), the float32 kernel computes with float32 accumulation, and the result
+// is rounded to the half type once, which is what a tensor-core GEMM with a float32 accumulator (cuBLAS
+// CUBLAS_COMPUTE_32F) gives. Reusing the float32 def's factory keeps shape checks, broadcasting and the GEMM paths
+// in one place; it is slower than float32 (the conversions), and says so once.
 #include <algorithm>
+#include <cstdio>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
+#include "executor/cpu/bf16_gemm.h"
+#include "executor/cpu/kernel_util.h"
 #include "executor/half.h"
 #include "executor/kernel.h"
+#include "executor/plan_fusion.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
@@ -53,11 +64,194 @@ template <class ToFloat, class FromFloat> class HalfViaFloatKernel final : publi
   Tensor out32_;
 };
 
+// ---- Native bfloat16 MatMul and Gemm ----
+
+std::vector<int64_t> contiguous(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> s(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;) s[i - 1] = s[i] * dims[i];
+  return s;
+}
+
+// An operand as the product reads it: logical dims and the element stride of each in its buffer.
+struct Operand {
+  std::vector<int64_t> dims, strides;
+};
+
+// The operand Transpose(x, perm) read in place, when the MatMul carries the perm attribute `attr` (the same
+// attribute the float32 MatMul reads, executor/plan_fusion.h).
+Operand operand(PrepareContext& ctx, const KernelInput& x, const char* attr, const char* what) {
+  Operand o{x.shape, contiguous(x.shape)};
+  if (!ctx.node.has_attr(attr)) return o;
+  const std::vector<int64_t> perm = ctx.node.attr_ints(attr);
+  std::vector<bool> seen(x.shape.size(), false);
+  bool ok = perm.size() == x.shape.size() && perm.size() >= 2;
+  for (int64_t p : perm) {
+    ok = ok && p >= 0 && p < static_cast<int64_t>(perm.size()) && !seen[static_cast<size_t>(p)];
+    if (ok) seen[static_cast<size_t>(p)] = true;
+  }
+  if (!ok)
+    ctx.fail(std::string(attr) + " " + shape_string(perm) + " is not a permutation of " + what + " " +
+             shape_string(x.shape));
+  const std::vector<int64_t> in_strides = contiguous(x.shape);
+  for (size_t k = 0; k < perm.size(); ++k) {
+    o.dims[k] = x.shape[static_cast<size_t>(perm[k])];
+    o.strides[k] = in_strides[static_cast<size_t>(perm[k])];
+  }
+  return o;
+}
+
+// Every product of one node, fixed at plan time: sizes, the operands' and C's strides, and per product of the
+// batch the (A, B, Y) offsets.
+struct Bf16Product {
+  int64_t M = 0, N = 0, K = 0;
+  cpu::Bf16Matrix a, b, c;  // pointers set per run
+  int64_t ldy = 0;
+  float alpha = 1.0f, beta = 1.0f;
+  std::vector<int64_t> offsets;
+};
+
+class Bf16GemmKernel final : public Kernel {
+ public:
+  explicit Bf16GemmKernel(Bf16Product p) : p_(std::move(p)) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    cpu::Bf16Matrix a = p_.a, b = p_.b, c = p_.c;
+    a.p = in[0]->ptr<uint16_t>();
+    b.p = in[1]->ptr<uint16_t>();
+    c.p = in.size() > 2 && in[2] ? in[2]->ptr<uint16_t>() : nullptr;
+    cpu::bf16_gemm(p_.M, p_.N, p_.K, a, b, p_.alpha, c, p_.beta, out[0]->ptr<uint16_t>(), p_.ldy, p_.offsets);
+  }
+
+ private:
+  Bf16Product p_;
+};
+
+// MatMul with numpy semantics: a 1-D operand is a row (A) or column (B) vector, batch dims broadcast.
+std::unique_ptr<Kernel> make_bf16_matmul(PrepareContext& ctx) {
+  const KernelInput& xa = cpu::required_input(ctx, 0, "A");
+  const KernelInput& xb = cpu::required_input(ctx, 1, "B");
+  Operand a = operand(ctx, xa, kMatMulPermA, "A"), b = operand(ctx, xb, kMatMulPermB, "B");
+  if (a.dims.empty() || b.dims.empty()) ctx.fail("MatMul operands must have rank >= 1");
+  const bool a_vec = a.dims.size() == 1, b_vec = b.dims.size() == 1;
+  if (a_vec) a = {{1, a.dims[0]}, {0, a.strides[0]}};
+  if (b_vec) b = {{b.dims[0], 1}, {b.strides[0], 0}};
+  const size_t na = a.dims.size(), nb = b.dims.size();
+  Bf16Product p;
+  p.M = a.dims[na - 2];
+  p.K = a.dims[na - 1];
+  p.N = b.dims[nb - 1];
+  if (b.dims[nb - 2] != p.K)
+    ctx.fail("inner dimensions differ: A " + shape_string(xa.shape) + ", B " + shape_string(xb.shape));
+  const size_t r = std::max(na, nb) - 2;
+  std::vector<int64_t> batch(r, 1), as(r, 0), bs(r, 0);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t da = i + na - 2 >= r ? a.dims[i + na - 2 - r] : 1, db = i + nb - 2 >= r ? b.dims[i + nb - 2 - r] : 1;
+    if (da != db && da != 1 && db != 1)
+      ctx.fail("batch dimensions do not broadcast: A " + shape_string(xa.shape) + ", B " + shape_string(xb.shape));
+    batch[i] = std::max(da, db);
+    if (da == 0 || db == 0) batch[i] = 0;
+    if (i + na - 2 >= r && da != 1) as[i] = a.strides[i + na - 2 - r];
+    if (i + nb - 2 >= r && db != 1) bs[i] = b.strides[i + nb - 2 - r];
+  }
+  p.a = {nullptr, a.strides[na - 2], a.strides[na - 1]};
+  p.b = {nullptr, b.strides[nb - 2], b.strides[nb - 1]};
+  // The output [batch..., M, N] (M dropped for a vector A, N for a vector B), maybe written permuted.
+  std::vector<int64_t> full = batch;
+  full.push_back(p.M);
+  full.push_back(p.N);
+  std::vector<int64_t> ys = contiguous(full);
+  std::vector<int64_t> out = full;
+  if (ctx.node.has_attr(kMatMulPermY)) {
+    const std::vector<int64_t> perm = ctx.node.attr_ints(kMatMulPermY);
+    const size_t n = full.size();
+    std::vector<bool> seen(n, false);
+    bool ok = !a_vec && !b_vec && perm.size() == n && perm[n - 1] == static_cast<int64_t>(n) - 1;
+    for (size_t k = 0; ok && k < n; ++k) {
+      ok = perm[k] >= 0 && perm[k] < static_cast<int64_t>(n) && !seen[static_cast<size_t>(perm[k])];
+      if (ok) seen[static_cast<size_t>(perm[k])] = true;
+    }
+    if (!ok)
+      ctx.fail(std::string(kMatMulPermY) + " " + shape_string(perm) +
+               " must permute the output's dims and keep its last dim last; the output is " + shape_string(full));
+    for (size_t k = 0; k < n; ++k) out[k] = full[static_cast<size_t>(perm[k])];
+    const std::vector<int64_t> os = contiguous(out);
+    for (size_t k = 0; k < n; ++k) ys[static_cast<size_t>(perm[k])] = os[k];
+  }
+  p.ldy = ys[r];
+  if (a_vec || b_vec) {  // no perm then: the dims are batch..., then N unless B is a vector, M unless A is
+    out = batch;
+    if (!a_vec) out.push_back(p.M);
+    if (!b_vec) out.push_back(p.N);
+  }
+  cpu::set_output(ctx, 0, DType::BFloat16, out);
+  int64_t count = 1;
+  for (int64_t d : batch) count *= d;
+  p.offsets.reserve(static_cast<size_t>(3 * count));
+  std::vector<int64_t> idx(r, 0);
+  for (int64_t t = 0; t < count; ++t) {
+    int64_t oa = 0, ob = 0, oy = 0;
+    for (size_t i = 0; i < r; ++i) {
+      oa += idx[i] * as[i];
+      ob += idx[i] * bs[i];
+      oy += idx[i] * ys[i];
+    }
+    p.offsets.insert(p.offsets.end(), {oa, ob, oy});
+    for (size_t i = r; i-- > 0;) {
+      if (++idx[i] < batch[i]) break;
+      idx[i] = 0;
+    }
+  }
+  return std::make_unique<Bf16GemmKernel>(std::move(p));
+}
+
+// Gemm: Y = alpha * op(A) op(B) + beta * C, C broadcast to [M, N].
+std::unique_ptr<Kernel> make_bf16_gemm(PrepareContext& ctx) {
+  const KernelInput& xa = cpu::required_input(ctx, 0, "A");
+  const KernelInput& xb = cpu::required_input(ctx, 1, "B");
+  if (xa.shape.size() != 2 || xb.shape.size() != 2)
+    ctx.fail("A and B must be 2-D, got " + shape_string(xa.shape) + " and " + shape_string(xb.shape));
+  const bool ta = ctx.node.attr_int("transA", 0) != 0, tb = ctx.node.attr_int("transB", 0) != 0;
+  Bf16Product p;
+  p.M = ta ? xa.shape[1] : xa.shape[0];
+  p.K = ta ? xa.shape[0] : xa.shape[1];
+  p.N = tb ? xb.shape[0] : xb.shape[1];
+  if ((tb ? xb.shape[1] : xb.shape[0]) != p.K)
+    ctx.fail("inner dimensions differ: A " + shape_string(xa.shape) + (ta ? " (transposed)" : "") + ", B " +
+             shape_string(xb.shape) + (tb ? " (transposed)" : ""));
+  p.a = ta ? cpu::Bf16Matrix{nullptr, 1, xa.shape[1]} : cpu::Bf16Matrix{nullptr, xa.shape[1], 1};
+  p.b = tb ? cpu::Bf16Matrix{nullptr, 1, xb.shape[1]} : cpu::Bf16Matrix{nullptr, xb.shape[1], 1};
+  p.alpha = ctx.node.attr_float("alpha", 1.0f);
+  p.beta = ctx.node.attr_float("beta", 1.0f);
+  if (ctx.inputs.size() > 2 && ctx.inputs[2].present()) {
+    const std::vector<int64_t>& c = ctx.inputs[2].shape;
+    const int64_t cm = c.size() == 2 ? c[0] : 1, cn = c.empty() ? 1 : c.back();
+    if (c.size() > 2 || (cm != 1 && cm != p.M) || (cn != 1 && cn != p.N))
+      ctx.fail("C " + shape_string(c) + " does not broadcast to [" + std::to_string(p.M) + ", " + std::to_string(p.N) +
+               "]");
+    p.c = {nullptr, cm == 1 ? 0 : cn, cn == 1 ? 0 : 1};
+  }
+  p.ldy = p.N;
+  p.offsets = {0, 0, 0};
+  cpu::set_output(ctx, 0, DType::BFloat16, {p.M, p.N});
+  return std::make_unique<Bf16GemmKernel>(std::move(p));
+}
+
+// Says once per process that bfloat16 products are emulated here, and why.
+void note_emulation() {
+  static std::once_flag once;
+  std::call_once(once, [] { std::fprintf(stderr, "onnxtrain: %s\n", cpu::bf16_path_description().c_str()); });
+}
+
 // The half-precision factory around `f32`, the float32 def's factory for the same op. Inputs of input 0's half
 // type are widened; other float inputs are an error; the rest (integer axes) pass through.
-KernelFactory half_factory(KernelFactory f32) {
-  return [f32](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
+KernelFactory half_factory(KernelFactory f32, const std::string& op) {
+  return [f32, op](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
     const DType half = ctx.inputs.at(0).dtype;
+    if (half == DType::BFloat16 && (op == "MatMul" || op == "Gemm")) {
+      bool all_bf16 = true;
+      for (const KernelInput& in : ctx.inputs) all_bf16 = all_bf16 && (!in.present() || in.dtype == half);
+      if (all_bf16 && cpu::bf16_native_enabled()) return op == "MatMul" ? make_bf16_matmul(ctx) : make_bf16_gemm(ctx);
+      if (all_bf16 && ctx.device != Device::CUDA && !cpu::bf16_native_supported()) note_emulation();
+    }
     std::vector<std::optional<std::vector<int64_t>>> shapes;
     for (size_t i = 0; i < ctx.inputs.size(); ++i) {
       KernelInput& in = ctx.inputs[i];
@@ -89,12 +283,24 @@ void register_cpu_half_matmul(KernelRegistry& r) {
           std::find(d.dtypes.begin(), d.dtypes.end(), DType::Float32) != d.dtypes.end()) {
         KernelDef h = d;
         h.dtypes = {DType::Float16, DType::BFloat16};
-        h.factory = half_factory(d.factory);
+        h.factory = half_factory(d.factory, op);
         halves.push_back(std::move(h));
       }
     if (halves.empty()) throw Error(std::string("half-precision ") + op + " registered before its float32 kernel");
     for (KernelDef& h : halves) r.add(std::move(h));
   }
+  // SumToShape sums the half gradient of a broadcast (a half MatMul's batch dims). Its float32 kernel is registered
+  // after this file (gather_grad.cpp), so the float32 factory is looked up when a kernel is made.
+  KernelDef sum;
+  sum.domain = "onnxtrain";
+  sum.op_type = "SumToShape";
+  sum.dtypes = {DType::Float16, DType::BFloat16};
+  sum.factory = [](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
+    const KernelDef* d = default_kernels().find("onnxtrain", "SumToShape", ctx.opset, Device::CPU, DType::Float32);
+    if (!d) ctx.fail("no float32 SumToShape kernel to widen to");
+    return half_factory(d->factory, "SumToShape")(ctx);
+  };
+  r.add(std::move(sum));
 }
 
 }  // namespace onnxtrain
