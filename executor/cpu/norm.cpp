@@ -457,9 +457,13 @@ template <class T> class LayerNormGradKernel final : public Kernel {
     const T* s = in[2]->ptr<T>();
     const T* mean = in[3]->ptr<T>();
     const T* inv = in[4]->ptr<T>();
-    T* dx = out[0]->ptr<T>();
+    // Unnamed outputs (gradients nothing reads, rules::fused_grads) arrive null and are not computed.
+    T* dx = out[0] ? out[0]->ptr<T>() : nullptr;
+    T* dscale = out.size() > 1 && out[1] ? out[1]->ptr<T>() : nullptr;
+    T* dbias = out.size() > 2 && out[2] ? out[2]->ptr<T>() : nullptr;
+    const bool params = dscale || dbias;
     const int64_t n = len_, rows = rows_;
-    std::fill(partial_.begin(), partial_.end(), 0.0);
+    if (params) std::fill(partial_.begin(), partial_.end(), 0.0);
     const bool parallel = rows > 1 && rows * n > kParallelWork;
     int used = 1;
 #pragma omp parallel if (parallel) num_threads(threads_)  // partial_ has room for threads_ threads
@@ -473,8 +477,16 @@ template <class T> class LayerNormGradKernel final : public Kernel {
       for (int64_t r = 0; r < rows; ++r) {
         const T* dyr = dy + r * n;
         const T* xr = x + r * n;
-        T* dxr = dx + r * n;
         const double m = mean[r], is = inv[r];
+        if (params) {
+#pragma omp simd
+          for (int64_t j = 0; j < n; ++j) {
+            ds[j] += dyr[j] * ((xr[j] - m) * is);
+            db[j] += dyr[j];
+          }
+        }
+        if (!dx) continue;
+        T* dxr = dx + r * n;
         double sg = 0, sgx = 0;
         // omp simd: lets the compiler reassociate the two row sums, so the loop vectorises (scalar double
         // loops left this kernel no faster than its inlined body).
@@ -484,8 +496,6 @@ template <class T> class LayerNormGradKernel final : public Kernel {
           const double g = static_cast<double>(dyr[j]) * s[j];
           sg += g;
           sgx += g * xh;
-          ds[j] += dyr[j] * xh;
-          db[j] += dyr[j];
         }
         const double a = sg / static_cast<double>(n), b = sgx / static_cast<double>(n);
 #pragma omp simd
@@ -495,8 +505,7 @@ template <class T> class LayerNormGradKernel final : public Kernel {
         }
       }
     }
-    T* dscale = out.size() > 1 && out[1] ? out[1]->ptr<T>() : nullptr;
-    T* dbias = out.size() > 2 && out[2] ? out[2]->ptr<T>() : nullptr;
+    if (!params) return;
     for (int64_t j = 0; j < n; ++j) {
       double a = 0, b = 0;
       for (int t = 0; t < used; ++t) {

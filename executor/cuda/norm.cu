@@ -311,7 +311,7 @@ template <class T> class LayerNormGradKernel final : public Kernel {
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
     if (len_ == 0) return;
     const T *dy = in[0]->ptr<T>(), *x = in[1]->ptr<T>(), *mean = in[3]->ptr<T>(), *inv = in[4]->ptr<T>();
-    if (rows_ > 0) {
+    if (rows_ > 0 && out[0]) {  // dX is unnamed (null) when X needs no gradient (rules::fused_grads)
       layer_norm_grad_kernel<T><<<grid_for(rows_), kBlock, 0, stream()>>>(rows_, len_, dy, x, in[2]->ptr<T>(), mean,
                                                                          inv, out[0]->ptr<T>());
       check_launch("LayerNormalizationGrad kernel");

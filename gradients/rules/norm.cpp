@@ -138,8 +138,10 @@ bool try_fused_layer_norm(RuleContext& c, int64_t axis, int64_t r) {
     mean = n.mean;
     inv_std = n.rstd;
   }
-  std::vector<Expr> g = apply_n(c.builder(), "LayerNormalizationGrad", {c.dY(0), x, s, mean, inv_std},
-                                {x.type, s.type, s.type}, {{"axis", axis}}, kFusedGradDomain);
+  // Outputs of inputs that need no gradient stay unnamed: a frozen Scale/Bias (LoRA, frozen layers) then costs
+  // no column sums.
+  std::vector<Expr> g = rules::fused_grads(c, "LayerNormalizationGrad", {c.dY(0), x, s, mean, inv_std},
+                                           {x.type, s.type, s.type}, {{"axis", axis}});
   c.set_dX(0, g[0]);
   c.set_dX(1, g[1]);
   if (c.needs_dX(2)) {

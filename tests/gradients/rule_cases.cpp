@@ -1,5 +1,6 @@
 #include "gradients/rule_cases.h"
 
+#include <cmath>
 #include <limits>
 
 namespace onnxtrain::test {
@@ -400,6 +401,20 @@ std::vector<RuleCase> build() {
     c = make("LayerNormalization_float_stats_axis0", "LayerNormalization", {{3, 5}, {3, 5}, {5}}, {{"axis", int64_t{0}}});
     c.num_outputs = 3;
     v.push_back(c);
+    // Constant Scale and Bias (frozen, as under LoRA): the fused gradient leaves dScale and dBias unnamed and its
+    // kernels compute neither. And a constant X with trained Scale and Bias: dX unnamed.
+    {
+      const std::vector<double> scale{0.5, -1.5, 2.0, 0.75}, bias{0.1, 0.2, -0.3, 0.4};
+      std::vector<double> x(24);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(1.7 * static_cast<double>(i) + 0.3);
+      const auto f64 = [](std::vector<int64_t> dims, const std::vector<double>& d) {
+        return TensorData::from<double>(std::move(dims), std::span<const double>(d));
+      };
+      v.push_back(with_const(with_const(make("LayerNormalization_frozen_scale_bias", "LayerNormalization",
+                                             {{2, 3, 4}, {4}, {4}}), 1, f64({4}, scale)), 2, f64({4}, bias)));
+      v.push_back(with_const(make("LayerNormalization_constant_input", "LayerNormalization", {{2, 3, 4}, {4}, {4}}),
+                             0, f64({2, 3, 4}, x)));
+    }
     v.push_back(make("InstanceNormalization", "InstanceNormalization", {{2, 3, 4}, {3}, {3}}));
     v.push_back(make("InstanceNormalization_2d_opset11", "InstanceNormalization", {{2, 2, 2, 3}, {2}, {2}},
                      {{"epsilon", 0.01f}}, {}, 11));
