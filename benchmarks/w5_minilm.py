@@ -192,7 +192,7 @@ def main():
     times = [run(args.steps)[0] for _ in range(args.repeats)]
     final = system.eval_loss(data)
     if args.profile and args.system == "onnxtrain":
-        print(system.session.profile_report() if hasattr(system.session, "profile_report") else "no profile report")
+        print(system.session.profile_report(int(os.environ.get("W5_PROFILE_TOP", "20"))))
     if args.losses:
         np.save(args.losses, np.asarray(losses, np.float32))
     tokens = args.steps * args.batch * args.seq
