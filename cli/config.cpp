@@ -264,6 +264,9 @@ const std::vector<Key>& keys() {
        [](const Ctx& c, RunConfig& r) { r.training.adapter.target = c.strings(); }},
       {"adapter.seed", "0", "lora: seed of the adapters' Kaiming-uniform initialisation", [](const Ctx& c, RunConfig& r) { r.training.adapter.seed = c.integer(0); }},
 
+      {"memory.recompute", "none", "none; auto (keep segment boundaries, recompute the rest in the backward pass); or forward node names/globs to recompute (docs/memory.md)",
+       [](const Ctx& c, RunConfig& r) { r.training.memory.recompute = c.strings(); }},
+
       {"train.on_non_finite", "raise", "a NaN/Inf loss or gradient: raise (stop, naming step and tensor) or skip (not applied; warned, counted in the summary)",
        [](const Ctx& c, RunConfig& r) { r.training.on_non_finite = c.choice({"raise", "skip"}); }},
       {"train.check_every_value", "false", "debugging: check every intermediate value so the error names the first non-finite tensor",

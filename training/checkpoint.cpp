@@ -64,6 +64,7 @@ template <class V> void visit_config(TrainingConfig& c, V& v) {
   v("adapter.dropout", c.adapter.dropout);
   v("adapter.target", c.adapter.target);
   v("adapter.seed", c.adapter.seed);
+  v("memory.recompute", c.memory.recompute);
   v("penalty.l1", c.penalty.l1);
   v("penalty.l2", c.penalty.l2);
   OptimizerSpec& o = c.optimizer;

@@ -21,6 +21,7 @@ import numpy as np
 
 from ._onnxtrain import (  # noqa: F401  (re-exported)
     AdapterSpec,
+    MemorySpec,
     Communicator,
     Device,
     DistributedSampler,
@@ -45,8 +46,8 @@ from ._onnxtrain import (  # noqa: F401  (re-exported)
 from . import _onnxtrain
 
 __all__ = [
-    "AdapterSpec", "Communicator", "Device", "DistributedSampler", "Elastic", "ForwardBackwardSession", "LossSpec", "MixedPrecisionSpec", "NonFiniteStepWarning", "OnnxtrainError", "OptimizerSpec", "ParamGroup",
-    "PenaltySpec", "ScheduleSpec", "TrainingConfig", "TrainingSession", "communicator_from_environment", "cuda_available", "cuda_unavailable_reason", "launched_by_mpi", "loss_kinds", "make_config", "make_adapter", "make_loss", "merge_lora", "make_mixed_precision",
+    "AdapterSpec", "MemorySpec", "Communicator", "Device", "DistributedSampler", "Elastic", "ForwardBackwardSession", "LossSpec", "MixedPrecisionSpec", "NonFiniteStepWarning", "OnnxtrainError", "OptimizerSpec", "ParamGroup",
+    "PenaltySpec", "ScheduleSpec", "TrainingConfig", "TrainingSession", "communicator_from_environment", "cuda_available", "cuda_unavailable_reason", "launched_by_mpi", "loss_kinds", "make_config", "make_adapter", "make_memory", "make_loss", "merge_lora", "make_mixed_precision",
     "make_optimizer", "make_penalty", "make_schedule", "optimizer_kinds", "schedule_kinds", "__version__",
 ]
 
@@ -153,6 +154,22 @@ def make_adapter(adapter: Union[None, str, AdapterSpec, Mapping[str, Any]]) -> A
     return _spec(AdapterSpec, "none" if adapter is None else adapter, "adapter")
 
 
+def make_memory(memory: Union[None, str, Iterable[str], MemorySpec, Mapping[str, Any]]) -> MemorySpec:
+    """Activation recomputation (docs/memory.md): None or 'none' (keep every activation), 'auto' (keep segment
+    boundaries, recompute the rest in the backward pass), a list of forward node names or globs to recompute,
+    a dict ({'recompute': 'auto'}) or a MemorySpec."""
+    if isinstance(memory, MemorySpec):
+        return MemorySpec(**memory.to_dict())
+    if isinstance(memory, Mapping):
+        return make_memory(memory.get("recompute")) if set(memory) <= {"recompute"} else MemorySpec(**memory)
+    if memory is None or isinstance(memory, str):
+        return MemorySpec(recompute=[] if memory is None else [memory])
+    if isinstance(memory, Iterable) and all(isinstance(m, str) for m in memory):
+        return MemorySpec(recompute=list(memory))
+    raise TypeError(f"memory: expected None, 'none', 'auto', a list of node globs, a dict or MemorySpec, "
+                    f"got {type(memory).__name__}")
+
+
 def merge_lora(model: ModelLike):
     """A model with LoRA adapters (a path, bytes or onnx.ModelProto, e.g. ``TrainingSession.export_inference()``)
     with every adapter folded into its weight (W + A B alpha / rank): an onnx.ModelProto of the base architecture
@@ -165,7 +182,7 @@ def make_config(*, trainable: Iterable[str] | None = None, loss: Any = "mse", op
                 prediction: str | None = None, device: Union[str, Device, None] = None,
                 inputs_requiring_grad: Iterable[str] | None = None, mixed_precision: Any = None,
                 on_non_finite: str = "raise", check_every_value: bool = False,
-                profile: bool = False, adapter: Any = None) -> TrainingConfig:
+                profile: bool = False, adapter: Any = None, memory: Any = None) -> TrainingConfig:
     """A TrainingConfig from the same arguments as TrainingSession."""
     if on_non_finite not in ("raise", "skip"):
         raise ValueError(f"on_non_finite: expected 'raise' or 'skip', got {on_non_finite!r}")
@@ -184,6 +201,7 @@ def make_config(*, trainable: Iterable[str] | None = None, loss: Any = "mse", op
         cfg.device = _device(device)
     cfg.mixed_precision = make_mixed_precision(mixed_precision)
     cfg.adapter = make_adapter(adapter)
+    cfg.memory = make_memory(memory)
     return cfg
 
 
@@ -235,6 +253,8 @@ class TrainingSession:
             overflowed steps are skipped and counted (``loss_scale``, ``overflow_steps``; docs/trainer.md).
         adapter: None, 'lora', a dict or an AdapterSpec: LoRA adapters beside the targeted weights, which stay
             frozen; only the adapters train, plus the weights ``trainable`` names (docs/lora.md).
+        memory: activation recomputation (docs/memory.md): None/'none', 'auto' or a list of forward node globs;
+            the backward pass recomputes those activations instead of keeping them (same losses, to the bit).
         on_non_finite: what a step whose loss or a gradient is NaN/Inf does (its update is never applied;
             docs/reliability.md). 'raise' (default): ``train_step`` raises OnnxtrainError naming the step and the
             tensor. 'skip': ``train_step`` returns NaN, the step is counted in ``skipped_steps`` and a
@@ -264,13 +284,13 @@ class TrainingSession:
                  inputs_requiring_grad: Iterable[str] | None = None, config: TrainingConfig | None = None,
                  parallel: Union[None, bool, Communicator] = None, mixed_precision: Any = None,
                  on_non_finite: str = "raise", check_every_value: bool = False, profile: bool = False,
-                 replicas: int = 1, adapter: Any = None):
+                 replicas: int = 1, adapter: Any = None, memory: Any = None):
         if config is None:
             config = make_config(trainable=trainable, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
                                  schedule=schedule, penalty=penalty, prediction=prediction, device=device,
                                  inputs_requiring_grad=inputs_requiring_grad, mixed_precision=mixed_precision,
                                  on_non_finite=on_non_finite, check_every_value=check_every_value, profile=profile,
-                                 adapter=adapter)
+                                 adapter=adapter, memory=memory)
         self._s = _onnxtrain.TrainingSession(model, config, _communicator(parallel), _replicas(replicas))
         self.config = config
         self._skips_seen = 0
@@ -444,6 +464,12 @@ class TrainingSession:
         """With ``profile=True``: where ``train_step``'s time went, one dict per step of its plan (``step``: the
         node, or the ops of a fused step; ``op``; ``calls``; ``seconds`` in all), most expensive first."""
         return self._s.profile()
+
+    @property
+    def arena_bytes(self) -> int:
+        """Bytes of the arena of ``train_step``'s latest plan: every intermediate value, placed by lifetime (0
+        before the first step). ``memory='auto'`` reduces it (docs/memory.md)."""
+        return self._s.arena_bytes
 
     def profile_report(self, top: int = 15) -> str:
         """The profile as text: the share of each op type, then the ``top`` most expensive steps."""

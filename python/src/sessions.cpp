@@ -380,6 +380,10 @@ The feeds of train_step/gradients are the model's inputs plus the loss target (t
              return rows;
            }, "With profile=True: train_step's time per step of its plan, most expensive first (dicts with step, op, "
               "calls, seconds); [] without.")
+      .def_property_readonly("arena_bytes", [](PyTraining& self) {
+             return self.run([](TrainingSession& s) { return s.arena_bytes(); });
+           }, "Bytes of the arena of train_step's latest plan (every intermediate value, placed by lifetime); 0 "
+              "before the first step. memory='auto' reduces it (docs/memory.md).")
       .def("profile_report", [](PyTraining& self, size_t top) {
              return format_profile(self.run([](TrainingSession& s) { return s.profile(); }), top);
            }, py::arg("top") = 15, "The profile as text: the total per op, then the `top` most expensive steps.")

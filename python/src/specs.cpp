@@ -187,6 +187,11 @@ void bind_specs(py::module_& m) {
       .field("seed", &AdapterSpec::seed, "seed of A's Kaiming-uniform initialisation")
       .finish();
 
+  SpecClass<MemorySpec>(m, "MemorySpec", "Activation recomputation (docs/memory.md).")
+      .field("recompute", &MemorySpec::recompute, "[] or ['none'] (keep every activation), ['auto'] (keep segment "
+                                                  "boundaries, recompute the rest), or forward node names/globs")
+      .finish();
+
   SpecClass<TrainingConfig>(m, "TrainingConfig", "Everything a TrainingSession is built from.")
       .field("trainable", &TrainingConfig::trainable, "initializer names; empty = every floating-point initializer")
       .field("inputs_requiring_grad", &TrainingConfig::inputs_requiring_grad,
@@ -198,6 +203,7 @@ void bind_specs(py::module_& m) {
       .field("schedule", &TrainingConfig::schedule, "ScheduleSpec")
       .field("mixed_precision", &TrainingConfig::mixed_precision, "MixedPrecisionSpec")
       .field("adapter", &TrainingConfig::adapter, "AdapterSpec")
+      .field("memory", &TrainingConfig::memory, "MemorySpec")
       .field("device", &TrainingConfig::device, "'cpu', 'cuda' or 'cuda:N'")
       .field("on_non_finite", &TrainingConfig::on_non_finite,
              "a NaN/Inf loss or gradient: 'raise' (OnnxtrainError naming step and tensor) or 'skip' (not applied, counted)")

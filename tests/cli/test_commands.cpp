@@ -336,5 +336,29 @@ TEST(Cli, CnnExampleTrainsFromScratch) {
   EXPECT_EQ(std::system(cmp.c_str()), 0);
 }
 
+// examples/cnn/recompute.yaml (memory.recompute: auto, docs/memory.md) trains the same weights, to the bit, as the
+// same run without recomputation; its checkpoints carry the recomputing training step and resume with it.
+TEST(Cli, CnnRecomputeExampleTrainsTheSameBits) {
+  auto dir = example("cnn", "cli_cnn_recompute");
+  std::filesystem::copy_file(test::source_dir() / "examples/cnn/recompute.yaml", dir / "recompute.yaml");
+  const std::string common = " --set log.progress=none --set train.max_steps=30 --set checkpoint.every=30";
+  CliRun re = run("train " + (dir / "recompute.yaml").string() + common);
+  ASSERT_EQ(re.code, 0) << re.out;
+  CliRun plain = run("train " + (dir / "recompute.yaml").string() + common + " --set memory.recompute=none --set output=plain");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  EXPECT_EQ(read_file(dir / "data/run-recompute/model.onnx"), read_file(dir / "plain/model.onnx"));
+  std::string cmp = test::python() + " -c 'import onnx, sys\n"
+                    "m = onnx.load(sys.argv[1])\n"
+                    "meta = {p.key: p.value for p in m.metadata_props}\n"
+                    "assert [v for k, v in meta.items() if k.endswith(\"memory.recompute\")] == [\"auto\"], meta\n"
+                    "names = [n.name for n in m.training_info[0].algorithm.node]\n"
+                    "assert any(n.startswith(\"recompute/\") for n in names), names\n"
+                    "onnx.checker.check_model(m)' " + (dir / "data/run-recompute/checkpoints/step-30.onnx").string();
+  EXPECT_EQ(std::system(cmp.c_str()), 0);
+  CliRun bad = run("train " + (dir / "recompute.yaml").string() + common + " --set 'memory.recompute=[nothing*]'");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("memory.recompute: 'nothing*' matches no node"), std::string::npos) << bad.out;
+}
+
 }  // namespace
 }  // namespace onnxtrain

@@ -75,7 +75,8 @@ class _OnnxEstimator(SessionEstimator):
     def __init__(self, model, *, loss=None, optimizer="sgd", learning_rate=0.001, momentum=None, penalty=None,
                  max_iter=100, batch_size="auto", shuffle=True, random_state=None, warm_start=False,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=10, tol=1e-4, trainable=None,
-                 prediction=None, device=None, verbose=False, on_non_finite="raise", adapter=None):
+                 prediction=None, device=None, verbose=False, on_non_finite="raise", adapter=None,
+                 memory=None):
         store_params(self, locals())
 
 
@@ -148,7 +149,7 @@ class _OnnxEstimator(SessionEstimator):
         self._session = new_session(self, pruned, trainable=self._trainable_names, loss=self._loss_spec(), optimizer=opt,
                                         schedule=schedule, penalty=make_penalty(self.penalty),
                                         prediction=self._prediction, device=self.device,
-                                        on_non_finite=self.on_non_finite, adapter=self.adapter)
+                                        on_non_finite=self.on_non_finite, adapter=self.adapter, memory=self.memory)
         if weights is not None:
             self._session.set_weights(weights)
         self._sample_weight_dtype = self._prediction_dtype
@@ -225,6 +226,8 @@ class OnnxRegressor(RegressorMixin, _OnnxEstimator):
         counts it, and loss_ averages the other batches).
         adapter: None, 'lora', a dict or an AdapterSpec: train LoRA adapters beside the targeted weights, which
         stay frozen (docs/lora.md); ``trainable`` then adds weights trained in full. model_ has the adapters merged.
+        memory: None, 'auto' or a list of forward node globs: recompute activations in the backward pass instead of
+        keeping them (docs/memory.md); the same fit, to the bit, in less memory.
 
     Fitted: model_ (the trained ModelProto), loss_curve_, validation_scores_, n_iter_, n_features_in_,
     n_skipped_steps_.
