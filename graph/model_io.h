@@ -1,6 +1,9 @@
 #pragma once
 // The protobuf edge: load (with validation), save, and conversion to and from onnx::ModelProto.
+#include <cstddef>
 #include <filesystem>
+#include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -25,5 +28,16 @@ void save_model(const Model& m, const std::filesystem::path& path);
 // the path. Once the new file is in place, temp files that earlier, killed saves of the same path left behind
 // (older than the new file) are removed.
 void write_file_atomically(const std::string& bytes, const std::filesystem::path& path);
+// The same, for a file too large to build in memory first: `produce` hands the bytes, `total` of them, to
+// `write` in pieces (a checkpoint's external data file is written tensor by tensor from where they live).
+using WriteBytes = std::function<void(const void* data, size_t n)>;
+void write_file_atomically(size_t total, const std::function<void(const WriteBytes& write)>& produce,
+                           const std::filesystem::path& path);
+
+// A tensor whose bytes live elsewhere (in a training session's store): dtype and dims set, no bytes. Large
+// models keep one copy of each weight; graphs and models that describe them hold hollow tensors, and writers
+// look the bytes up by the tensor's name through a TensorBytes.
+bool is_hollow(const TensorData& t);
+using TensorBytes = std::function<std::span<const std::byte>(const std::string& name)>;
 
 }  // namespace onnxtrain

@@ -176,7 +176,7 @@ class Emitter {
     TensorData d;
     d.dtype = w.dtype;
     d.dims = w.dims;
-    d.bytes.assign(w.bytes.size(), std::byte{0});
+    d.bytes.assign(static_cast<size_t>(w.numel()) * dtype_size(w.dtype), std::byte{0});  // w may be hollow
     if (fill != 0.0) {
       if (w.dtype == DType::Float64)
         std::fill(d.as_mut<double>().begin(), d.as_mut<double>().end(), fill);

@@ -276,8 +276,31 @@ TrainingConfig config_from_metadata(const Metadata& metadata, const std::string&
   return read_config(r);
 }
 
+Graph initialization_graph(const Graph& training_graph, const std::vector<std::string>& state_names) {
+  Graph init;
+  init.name = kInitializationName;
+  for (const std::string& name : state_names) {
+    const TensorData& t0 = training_graph.initializers.at(name);
+    const std::string out = "init/" + name;
+    emit_initial_value(init, out, t0);
+    init.outputs.push_back({out, TypeInfo{t0.dtype, shape_of(t0.dims)}});
+  }
+  return init;
+}
+
 Model TrainingSession::checkpoint() const {
-  Model m = export_inference();
+  Model m = checkpoint_shell();
+  auto fill = [&](Graph& g) {
+    for (auto& [name, t] : g.initializers)
+      if (is_hollow(t)) t = store_->at(name).to_data();
+  };
+  fill(m.graph);
+  fill(m.training_info[0].algorithm);
+  return m;
+}
+
+Model TrainingSession::checkpoint_shell() const {
+  Model m = export_shell();
   // The training step starts with the graph the session computes: with mixed precision, the rewritten model.
   if (config_.mixed_precision.active()) apply_mixed_precision(m.graph, half_dtype(config_.mixed_precision));
   const Graph& main = m.graph;
@@ -303,7 +326,7 @@ Model TrainingSession::checkpoint() const {
   for (const auto& [name, t] : tg.initializers) {
     if (main.is_initializer(name)) continue;
     auto it = store_->find(name);
-    alg.initializers[name] = it != store_->end() ? it->second.to_data() : t;
+    alg.initializers[name] = it != store_->end() ? stored_or_hollow(name) : t;
   }
   std::set<std::string> main_values;
   for (const Node& n : main.nodes) main_values.insert(n.outputs.begin(), n.outputs.end());
@@ -319,15 +342,9 @@ Model TrainingSession::checkpoint() const {
   remove_allreduce(alg);  // a data-parallel session stores the single-process step
 
   // Initialization resets the optimizer state (not the weights) to what a new session starts from.
-  Graph& init = ti.initialization;
-  init.name = kInitializationName;
-  for (const std::string& name : state_names_) {
-    const TensorData& t0 = tg.initializers.at(name);
-    const std::string out = "init/" + name;
-    emit_initial_value(init, out, t0);
-    init.outputs.push_back({out, TypeInfo{t0.dtype, shape_of(t0.dims)}});
-    ti.initialization_binding.emplace_back(name, out);
-  }
+  // Built with the session (initialization_graph): the state's initial values are gone from its graphs.
+  ti.initialization = initialization_;
+  for (const std::string& name : state_names_) ti.initialization_binding.emplace_back(name, "init/" + name);
 
   // Fused gradient ops travel as functions with standard-op bodies, as in export_gradient_model.
   const int64_t onnx_opset = std::max<int64_t>(m.opset(""), 13);
@@ -370,106 +387,22 @@ Model TrainingSession::checkpoint() const {
 }
 
 void TrainingSession::save_checkpoint(const std::filesystem::path& path) const {
-  if (writes_files()) save_model_large(checkpoint(), path);
-}
-
-namespace {
-
-size_t tensor_bytes(const Graph& g) {
-  size_t n = 0;
-  for (const auto& [name, t] : g.initializers) n += t.bytes.size();
-  return n;
-}
-
-// Moves large raw_data payloads of a graph's initializers into `data`, pointing each tensor at it.
-void externalize(onnx::GraphProto* g, const std::string& location, std::string& data, size_t min_bytes) {
-  for (auto& t : *g->mutable_initializer()) {
-    if (!t.has_raw_data() || t.raw_data().size() < min_bytes) continue;
-    data.resize((data.size() + 63) / 64 * 64, '\0');
-    const size_t offset = data.size();
-    data += t.raw_data();
-    t.clear_raw_data();
-    t.set_data_location(onnx::TensorProto::EXTERNAL);
-    auto add = [&](const char* k, const std::string& v) {
-      auto* e = t.add_external_data();
-      e->set_key(k);
-      e->set_value(v);
-    };
-    add("location", location);
-    add("offset", std::to_string(offset));
-    add("length", std::to_string(data.size() - offset));
-  }
-}
-
-// Once the new model is in place, data files of earlier saves ("<name>.<nonce>.data") are unreferenced.
-void remove_stale_data_files(const fs::path& path, const std::string& keep) {
-  fs::path dir = path.parent_path();
-  if (dir.empty()) dir = ".";
-  const std::string prefix = path.filename().string() + ".";
-  std::error_code ec;
-  std::vector<fs::path> stale;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string n = e.path().filename().string();
-    if (n != keep && n.rfind(prefix, 0) == 0 && n.ends_with(".data")) stale.push_back(e.path());
-  }
-  for (const auto& p : stale) fs::remove(p, ec);
-}
-
-}  // namespace
-
-void save_model_large(const Model& m, const fs::path& path, const SaveOptions& opts) {
-  size_t total = tensor_bytes(m.graph);
-  for (const TrainingInfo& t : m.training_info) total += tensor_bytes(t.algorithm) + tensor_bytes(t.initialization);
-  // Headroom for nodes, attributes and framing below protobuf's INT_MAX.
-  onnx::ModelProto p = to_proto(m);
-  // A checkpoint (a model with a training step) carries the checksums of its tensors and metadata, which
-  // from_checkpoint verifies; an earlier entry (a loaded checkpoint saved again) is replaced.
-  if (!m.training_info.empty()) {
-    const std::string key = std::string(kCheckpointKeyPrefix) + "checksums";
-    auto* props = p.mutable_metadata_props();
-    for (int i = props->size() - 1; i >= 0; --i)
-      if (props->Get(i).key() == key) props->DeleteSubrange(i, 1);
-    auto* e = p.add_metadata_props();
-    e->set_key(key);
-    e->set_value(checksums_text(m, key));
-  }
-  if (!opts.force_external_data && total < (size_t(1) << 31) - (size_t(256) << 20)) {
-    if (p.ByteSizeLong() > static_cast<size_t>(INT_MAX))
-      fail(path.string(), "is larger than 2 GB; protobuf cannot serialize it (store the weights as external data)");
-    std::string bytes;
-    if (!p.SerializeToString(&bytes)) fail(path.string(), "serializing the model to protobuf failed");
-    write_file_atomically(bytes, path);
-    remove_stale_data_files(path, "");
-    return;
-  }
-  std::random_device rd;
-  const std::string location = path.filename().string() + "." + std::to_string(rd()) + std::to_string(rd()) + ".data";
-  std::string data;
-  externalize(p.mutable_graph(), location, data, opts.external_min_bytes);
-  for (auto& ti : *p.mutable_training_info()) {
-    externalize(ti.mutable_algorithm(), location, data, opts.external_min_bytes);
-    externalize(ti.mutable_initialization(), location, data, opts.external_min_bytes);
-  }
-  if (p.ByteSizeLong() > static_cast<size_t>(INT_MAX))
-    fail(path.string(), "is larger than 2 GB even with its tensors stored as external data");
-  fs::path dir = path.parent_path();
-  if (dir.empty()) dir = ".";
-  write_file_atomically(data, dir / location);
-  std::string bytes;
-  if (!p.SerializeToString(&bytes)) fail(path.string(), "serializing the model to protobuf failed");
-  write_file_atomically(bytes, path);
-  remove_stale_data_files(path, location);
+  if (writes_files()) save_model_large(checkpoint_shell(), path, {}, stored_bytes());
 }
 
 TrainingSession TrainingSession::from_checkpoint(const std::filesystem::path& path, DataParallelSpec parallel,
                                                  std::string device) {
   // load_model names the file in its errors (unreadable, truncated, not a model); ours do too.
-  Model m = load_model(path);
-  return from_checkpoint(m, path.string(), std::move(parallel), std::move(device));
+  return resume(load_model(path), path.string(), std::move(parallel), std::move(device));
 }
 
-TrainingSession TrainingSession::from_checkpoint(const Model& ckpt, const std::string& source,
+TrainingSession TrainingSession::from_checkpoint(const Model& checkpoint, const std::string& source,
                                                  DataParallelSpec parallel, std::string device) {
+  return resume(Model(checkpoint), source, std::move(parallel), std::move(device));
+}
+
+TrainingSession TrainingSession::resume(Model&& ckpt, const std::string& source, DataParallelSpec parallel,
+                                        std::string device) {
   // First: a corrupt tensor or metadata value would otherwise surface as a wrong config or silently wrong state.
   verify_checksums(ckpt, std::string(kCheckpointKeyPrefix) + "checksums", source);
   const std::map<std::string, std::string> meta = metadata_map(ckpt.metadata, source);
@@ -487,8 +420,10 @@ TrainingSession TrainingSession::from_checkpoint(const Model& ckpt, const std::s
   config.parallel = std::move(parallel);
   config.device = std::move(device);
 
-  // The inference model as the session first saw it: our metadata, functions and training info removed.
-  Model model = ckpt;
+  // The inference model as the session first saw it: our metadata, functions and training info removed. Moved,
+  // not copied: the session keeps the weights, and each state tensor is freed once copied in (large models).
+  Graph alg = std::move(ckpt.training_info[0].algorithm);
+  Model model = std::move(ckpt);
   model.training_info.clear();
   std::erase_if(model.metadata, [](const auto& kv) { return is_ours(kv.first); });
   std::erase_if(model.functions, [](const Function& f) { return f.domain == kFusedGradDomain; });
@@ -505,7 +440,6 @@ TrainingSession TrainingSession::from_checkpoint(const Model& ckpt, const std::s
     }
   }();
   // The training graph is rebuilt from the model, so the stored state only has to be copied in.
-  const Graph& alg = ckpt.training_info[0].algorithm;
   for (const std::string& name : s.state_names_) {
     auto it = alg.initializers.find(name);
     if (it == alg.initializers.end())
@@ -516,6 +450,7 @@ TrainingSession TrainingSession::from_checkpoint(const Model& ckpt, const std::s
       fail(source, "optimizer state '" + name + "' is " + dtype_name(src.dtype) + " " + to_string(shape_of(src.dims)) +
                        ", expected " + dst.describe());
     copy_into(dst, src, source + ": optimizer state '" + name + "'");
+    std::vector<std::byte>().swap(it->second.bytes);
   }
   if (r.get("micro_batches")) {
     int64_t micro = 0;

@@ -8,20 +8,10 @@
 #include <utility>
 #include <vector>
 
+#include "training/external_data.h"  // save_model_large, SaveOptions
 #include "training/session.h"
 
 namespace onnxtrain {
-
-// How large tensors are stored. Protobuf cannot hold more than 2 GB, so bigger models put their large tensors
-// in a side file "<model file name>.<nonce>.data" beside the model (ONNX external data, offsets 64-byte
-// aligned). The nonce is fresh per save, so the model and the data it refers to are replaced together: the
-// data file is written and renamed first, then the model atomically, then older data files are removed.
-struct SaveOptions {
-  bool force_external_data = false;  // also for models under the limit (tests, or to mmap weights)
-  size_t external_min_bytes = 1024;  // smaller tensors stay inline
-};
-// Atomic like save_model; switches to external data by itself when the tensors exceed ~2 GB.
-void save_model_large(const Model& m, const std::filesystem::path& path, const SaveOptions& opts = {});
 
 // Bumped when a checkpoint written by this version cannot be read by an older one.
 inline constexpr const char* kCheckpointFormat = "1";
@@ -29,6 +19,10 @@ inline constexpr const char* kCheckpointFormat = "1";
 inline constexpr const char* kCheckpointKeyPrefix = "onnxtrain.";
 
 using Metadata = std::vector<std::pair<std::string, std::string>>;
+
+// The checkpoint's initialization graph: an output "init/<state>" per optimizer state holding the value a new
+// session starts from (ConstantOfShape for filled tensors), read from the training graph's initializers.
+Graph initialization_graph(const Graph& training_graph, const std::vector<std::string>& state_names);
 
 // The configuration as "onnxtrain.<section>.<field>" entries (numbers round-trip exactly).
 Metadata config_to_metadata(const TrainingConfig& config);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <span>
 #include <sstream>
 
 #include "graph/error.h"
@@ -25,23 +26,37 @@ uint32_t crc(uint32_t c, const void* data, size_t n) {
   return c;
 }
 
-uint32_t tensor_crc(const TensorData& t) {
+// The bytes a checksum covers: the tensor's own, or for a hollow one those `bytes` finds under its name. The
+// checksum is the same either way, so a file saved from a session's store verifies like any other.
+std::span<const std::byte> data_of(const std::string& name, const TensorData& t, const TensorBytes& bytes) {
+  if (!is_hollow(t)) return t.bytes;
+  if (!bytes) fail("tensor '" + name + "'", "holds no bytes and none were given to checksum it");
+  const std::span<const std::byte> b = bytes(name);
+  if (b.size() != static_cast<size_t>(t.numel()) * dtype_size(t.dtype))
+    fail("tensor '" + name + "'", "the bytes found for it (" + std::to_string(b.size()) + ") do not match its shape");
+  return b;
+}
+
+uint32_t tensor_crc(const std::string& name, const TensorData& t, const TensorBytes& bytes) {
   uint32_t c = static_cast<uint32_t>(crc32(0L, Z_NULL, 0));
   const auto dtype = static_cast<int64_t>(t.dtype);
   c = crc(c, &dtype, sizeof dtype);
   for (int64_t d : t.dims) c = crc(c, &d, sizeof d);
-  return crc(c, t.bytes.data(), t.bytes.size());
+  const std::span<const std::byte> b = data_of(name, t, bytes);
+  return crc(c, b.data(), b.size());
 }
 
 // "<where>/<name>" -> checksum, for every tensor the checkpoint holds and for its metadata (key excepted).
-std::map<std::string, uint32_t> checksums_of(const Model& m, const std::string& key) {
+std::map<std::string, uint32_t> checksums_of(const Model& m, const std::string& key, const TensorBytes& bytes) {
   std::map<std::string, uint32_t> out;
-  for (const auto& [name, t] : m.graph.initializers) out["initializer/" + name] = tensor_crc(t);
+  auto add = [&](const std::string& where, const Graph& g) {
+    for (const auto& [name, t] : g.initializers) out[where + name] = tensor_crc(name, t, bytes);
+  };
+  add("initializer/", m.graph);
   for (size_t i = 0; i < m.training_info.size(); ++i) {
     const std::string ti = "training_info[" + std::to_string(i) + "]";
-    for (const auto& [name, t] : m.training_info[i].algorithm.initializers) out[ti + ".algorithm/" + name] = tensor_crc(t);
-    for (const auto& [name, t] : m.training_info[i].initialization.initializers)
-      out[ti + ".initialization/" + name] = tensor_crc(t);
+    add(ti + ".algorithm/", m.training_info[i].algorithm);
+    add(ti + ".initialization/", m.training_info[i].initialization);
   }
   uint32_t c = static_cast<uint32_t>(crc32(0L, Z_NULL, 0));
   for (const auto& [k, v] : m.metadata) {
@@ -69,9 +84,9 @@ std::string describe(const std::string& entry) {
 
 }  // namespace
 
-std::string checksums_text(const Model& m, const std::string& key) {
+std::string checksums_text(const Model& m, const std::string& key, const TensorBytes& bytes) {
   std::string value;
-  for (const auto& [entry, c] : checksums_of(m, key)) value += hex(c) + " " + entry + "\n";
+  for (const auto& [entry, c] : checksums_of(m, key, bytes)) value += hex(c) + " " + entry + "\n";
   return value;
 }
 
@@ -87,7 +102,7 @@ void verify_checksums(const Model& m, const std::string& key, const std::string&
     if (space != 8) fail(source, "metadata '" + key + "' is malformed (line '" + line + "'): the file is corrupt");
     stored[line.substr(space + 1)] = line.substr(0, space);
   }
-  const std::map<std::string, uint32_t> now = checksums_of(m, key);
+  const std::map<std::string, uint32_t> now = checksums_of(m, key, {});
   for (const auto& [entry, c] : now) {
     auto it = stored.find(entry);
     if (it == stored.end())

@@ -6,12 +6,13 @@
 #include <string>
 
 #include "graph/ir.h"
+#include "graph/model_io.h"
 
 namespace onnxtrain {
 
 // The value of metadata entry `key`: the checksums of m's tensors and of its metadata other than `key`, one
-// "<crc32 hex> <where>/<name>" line each.
-std::string checksums_text(const Model& m, const std::string& key);
+// "<crc32 hex> <where>/<name>" line each. Hollow tensors (graph/model_io.h) are read through `bytes`.
+std::string checksums_text(const Model& m, const std::string& key, const TensorBytes& bytes = {});
 
 // Throws Error "<source>: ..." naming the first tensor (or the metadata) whose checksum differs, or that is
 // missing or extra; does nothing when m has no entry `key`.

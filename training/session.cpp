@@ -47,6 +47,7 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
     if (adapters.empty()) adapters = apply_lora(model_, config_.adapter);
     for (const LoraAdapter& a : adapters) adapter_weights.insert(adapter_weights.end(), {a.a, a.b});
   }
+  keep_in_store(model_.graph);  // before the graphs below copy it
   validate_mixed_precision(config_.mixed_precision);
   const bool mixed = config_.mixed_precision.active();
   // The graph the session computes: the model, with mixed precision's casts when asked for.
@@ -153,6 +154,13 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
     accumulate_og = append_optimizer(*ag, micro_grads, config_.optimizer, OptimizerPhase::AccumulateOnly);
   }
 
+  // The optimizer state's initial values, for checkpoints; then every graph hands its tensors to the store.
+  initialization_ = initialization_graph(tg, state_names_);
+  if (compute) keep_in_store(*compute);
+  keep_in_store(gg);
+  keep_in_store(tg);
+  if (ag) keep_in_store(*ag);
+
   auto opsets = model_.opset_imports;
   opsets.emplace("onnxtrain", 1);  // fused gradient ops (ReluGrad, ...)
   ExecutorOptions eo;
@@ -213,7 +221,7 @@ void TrainingSession::reduce_gradients(Graph& step_graph, std::map<std::string, 
   for (const std::string& w : trainable_) {
     const std::string& g = grads.at(w);
     const TensorData& t = step_graph.initializers.at(w);
-    if (seen.insert(g).second) values.push_back({g, t.dtype, t.bytes.size()});
+    if (seen.insert(g).second) values.push_back({g, t.dtype, static_cast<size_t>(t.numel()) * dtype_size(t.dtype)});
   }
   const std::string loss = step_graph.outputs.front().name;
   values.push_back({loss, step_graph.type_of(loss)->dtype, dtype_size(step_graph.type_of(loss)->dtype)});
@@ -361,16 +369,53 @@ Tensor TrainingSession::state(const std::string& name) const {
   return store_->at(name).to(Device::CPU);
 }
 
-Model TrainingSession::export_inference() const {
-  Model m = model_;
-  for (const std::string& w : trainable_) m.graph.initializers[w] = store_->at(w).to_data();
+void TrainingSession::keep_in_store(Graph& g) {
+  // Small ones stay: gradient rules read the values of constants such as Resize scales or GELU's coefficients.
+  constexpr size_t kMinBytes = 1024;
+  for (auto& [name, t] : g.initializers) {
+    if (!is_floating(t.dtype) || is_hollow(t) || t.bytes.size() < kMinBytes) continue;
+    // Same name, same tensor: each executor would put only the first it sees in the store as well.
+    if (!store_->count(name)) {
+      Tensor x = Tensor::from_data(t);
+      (*store_)[name] = device_ == Device::CPU ? std::move(x) : x.to(device_);
+    }
+    std::vector<std::byte>().swap(t.bytes);  // freed now, one tensor at a time: no moment holds two copies
+  }
+}
+
+TensorData TrainingSession::stored_or_hollow(const std::string& name) const {
+  const Tensor& t = store_->at(name);
+  if (device_ != Device::CPU) return t.to_data();
+  return TensorData{t.dtype, t.shape, {}};
+}
+
+TensorBytes TrainingSession::stored_bytes() const {
+  return [store = store_](const std::string& name) -> std::span<const std::byte> {
+    auto it = store->find(name);
+    if (it == store->end() || !host_accessible(it->second.device)) return {};
+    return {static_cast<const std::byte*>(it->second.data), it->second.nbytes()};
+  };
+}
+
+Model TrainingSession::export_shell() const {
+  Model m = model_;  // large floating-point initializers are hollow: the store holds them
+  for (auto& [name, t] : m.graph.initializers)
+    if (is_hollow(t)) t = stored_or_hollow(name);
+  for (const std::string& w : trainable_) m.graph.initializers[w] = stored_or_hollow(w);  // the current values
   m.training_info.clear();  // a session built from a checkpoint file still exports a clean inference model
+  return m;
+}
+
+Model TrainingSession::export_inference() const {
+  Model m = export_shell();
+  for (auto& [name, t] : m.graph.initializers)
+    if (is_hollow(t)) t = store_->at(name).to_data();
   return m;
 }
 
 void TrainingSession::export_inference(const std::filesystem::path& path) const {
   if (!writes_files()) return;
-  save_model_large(export_inference(), path);
+  save_model_large(export_shell(), path, {}, stored_bytes());
 }
 
 Model TrainingSession::export_gradient_model() const {

@@ -16,6 +16,7 @@
 #include "executor/device.h"
 #include "executor/executor.h"
 #include "graph/ir.h"
+#include "graph/model_io.h"  // TensorBytes
 #include "losses/loss.h"
 #include "losses/penalty.h"
 #include "optimizers/optimizer.h"
@@ -138,6 +139,13 @@ class TrainingSession {
   // training_info[0] holding one training step, its update bindings and the optimizer state, plus the
   // configuration in metadata_props. Standard ONNX: inference runtimes run it and ignore training_info.
   Model checkpoint() const;
+  // checkpoint() and export_inference() without the copies: every tensor the session stores (weights,
+  // optimizer state) is hollow (dtype and dims, no bytes; graph/model_io.h), and stored_bytes() reads them in
+  // place until the next train_step. save_checkpoint and export_inference(path) stream them to the file this way
+  // (docs/checkpoint.md, "Large models"). On a device other than the CPU they hold host copies instead.
+  Model checkpoint_shell() const;
+  Model export_shell() const;
+  TensorBytes stored_bytes() const;
   // Atomic: temp file, fsync, rename. When data-parallel only rank 0 writes (the others return at once; the
   // ranks hold the same state), as for export_inference(path).
   void save_checkpoint(const std::filesystem::path& path) const;
@@ -176,6 +184,9 @@ class TrainingSession {
   Device device() const { return device_; }
 
  private:
+  // from_checkpoint on a model it may take apart (the path overload's, loaded for it).
+  static TrainingSession resume(Model&& checkpoint, const std::string& source, DataParallelSpec parallel,
+                                std::string device);
   std::span<const Tensor* const> order_feeds(Executor& ex, const Feeds& feeds);
   // Data-parallel: the collectives between gradients and optimizer, and rank 0's state on every rank.
   void reduce_gradients(Graph& step_graph, std::map<std::string, std::string>& grads) const;
@@ -184,6 +195,12 @@ class TrainingSession {
   void skip_or_raise(const NonFiniteError& e);
   // Records how reports name the loss and gradients a step checks; returns them, loss first.
   std::vector<std::string> describe_guarded(const std::string& loss, const std::map<std::string, std::string>& grads);
+
+  // A hollow tensor for what the store holds (a host copy off the CPU), for the shells above.
+  TensorData stored_or_hollow(const std::string& name) const;
+  // The model and the graphs the session builds keep dtype and dims of their floating-point initializers; the
+  // store holds the one copy of the bytes (a large model would otherwise be held once per executor).
+  void keep_in_store(Graph& g);
 
   Model model_;
   TrainingConfig config_;
@@ -194,6 +211,7 @@ class TrainingSession {
   std::shared_ptr<TensorStore> store_;
   std::unique_ptr<Executor> infer_, grad_, train_, accumulate_;
   std::vector<std::string> state_names_, group_lr_names_;
+  Graph initialization_;  // the checkpoint's initialization graph, built while the state's initial values exist
   std::string step_name_;
   std::vector<std::pair<std::string, std::string>> updates_;  // the training step's (new value, state)
   int micro_ = 0;  // micro-batches accumulated since the last update

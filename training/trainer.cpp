@@ -318,6 +318,11 @@ TrainResult Trainer::fit() {
 
 Model Trainer::checkpoint() const {
   Model m = session_.checkpoint();
+  add_checkpoint_metadata(m);
+  return m;
+}
+
+void Trainer::add_checkpoint_metadata(Model& m) const {
   auto put = [&](const std::string& k, std::string v) { m.metadata.emplace_back(kTrainerKey + k, std::move(v)); };
   put("epoch", std::to_string(epoch_));
   put("batch", std::to_string(batch_));
@@ -329,11 +334,14 @@ Model Trainer::checkpoint() const {
   put("world_size", std::to_string(world_size()));
   for (const auto& cb : callbacks_) cb->save_state(m.metadata);
   for (const auto& kv : options_.metadata) m.metadata.push_back(kv);
-  return m;
 }
 
 void Trainer::save_checkpoint(const std::filesystem::path& path) const {
-  if (rank() == 0) save_model_large(checkpoint(), path);  // the ranks hold the same state
+  if (rank() != 0) return;  // the ranks hold the same state
+  // Streamed from the session's store, without a copy of the weights and state (docs/checkpoint.md).
+  Model m = session_.checkpoint_shell();
+  add_checkpoint_metadata(m);
+  save_model_large(m, path, {}, session_.stored_bytes());
 }
 
 int Trainer::rank() const { return !replicas_ && session_.communicator() ? session_.communicator()->rank() : 0; }

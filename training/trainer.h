@@ -155,6 +155,7 @@ class Trainer {
   int world_size() const;
 
  private:
+  void add_checkpoint_metadata(Model& m) const;  // the loop's position and the callbacks' state
   TrainingSession& session_;
   ReplicatedSession* replicas_ = nullptr;  // steps and end_epoch go through it when set
   DataLoader& train_;
