@@ -30,7 +30,10 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ONNXTRAIN_HAVE_BF16_KERNEL 1
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #else
 #define ONNXTRAIN_HAVE_BF16_KERNEL 0
 #endif
@@ -39,6 +42,7 @@ namespace onnxtrain::cpu {
 
 namespace {
 std::atomic<bool> g_forced_emulation{false};
+std::atomic<bool> g_forced_avx512{false};
 }  // namespace
 
 bool bf16_native_supported() {
@@ -62,8 +66,28 @@ std::string bf16_path_description() {
   if (!bf16_native_supported())
     return "bfloat16 MatMul/Gemm: float32 emulation (this CPU or build has no AVX-512 BF16; slower than float32)";
   if (g_forced_emulation.load()) return "bfloat16 MatMul/Gemm: float32 emulation (forced)";
+  if (bf16_amx_supported() && !g_forced_avx512.load())
+    return "bfloat16 MatMul/Gemm: native AMX-BF16 tiles (tdpbf16ps, float32 accumulation)";
   return "bfloat16 MatMul/Gemm: native AVX-512 BF16 (vdpbf16ps, float32 accumulation)";
 }
+
+bool bf16_amx_supported() {
+#if ONNXTRAIN_HAVE_BF16_KERNEL
+  static const bool yes = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool amx_bf16 = edx >> 22 & 1, amx_tile = edx >> 24 & 1;
+    if (!amx_bf16 || !amx_tile || !bf16_native_supported()) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return yes;
+#else
+  return false;
+#endif
+}
+
+void force_bf16_avx512_kernel(bool on) { g_forced_avx512.store(on); }
 
 #if ONNXTRAIN_HAVE_BF16_KERNEL
 // The instruction sets the kernels are compiled for; a macro because it is an attribute, which no function can be.
@@ -127,7 +151,7 @@ ONNXTRAIN_BF16_TARGET void pack_b(const Bf16Matrix& b, int64_t K, int64_t kp, in
       const __mmask32 m = nr >= 32 ? ~__mmask32(0) : (__mmask32(1) << nr) - 1;
       for (int64_t p = 0; p < pairs; ++p) {
         const uint16_t* r0 = b.p + 2 * p * b.rs + j0 + jr;
-        const __m512i x = _mm512_maskz_loadu_epi16(m, r0);
+        const __m512i x = 2 * p < K ? _mm512_maskz_loadu_epi16(m, r0) : _mm512_setzero_si512();
         const __m512i y = 2 * p + 1 < K ? _mm512_maskz_loadu_epi16(m, r0 + b.rs) : _mm512_setzero_si512();
         _mm512_store_si512(dst + p * 2 * kNr, _mm512_permutex2var_epi16(x, lo, y));
         _mm512_store_si512(dst + p * 2 * kNr + kNr, _mm512_permutex2var_epi16(x, hi, y));
@@ -145,7 +169,7 @@ ONNXTRAIN_BF16_TARGET void pack_b(const Bf16Matrix& b, int64_t K, int64_t kp, in
           std::memcpy(&w, col + 2 * p, sizeof w);
           d[p * kNr] = w;
         }
-        if (K % 2) dst[(pairs - 1) * 2 * kNr + 2 * j] = col[K - 1];
+        if (K % 2) dst[(K / 2) * 2 * kNr + 2 * j] = col[K - 1];
       }
       continue;
     }
@@ -156,7 +180,8 @@ ONNXTRAIN_BF16_TARGET void pack_b(const Bf16Matrix& b, int64_t K, int64_t kp, in
 
 // Copies rows [i0, i0 + rows) of op(A) into `dst`, row-major with row stride kp, the padding k zero.
 ONNXTRAIN_BF16_TARGET void pack_a(const Bf16Matrix& a, int64_t K, int64_t kp, int64_t i0, int64_t rows, uint16_t* dst) {
-  for (int64_t i = 0; i < rows; ++i) dst[i * kp + kp - 1] = 0;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t k = K; k < kp; ++k) dst[i * kp + k] = 0;
   if (a.rs == 1) {
     // A stored transposed: for each k, the strip's rows are contiguous.
     for (int64_t k = 0; k < K; ++k) {
@@ -171,6 +196,70 @@ ONNXTRAIN_BF16_TARGET void pack_a(const Bf16Matrix& a, int64_t K, int64_t kp, in
       continue;
     }
     for (int64_t k = 0; k < K; ++k) dst[i * kp + k] = at(a, i0 + i, k);
+  }
+}
+
+inline __mmask16 lanes(int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+// Transposes the 16 x 16 block of 32-bit words r[row][column] in place (2 x 2, 4 x 4, then 16 x 16 by 128-bit
+// lanes): avx512::transpose16's shuffles, here for the kernel's own target (that header needs the build's -march).
+ONNXTRAIN_BF16_TARGET inline void transpose16x16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xDD);
+    r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+    r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xDD);
+  }
+}
+
+// All of op(A) into `dst`, row-major [rows][kp] with rows = M rounded up to 16, padding zero. A stored transposed
+// (a weight gradient's activations, A = X^T) goes 16 rows x 32 k at a time: two stored rows (k, k + 1) interleave
+// into one word per row of op(A), and a 16 x 16 transpose of those words gives 16 rows of 32 k.
+ONNXTRAIN_BF16_TARGET void pack_a_all(const Bf16Matrix& a, int64_t M, int64_t K, int64_t kp, uint16_t* dst) {
+  const int64_t rows = (M + 15) / 16 * 16;
+  if (a.rs != 1 || a.cs == 1) {
+    pack_a(a, K, kp, 0, M, dst);
+    std::memset(dst + M * kp, 0, static_cast<size_t>((rows - M) * kp) * sizeof(uint16_t));
+    return;
+  }
+  alignas(64) static constexpr std::array<uint16_t, 32> kPairs = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                                   37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                                                   11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  const __m512i pairs = _mm512_load_si512(kPairs.data());
+  for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+    const __mmask16 m = static_cast<__mmask16>(M - i0 >= 16 ? 0xFFFF : (1u << (M - i0)) - 1);
+    for (int64_t k0 = 0; k0 < kp; k0 += 32) {
+      __m512i r[16];
+      for (int p = 0; p < 16; ++p) {
+        const int64_t k = k0 + 2 * p;
+        const __m512i lo = k < K ? _mm512_zextsi256_si512(_mm256_maskz_loadu_epi16(m, a.p + k * a.cs + i0))
+                                 : _mm512_setzero_si512();
+        const __m512i hi = k + 1 < K ? _mm512_zextsi256_si512(_mm256_maskz_loadu_epi16(m, a.p + (k + 1) * a.cs + i0))
+                                     : _mm512_setzero_si512();
+        r[p] = _mm512_permutex2var_epi16(lo, pairs, hi);
+      }
+      transpose16x16(r);
+      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + (i0 + i) * kp + k0, r[i]);
+    }
   }
 }
 
@@ -197,6 +286,26 @@ ONNXTRAIN_BF16_TARGET inline __m512 widen_bf16(__m256i h) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+// 16 sums of a row of Y (lanes m): alpha, plus beta times C's 16 values at c (null: no C), rounded once, stored at y.
+ONNXTRAIN_BF16_TARGET inline void finish(__m512 s, __mmask16 m, const Epilogue& e, const uint16_t* c, uint16_t* y) {
+  if (e.alpha != 1.0f) s = _mm512_mul_ps(_mm512_set1_ps(e.alpha), s);
+  if (c) {
+    __m512 cv;
+    if (e.c.cs == 1) {
+      cv = widen_bf16(_mm256_maskz_loadu_epi16(m, c));
+    } else if (e.c.cs == 0) {
+      cv = widen_bf16(_mm256_set1_epi16(static_cast<short>(*c)));
+    } else {
+      alignas(32) uint16_t tmp[16] = {};
+      for (int j = 0; j < 16; ++j)
+        if (m >> j & 1) tmp[j] = c[j * e.c.cs];
+      cv = widen_bf16(_mm256_load_si256(reinterpret_cast<const __m256i*>(tmp)));
+    }
+    s = _mm512_fmadd_ps(_mm512_set1_ps(e.beta), cv, s);
+  }
+  _mm256_mask_storeu_epi16(y, m, round_bf16(s));
+}
+
 // R rows and V vectors of 16 columns (V = 1 for a last panel of at most 16) of Y over `pairs` pairs of k.
 // A(i, 2p..2p+1) is the 32-bit word at a + i * lda + 2p; the panel is bp[p][kNr][2]. Y's tile is at y (rows ldy
 // apart), C's at c (its strides), columns masked by m0/m1.
@@ -220,29 +329,10 @@ ONNXTRAIN_BF16_TARGET void tile(int64_t pairs, const uint16_t* __restrict a, int
       for (int v = 0; v < V; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, b[v]);
     }
   }
-  const __m512 alpha = _mm512_set1_ps(e.alpha), beta = _mm512_set1_ps(e.beta);
 #pragma GCC unroll 14
   for (int i = 0; i < R; ++i)
-    for (int v = 0; v < V; ++v) {
-      const __mmask16 m = v == 0 ? m0 : m1;
-      __m512 s = e.alpha == 1.0f ? acc[i][v] : _mm512_mul_ps(alpha, acc[i][v]);
-      if (c) {
-        const uint16_t* cr = c + i * e.c.rs + v * 16 * e.c.cs;
-        __m512 cv;
-        if (e.c.cs == 1) {
-          cv = widen_bf16(_mm256_maskz_loadu_epi16(m, cr));
-        } else if (e.c.cs == 0) {
-          cv = widen_bf16(_mm256_set1_epi16(static_cast<short>(*cr)));
-        } else {
-          alignas(32) uint16_t tmp[16] = {};
-          for (int j = 0; j < 16; ++j)
-            if (m >> j & 1) tmp[j] = cr[j * e.c.cs];
-          cv = widen_bf16(_mm256_load_si256(reinterpret_cast<const __m256i*>(tmp)));
-        }
-        s = _mm512_fmadd_ps(beta, cv, s);
-      }
-      _mm256_mask_storeu_epi16(y + i * ldy + v * 16, m, round_bf16(s));
-    }
+    for (int v = 0; v < V; ++v)
+      finish(acc[i][v], v == 0 ? m0 : m1, e, c ? c + i * e.c.rs + v * 16 * e.c.cs : nullptr, y + i * ldy + v * 16);
 }
 
 using TileFn = void (*)(int64_t, const uint16_t*, int64_t, const uint16_t*, uint16_t*, int64_t, __mmask16, __mmask16,
@@ -255,13 +345,128 @@ template <int V, int... R> constexpr std::array<TileFn, sizeof...(R)> tile_table
 constexpr std::array<std::array<TileFn, kMr>, 2> kTiles{tile_table<1>(std::make_integer_sequence<int, kMr>{}),
                                                          tile_table<2>(std::make_integer_sequence<int, kMr>{})};
 
-inline __mmask16 lanes(int64_t n) {
-  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+// ---- AMX: where the CPU has AMX-BF16 (Sapphire Rapids and later), tiles instead of vdpbf16ps ----
+// vdpbf16ps does two products per lane, but these cores issue it at half the rate of an FMA, so it is no faster
+// than float32 (bench: 70-90 against 100-150 GFLOP/s on one thread). An AMX tile multiply (tdpbf16ps) takes a
+// 16 x 32 block of A and 32 x 16 of B per instruction. The B panels above are already in the pair-interleaved
+// layout AMX reads (a tile row is one pair of k for 16 columns), so only K's padding changes: to a multiple of 32.
+#define ONNXTRAIN_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+
+constexpr int64_t kAmxMr = 32;  // rows of a block: two 16-row tiles of A, 2 x 2 tiles of C
+
+// AMX unless a test asked for the vdpbf16ps kernel.
+bool amx_ready() { return bf16_amx_supported() && !g_forced_avx512.load(); }
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles 0-3: C (16 x 16 float32), 4-5: A (16 rows x 32 bfloat16), 6-7: B (16 pairs x 16 columns).
+ONNXTRAIN_AMX_TARGET void amx_configure() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  _tile_loadconfig(&cfg);
+}
+
+ONNXTRAIN_AMX_TARGET void amx_release() { _tile_release(); }
+
+// acc[32][32] (or its first 16 rows when !TWO) = A block (rows lda apart, kp k each) x panel (kp / 2 pairs).
+template <bool TWO>
+ONNXTRAIN_AMX_TARGET void amx_block(int64_t kp, const uint16_t* a, int64_t lda, const uint16_t* bp, float* acc) {
+  constexpr int64_t kRow = 2 * kNr * sizeof(uint16_t);  // bytes from one pair of k to the next in a panel
+  _tile_zero(0);
+  _tile_zero(1);
+  if constexpr (TWO) {
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  const int64_t a_stride = lda * static_cast<int64_t>(sizeof(uint16_t));
+  for (int64_t k = 0; k < kp; k += 32) {
+    const uint16_t* pb = bp + (k / 2) * 2 * kNr;
+    _tile_loadd(4, a + k, a_stride);
+    _tile_loadd(6, pb, kRow);
+    _tile_loadd(7, pb + 32, kRow);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    if constexpr (TWO) {
+      _tile_loadd(5, a + 16 * lda + k, a_stride);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  constexpr int64_t kAccRow = kNr * sizeof(float);
+  _tile_stored(0, acc, kAccRow);
+  _tile_stored(1, acc + 16, kAccRow);
+  if constexpr (TWO) {
+    _tile_stored(2, acc + 16 * kNr, kAccRow);
+    _tile_stored(3, acc + 16 * kNr + 16, kAccRow);
+  }
+}
+
+ONNXTRAIN_BF16_TARGET void finish_block(const float* acc, int64_t rows, int64_t nr, const Epilogue& e,
+                                        const uint16_t* c, uint16_t* y, int64_t ldy) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t v = 0; v * 16 < nr; ++v)
+      finish(_mm512_load_ps(acc + i * kNr + v * 16), lanes(nr - 16 * v), e,
+             c ? c + i * e.c.rs + v * 16 * e.c.cs : nullptr, y + i * ldy + v * 16);
+}
+
+void serial_amx(int64_t M, int64_t N, int64_t K, const Bf16Matrix& a, const Bf16Matrix& b, const Epilogue& e,
+                uint16_t* y, int64_t ldy) {
+  const int64_t kp = (K + 31) / 32 * 32;
+  // B's block stays in L2 (about 256 KiB of it) while every strip of A passes over it.
+  const int64_t nc_max = std::clamp<int64_t>(256 * 1024 / (2 * kp) / kNr * kNr, kNr, 1024);
+  const int64_t nc_block = std::min(nc_max, (N + kNr - 1) / kNr * kNr);
+  uint16_t* bp = b_buffer(static_cast<size_t>(kp * nc_block));
+  // A is read in place when each tile row is 32 k of one of A's rows (only a last, partial strip is copied, as the
+  // tiles' rows past M must exist); otherwise all of A is copied once, before the blocks of B.
+  const bool in_place = a.cs == 1 && K % 32 == 0;
+  uint16_t* ap = a_buffer(static_cast<size_t>((in_place ? kAmxMr : (M + 15) / 16 * 16) * kp));
+  if (!in_place) pack_a_all(a, M, K, kp, ap);
+  alignas(64) float acc[kAmxMr * kNr];
+  amx_configure();
+  for (int64_t jc = 0; jc < N; jc += nc_block) {
+    const int64_t nc = std::min(nc_block, N - jc);
+    pack_b(b, K, kp, jc, nc, bp);
+    for (int64_t ir = 0; ir < M; ir += kAmxMr) {
+      const int64_t rows = std::min(kAmxMr, M - ir);
+      const bool two = rows > 16;
+      const int64_t padded = two ? 32 : 16;
+      const uint16_t* as = ap + ir * kp;
+      int64_t lda = kp;
+      if (in_place && rows == padded) {
+        as = a.p + ir * a.rs;
+        lda = a.rs;
+      } else if (in_place) {
+        if (jc == 0) {
+          pack_a(a, K, kp, ir, rows, ap);
+          std::memset(ap + rows * kp, 0, static_cast<size_t>((padded - rows) * kp) * sizeof(uint16_t));
+        }
+        as = ap;
+      }
+      for (int64_t jr = 0; jr < nc; jr += kNr) {
+        const int64_t nr = std::min<int64_t>(kNr, nc - jr);
+        const uint16_t* panel = bp + (jr / kNr) * kp * kNr;
+        if (two) amx_block<true>(kp, as, lda, panel, acc);
+        else amx_block<false>(kp, as, lda, panel, acc);
+        const int64_t j = jc + jr;
+        finish_block(acc, rows, nr, e, e.c.p ? e.c.p + ir * e.c.rs + j * e.c.cs : nullptr, y + ir * ldy + j, ldy);
+      }
+    }
+  }
+  amx_release();
 }
 
 // One product on this thread.
 void serial_gemm(int64_t M, int64_t N, int64_t K, const Bf16Matrix& a, const Bf16Matrix& b, const Epilogue& e,
                  uint16_t* y, int64_t ldy) {
+  if (amx_ready()) return serial_amx(M, N, K, a, b, e, y, ldy);
   const int64_t kp = K + (K % 2);
   // A row whose k are contiguous and even in number is read in place; otherwise each strip is copied first.
   const bool a_in_place = a.cs == 1 && K % 2 == 0 && M > 0;
@@ -295,7 +500,8 @@ void serial_gemm(int64_t M, int64_t N, int64_t K, const Bf16Matrix& a, const Bf1
 void parallel_gemm(int64_t M, int64_t N, int64_t K, const Bf16Matrix& a, const Bf16Matrix& b, const Epilogue& e,
                    uint16_t* y, int64_t ldy, int max_threads) {
   const bool by_rows = M >= N;
-  const int64_t units = by_rows ? (M + kMr - 1) / kMr : (N + kNr - 1) / kNr;
+  const int64_t mr = amx_ready() ? kAmxMr : kMr;
+  const int64_t units = by_rows ? (M + mr - 1) / mr : (N + kNr - 1) / kNr;
   const int threads = static_cast<int>(std::min<int64_t>(max_threads, units));
   if (threads < 2) return serial_gemm(M, N, K, a, b, e, y, ldy);
   std::exception_ptr failed;  // an exception must not leave a parallel region (a buffer's first allocation)
@@ -304,7 +510,7 @@ void parallel_gemm(int64_t M, int64_t N, int64_t K, const Bf16Matrix& a, const B
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t u0 = units * t / nt, u1 = units * (t + 1) / nt;
     if (by_rows) {
-      const int64_t m0 = u0 * kMr, m1 = std::min(M, u1 * kMr);
+      const int64_t m0 = u0 * mr, m1 = std::min(M, u1 * mr);
       Bf16Matrix as = a;
       as.p += m0 * a.rs;
       Epilogue es = e;

@@ -1,6 +1,7 @@
 #pragma once
-// Native bfloat16 products for mixed precision on CPUs with AVX-512 BF16 (vdpbf16ps): Y = bf16(alpha * A·B +
-// beta * C) with float32 accumulation, the numerics of a bfloat16 tensor-core GEMM with a float32 accumulator.
+// Native bfloat16 products for mixed precision on CPUs with AVX-512 BF16 (vdpbf16ps), and AMX-BF16 tiles where
+// the CPU has them: Y = bf16(alpha * A·B + beta * C) with float32 accumulation, the numerics of a bfloat16
+// tensor-core GEMM with a float32 accumulator.
 //
 // Why our own kernel rather than oneDNN's bf16 matmul primitive: every oneDNN primitive execute builds its
 // argument map on the heap (5 operator new per call), and a steady training step allocates nothing
@@ -27,6 +28,11 @@ bool bf16_native_enabled();
 // Tests: make kernels built from now on use the float32 emulation even where native products run (false restores
 // the automatic choice). Kernels already built keep their path.
 void force_bf16_emulation(bool on);
+// True when the CPU also has AMX-BF16 and Linux grants this process its tile state (asked once): bf16_gemm then
+// multiplies 16 x 32 x 16 blocks per instruction (tdpbf16ps) instead of vectors (vdpbf16ps).
+bool bf16_amx_supported();
+// Tests: use the vdpbf16ps kernel even where AMX is there (false restores AMX).
+void force_bf16_avx512_kernel(bool on);
 // One line saying which path bfloat16 products take on this machine, and why (docs/performance.md).
 std::string bf16_path_description();
 

@@ -37,27 +37,39 @@ void expect_bf16_close(uint16_t got, double want, double abs_sum, int64_t K, con
   ASSERT_NEAR(bf(got), want, tol) << what;
 }
 
-class Bf16Native : public ::testing::TestWithParam<int> {  // the parameter: OpenMP threads
+// The parameter: OpenMP threads, and whether to use the vdpbf16ps kernel where the CPU also has AMX (each CPU runs
+// the kernels it has; the AMX cases skip on a CPU without AMX).
+struct Config {
+  int threads;
+  bool vector_kernel;
+};
+
+class Bf16Native : public ::testing::TestWithParam<Config> {
  protected:
   void SetUp() override {
     if (!cpu::bf16_native_supported()) GTEST_SKIP() << "this CPU has no AVX-512 BF16: " << cpu::bf16_path_description();
+    if (!GetParam().vector_kernel && !cpu::bf16_amx_supported()) GTEST_SKIP() << "this CPU has no AMX-BF16";
     saved_ = omp_get_max_threads();
-    omp_set_num_threads(GetParam());
+    omp_set_num_threads(GetParam().threads);
+    cpu::force_bf16_avx512_kernel(GetParam().vector_kernel);
   }
   void TearDown() override {
+    cpu::force_bf16_avx512_kernel(false);
     if (saved_) omp_set_num_threads(saved_);
   }
   int saved_ = 0;
 };
 
 // Operands stored row-major, transposed, or with neither stride 1 (every 3rd element of a wider buffer), over
-// sizes that cover a partial strip of rows, panels of <= 16 and > 16 columns, more than one 512-column block, odd
-// and even K, and C broadcast as a row, a column, a scalar and in full.
+// sizes that cover partial strips of rows (of 14 and of 32), panels of <= 16 and > 16 columns, more than one block
+// of columns, odd K, K a multiple of 32 (A read in place by the AMX tiles) and not, and C broadcast as a row, a
+// column, or in full.
 TEST_P(Bf16Native, GemmMatchesFloat64OnEveryLayout) {
   struct Size {
     int64_t M, N, K;
   };
-  const Size sizes[] = {{1, 1, 1}, {3, 5, 7}, {14, 32, 16}, {15, 33, 9}, {29, 17, 64}, {40, 530, 33}, {70, 20, 300}};
+  const Size sizes[] = {{1, 1, 1},   {3, 5, 7},     {14, 32, 16},  {15, 33, 9},   {29, 17, 64},
+                        {40, 530, 33}, {70, 20, 300}, {50, 40, 96}, {16, 70, 128}, {33, 1100, 40}};
   enum Layout { kRows, kCols, kStrided };
   uint32_t seed = 1;
   for (const Size& s : sizes)
@@ -152,7 +164,12 @@ TEST_P(Bf16Native, NonFiniteOperandsPropagate) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Threads, Bf16Native, ::testing::Values(1, 2), threads_name);
+INSTANTIATE_TEST_SUITE_P(Kernels, Bf16Native,
+                         ::testing::Values(Config{1, false}, Config{2, false}, Config{1, true}, Config{2, true}),
+                         [](const ::testing::TestParamInfo<Config>& i) {
+                           return std::string(i.param.vector_kernel ? "vdpbf16ps_" : "amx_") +
+                                  std::to_string(i.param.threads) + "_threads";
+                         });
 
 Tensor bf16_tensor(std::vector<int64_t> shape, uint32_t seed) {
   Tensor t = Tensor::empty(DType::BFloat16, shape);
