@@ -259,29 +259,32 @@ std::map<std::string, std::string> insert_allreduce(Graph& g, const std::vector<
                    [&](const ReducedValue* a, const ReducedValue* b) { return made_at(a) < made_at(b); });
   GraphBuilder b(g, "allreduce/");
   std::map<std::string, std::string> reduced;
-  // Buckets fill in that order, one open bucket per dtype.
-  std::map<DType, std::pair<std::vector<const ReducedValue*>, size_t>> open;
+  // Buckets fill in that order, one open bucket per dtype (and, with compression, per exactness).
+  const bool compress = o.compression != "none";
+  using Key = std::pair<DType, bool>;  // dtype, travels uncompressed
+  std::map<Key, std::pair<std::vector<const ReducedValue*>, size_t>> open;
+  auto emit = [&](const Key& key, std::vector<const ReducedValue*>& bucket) {
+    BucketOptions bo = o;
+    // Only float32 values are compressed: float64 ones (a float64 model) travel as they are.
+    if (key.first != DType::Float32 || key.second) bo.compression = "none";
+    emit_bucket(b, bucket, op, bo, reduced);
+    bucket.clear();
+  };
   for (const ReducedValue* pv : order) {
     const ReducedValue& v = *pv;
     if (v.dtype != DType::Float32 && v.dtype != DType::Float64)
       fail("allreduce of '" + v.name + "'", "expected float32 or float64, got " + dtype_name(v.dtype));
     if (reduced.count(v.name)) fail("allreduce of '" + v.name + "'", "the value is listed twice");
-    auto& [bucket, bytes] = open[v.dtype];
+    const Key key{v.dtype, compress && v.exact};
+    auto& [bucket, bytes] = open[key];
     if (!bucket.empty() && bytes + v.bytes > o.bucket_bytes) {
-      BucketOptions bo = o;
-      if (v.dtype != DType::Float32) bo.compression = "none";
-      emit_bucket(b, bucket, op, bo, reduced);
-      bucket.clear();
+      emit(key, bucket);
       bytes = 0;
     }
     bucket.push_back(&v);
     bytes += v.bytes;
   }
-  for (auto& [dtype, ob] : open) {
-    BucketOptions bo = o;
-    if (dtype != DType::Float32) bo.compression = "none";  // float64 values (a float64 model) travel as they are
-    emit_bucket(b, ob.first, op, bo, reduced);
-  }
+  for (auto& [key, ob] : open) emit(key, ob.first);
   return reduced;
 }
 

@@ -66,6 +66,8 @@ struct ReducedValue {
   std::string name;
   DType dtype = DType::Float32;
   size_t bytes = 0;
+  // Never compressed (the loss, which is reported): with compression such values share buckets of their own.
+  bool exact = false;
 };
 
 // Appends nodes reducing `values`, grouped into buckets by dtype and size in the order the graph produces them

@@ -204,7 +204,7 @@ class Emitter {
 }  // namespace
 
 OptimizerGraph append_optimizer(Graph& g, const std::map<std::string, std::string>& grads, const OptimizerSpec& spec,
-                                OptimizerPhase phase) {
+                                OptimizerPhase phase, const AccumulatedHook& accumulated) {
   std::vector<std::string> weights;
   for (const auto& [w, gname] : grads) weights.push_back(w);
   validate_optimizer(spec, weights);
@@ -225,15 +225,22 @@ OptimizerGraph append_optimizer(Graph& g, const std::map<std::string, std::strin
 
   // Accumulation: buffers hold the sum of the micro-batch gradients so far.
   if (n_acc > 1) {
+    std::map<std::string, std::string> sums;
+    std::map<std::string, TypeInfo> sum_types;
     for (const std::string& w : weights) {
       Expr buf = e.zeros_state(w + ".grad_accum", wv.at(w));
       Expr total = buf + gv.at(w);
       if (phase == OptimizerPhase::AccumulateOnly) {
         e.update(total, buf.name);
       } else {
-        gv.at(w) = total / static_cast<double>(n_acc);
+        sums[w] = total.name;
+        sum_types[w] = total.type;
         e.update(zeros_like(buf), buf.name);
       }
+    }
+    if (phase != OptimizerPhase::AccumulateOnly) {
+      if (accumulated) accumulated(g, sums);
+      for (const std::string& w : weights) gv.at(w) = value(b, sums.at(w), sum_types.at(w)) / static_cast<double>(n_acc);
     }
   }
   if (phase == OptimizerPhase::AccumulateOnly) return out;

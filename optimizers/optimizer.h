@@ -2,6 +2,7 @@
 // Optimizer subgraphs: read each weight, its gradient and its state, and produce the new values. The
 // executor writes them back in place through the returned update bindings. docs/optimizers.md has every
 // update rule, its options and the names of its state.
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -72,8 +73,12 @@ struct OptimizerGraph {
 // State names: "<weight>.momentum_buffer" (sgd), "<weight>.exp_avg", "<weight>.exp_avg_sq",
 // "<weight>.max_exp_avg_sq" (adam, adamw), "<weight>.sum" (adagrad), "<weight>.grad_accum" (accumulation),
 // "optim.step", "optim.lr", "optim.lr.<i>". A name already used by the model is an error.
+// With gradient accumulation, `accumulated` (when given) sees the update phase's sums of the micro-batch gradients
+// (weight -> value, buffer plus this micro-batch) before they are averaged, and may rename them: data-parallel
+// training reduces them there, once per update, instead of every micro-batch (docs/distributed.md).
+using AccumulatedHook = std::function<void(Graph& g, std::map<std::string, std::string>& sums)>;
 OptimizerGraph append_optimizer(Graph& g, const std::map<std::string, std::string>& grads, const OptimizerSpec& spec,
-                                OptimizerPhase phase = OptimizerPhase::Update);
+                                OptimizerPhase phase = OptimizerPhase::Update, const AccumulatedHook& accumulated = {});
 
 // Checks the spec (and the groups against these weights) without building anything.
 void validate_optimizer(const OptimizerSpec& spec, const std::vector<std::string>& weights);

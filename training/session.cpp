@@ -126,17 +126,32 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   Graph tg = gg;
   tg.outputs.resize(1);
   std::map<std::string, std::string> step_grads = grad_names_;
-  reduce_gradients(tg, step_grads);
   // Checked after the reduction: a NaN on one rank reaches every rank's reduced values, and all must skip it.
-  std::vector<std::string> step_checked = describe_guarded(tg.outputs.front().name, step_grads);
-  OptimizerGraph og = append_optimizer(tg, step_grads, config_.optimizer);
+  std::vector<std::string> step_checked;
+  // With accumulation and parallel.reduce_every_micro_batch false, the micro-batches stay local and the ranks
+  // reduce the accumulated sums inside the update (one reduction per update); else each step's own gradients.
+  const bool reduce_sums = config_.parallel.active() && config_.optimizer.gradient_accumulation > 1 &&
+                           !config_.parallel.reduce_every_micro_batch;
+  AccumulatedHook reduce_accumulated;
+  std::map<std::string, std::string> reduced_sums;
+  if (reduce_sums) {
+    reduce_accumulated = [&](Graph& g, std::map<std::string, std::string>& sums) {
+      reduce_gradients(g, sums);
+      reduced_sums = sums;
+      step_checked = describe_guarded(g.outputs.front().name, sums);
+    };
+  } else {
+    reduce_gradients(tg, step_grads);
+    step_checked = describe_guarded(tg.outputs.front().name, step_grads);
+  }
+  OptimizerGraph og = append_optimizer(tg, step_grads, config_.optimizer, OptimizerPhase::Update, reduce_accumulated);
   lr_name_ = og.learning_rate;
   group_lr_names_ = og.group_learning_rates;
   step_name_ = og.step;
   state_names_ = og.state;
   if (mixed) {
     std::vector<std::string> guarded;
-    for (const std::string& w : trainable_) guarded.push_back(step_grads.at(w));
+    for (const std::string& w : trainable_) guarded.push_back((reduce_sums ? reduced_sums : step_grads).at(w));
     guard_updates_with_loss_scale(tg, tg.outputs.front().name, guarded, og.updates, config_.mixed_precision);
     for (const std::string& n : loss_scale_state_names()) state_names_.push_back(n);
   }
@@ -147,12 +162,18 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   if (config_.optimizer.gradient_accumulation > 1) {
     ag = gg;
     ag->outputs.resize(1);
-    // Reduced every micro-batch: the sum of the ranks' means is the mean of their sums.
+    // Reduced every micro-batch (the sum of the ranks' means is the mean of their sums), or kept local until the
+    // update reduces their sum (reduce_sums).
     std::map<std::string, std::string> micro_grads = grad_names_;
-    reduce_gradients(*ag, micro_grads);
+    if (!reduce_sums) reduce_gradients(*ag, micro_grads);
     micro_checked = describe_guarded(ag->outputs.front().name, micro_grads);
     accumulate_og = append_optimizer(*ag, micro_grads, config_.optimizer, OptimizerPhase::AccumulateOnly);
   }
+
+  // With overlap: each reduction starts where its gradients are complete and is waited for where the optimizer
+  // first reads it, now that the graphs are complete.
+  place_collectives(tg);
+  if (ag) place_collectives(*ag);
 
   // The optimizer state's initial values, for checkpoints; then every graph hands its tensors to the store.
   initialization_ = initialization_graph(tg, state_names_);
@@ -224,8 +245,13 @@ void TrainingSession::reduce_gradients(Graph& step_graph, std::map<std::string, 
     if (seen.insert(g).second) values.push_back({g, t.dtype, static_cast<size_t>(t.numel()) * dtype_size(t.dtype)});
   }
   const std::string loss = step_graph.outputs.front().name;
-  values.push_back({loss, step_graph.type_of(loss)->dtype, dtype_size(step_graph.type_of(loss)->dtype)});
-  const std::map<std::string, std::string> reduced = insert_allreduce(step_graph, values, op, dp.bucket_bytes);
+  // Exact: the reported loss is never compressed.
+  values.push_back({loss, step_graph.type_of(loss)->dtype, dtype_size(step_graph.type_of(loss)->dtype), true});
+  BucketOptions bo;
+  bo.bucket_bytes = dp.bucket_bytes;
+  bo.overlap = dp.overlap;
+  bo.compression = dp.compression;
+  const std::map<std::string, std::string> reduced = insert_allreduce(step_graph, values, op, bo);
   for (auto& [w, g] : grads) g = reduced.at(g);
   step_graph.outputs.front().name = reduced.at(loss);
 }
@@ -243,6 +269,7 @@ void TrainingSession::synchronize_initial_state() {
   for (const std::string& name : trainable_) mix(name + ":" + store_->at(name).describe());
   for (const std::string& name : state_names_) mix(name + ":" + store_->at(name).describe());
   for (const Node& n : train_->graph().nodes) mix(n.op_type);
+  mix("compression=" + config_.parallel.compression);  // an attribute, not an op: the ranks must agree on it too
   check_same_on_all_ranks(comm, h, "the model, trainable weights or training configuration");
   // Outside kernels, so through the edge where the store's memory is not the communicator's kind.
   auto broadcast = [&](const std::string& name) {

@@ -1,6 +1,7 @@
 // The MPI program the data-parallel tests launch with `mpirun -np N dist_worker MODE ...`:
 //   collectives                      every Communicator operation against known values
-//   train MODEL CONFIG OUT [B] [STEPS]   trains STEPS steps (default 20) of batch B (default 8) per rank; every
+//   train MODEL CONFIG OUT [B] [STEPS] [MODE]   trains STEPS steps (default 20) of batch B (default 8) per rank,
+//                                    reducing as MODE says (test::set_dp_mode; default overlap); every
 //                                    rank writes OUT/final_rank<r>.onnx and OUT/losses_rank<r>.txt and calls
 //                                    save_checkpoint(OUT/checkpoint_rank<r>.onnx) (only rank 0 may write)
 //   fail MODEL HOW STEP              rank 1 fails at STEP: HOW = kill (SIGKILL itself), stop (SIGSTOP itself),
@@ -20,6 +21,7 @@
 #include "distributed/mpi.h"
 #include "dp_common.h"
 #include "graph/error.h"
+#include "graph/float16.h"
 #include "graph/model_io.h"
 
 using namespace onnxtrain;
@@ -52,6 +54,21 @@ void collectives(Communicator& c) {
   std::vector<float> big(3 << 20, float(r));
   c.allreduce(big.data(), big.size(), DType::Float32, ReduceOp::Mean);
   expect(big.front() == float(n - 1) / 2 && big.back() == float(n - 1) / 2, "12 MB float32 mean");
+  // 16-bit floats (gradient compression): summed in float32, rounded once
+  std::vector<uint16_t> h = {FloatToBFloat16{}(float(r + 1)), FloatToBFloat16{}(0.5f)};
+  c.allreduce(h.data(), h.size(), DType::BFloat16, ReduceOp::Sum);
+  expect(BFloat16ToFloat{}(h[0]) == tri && BFloat16ToFloat{}(h[1]) == 0.5f * n, "bfloat16 sum");
+  h = {FloatToHalf{}(float(r + 1)), FloatToHalf{}(-0.25f)};
+  c.allreduce(h.data(), h.size(), DType::Float16, ReduceOp::Mean);
+  expect(HalfToFloat{}(h[0]) == tri / n && HalfToFloat{}(h[1]) == -0.25f, "float16 mean");
+  // nonblocking: two reductions in flight at once, waited for in the other order
+  std::vector<float> u(1000, float(r)), v(5, 1.0f);
+  PendingReduce pu, pv;
+  c.start_allreduce(pu, u.data(), u.size(), DType::Float32, ReduceOp::Sum);
+  c.start_allreduce(pv, v.data(), v.size(), DType::Float32, ReduceOp::Mean);
+  c.wait(pv);
+  c.wait(pu);
+  expect(u.front() == float(n * (n - 1) / 2) && u.back() == u.front() && v[4] == 1.0f, "start_allreduce and wait");
   c.barrier();
   // bad arguments are errors, not crashes, and leave the communicator usable
   bool threw = false;
@@ -88,6 +105,7 @@ int run(int argc, char** argv, std::shared_ptr<Communicator>& comm) {
     TrainingConfig cfg = test::dp_config(argv[3]);
     cfg.parallel.communicator = comm;
     cfg.parallel.bucket_bytes = 1024;  // several buckets even for this small model
+    test::set_dp_mode(cfg.parallel, argc > 7 ? argv[7] : "overlap");
     TrainingSession s = TrainingSession::from_file(argv[2], cfg);
     const std::vector<float> losses = test::train_shard(s, data, r, comm->size(), steps, batch);
     const std::string tag = "_rank" + std::to_string(r);
@@ -119,7 +137,7 @@ int run(int argc, char** argv, std::shared_ptr<Communicator>& comm) {
     std::fprintf(stderr, "rank %d: finished all steps, the failure was not noticed\n", r);
     return 3;
   }
-  std::fprintf(stderr, "usage: dist_worker collectives | train MODEL CONFIG OUT [B] [STEPS] | fail MODEL HOW STEP\n");
+  std::fprintf(stderr, "usage: dist_worker collectives | train MODEL CONFIG OUT [B] [STEPS] [MODE] | fail MODEL HOW STEP\n");
   return 2;
 }
 

@@ -52,6 +52,8 @@ TrainingConfig dp_config(const std::string& name) {
 void set_dp_mode(DataParallelSpec& spec, const std::string& mode) {
   if (mode == "overlap") spec.overlap = true;
   else if (mode == "sync") spec.overlap = false;
+  else if (mode == "sums") spec.reduce_every_micro_batch = false;
+  else if (mode == "bfloat16" || mode == "float16") spec.compression = mode;
   else fail("set_dp_mode", "unknown mode '" + mode + "'");
 }
 

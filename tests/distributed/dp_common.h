@@ -21,7 +21,8 @@ Dataset make_dataset(int64_t n, int64_t features, uint64_t seed);
 TrainingConfig dp_config(const std::string& name);
 
 // How the ranks reduce (DataParallelSpec), the parameter of the equivalence tests: "overlap" (the default:
-// AllReduceStart/AllReduceWait), "sync" (one blocking AllReduce per bucket).
+// AllReduceStart/AllReduceWait), "sync" (one blocking AllReduce per bucket); and "sums" (reduce only the
+// accumulated gradients, once per update), "bfloat16" and "float16" (compression), each with overlap.
 void set_dp_mode(DataParallelSpec& spec, const std::string& mode);
 inline const char* const kDpModes[] = {"overlap", "sync"};
 

@@ -72,13 +72,14 @@ double tolerance(const std::string& config) {
   return config == "adam_sum" || config == "adam" || test::kUnderAsan ? 3e-5 : kTolerance;
 }
 
-class Equivalence : public Mpirun, public ::testing::WithParamInterface<const char*> {};
+class Equivalence : public Mpirun, public ::testing::WithParamInterface<std::tuple<const char*, const char*>> {};
 
-// Two ranks with batch 8 each against one process with batch 16 on the same samples (the sampler's shards).
+// Two ranks with batch 8 each against one process with batch 16 on the same samples (the sampler's shards),
+// with the reductions overlapped with the backward pass and blocking (test::kDpModes).
 TEST_P(Equivalence, TwoRanksEqualOneProcessWithTwiceTheBatch) {
-  const std::string config = GetParam();
-  const auto path = model(std::string("dp_equiv_") + config);
-  Launch l = mpirun(2, "train " + path.string() + " " + config + " " + dir_.string() + " 8 20");
+  const std::string config = std::get<0>(GetParam()), mode = std::get<1>(GetParam());
+  const auto path = model("dp_equiv_" + config + "_" + mode);
+  Launch l = mpirun(2, "train " + path.string() + " " + config + " " + dir_.string() + " 8 20 " + mode);
   ASSERT_EQ(l.status, 0) << l.output;
 
   const test::Dataset data = test::make_dataset(1024, 16, 3);  // as dist_worker
@@ -99,7 +100,7 @@ TEST_P(Equivalence, TwoRanksEqualOneProcessWithTwiceTheBatch) {
   ASSERT_EQ(losses.size(), ref_losses.size());
   EXPECT_LE(max_relative(losses, ref_losses), kTolerance) << "rank 0 reports the loss of both ranks' batches";
   EXPECT_EQ(read_floats(dir_ / "losses_rank1.txt"), losses) << "every rank reports the same (reduced) loss";
-  std::printf("[ %s ] max relative weight difference after 20 steps: %.3g\n", config.c_str(), worst);
+  std::printf("[ %s %s ] max relative weight difference after 20 steps: %.3g\n", config.c_str(), mode.c_str(), worst);
 
   // Only rank 0 wrote its checkpoint. It resumes in one process with exactly the ranks' weights and step, and
   // training continues on the reference's trajectory (which the ranks' already matches to 1e-5; a few more
@@ -143,8 +144,10 @@ TEST_F(Mpirun, ExampleTrainsAndItsCheckpointResumes) {
   EXPECT_TRUE(std::isfinite(resumed.train_step(test::gather_batch(d, {0, 1, 2, 3}, 0, 4, resumed))));
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimizers, Equivalence, ::testing::Values("sgd_momentum", "adam", "adam_sum", "sgd_accumulate"),
-                         [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
+INSTANTIATE_TEST_SUITE_P(Optimizers, Equivalence,
+                         ::testing::Combine(::testing::Values("sgd_momentum", "adam", "adam_sum", "sgd_accumulate"),
+                                            ::testing::ValuesIn(test::kDpModes)),
+                         [](const auto& i) { return std::string(std::get<0>(i.param)) + "_" + std::get<1>(i.param); });
 
 // Failures: rank 1 fails at step 5; everything must end, with a clear error. Whether it ended is an event, not
 // a stopwatch: a job that hangs is killed by the launch's own time limit (Launch::hung()), and the message says
