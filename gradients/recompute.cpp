@@ -38,6 +38,44 @@ double bytes_of(const Graph& g, const std::string& v) {
   return n;
 }
 
+// Known size of dim i of a value (negative i counts from the end); nullopt when unknown.
+std::optional<int64_t> dim_of(const Graph& g, const std::string& v, int64_t i) {
+  const TypeInfo* t = g.type_of(v);
+  if (!t || !t->shape) return std::nullopt;
+  const int64_t r = static_cast<int64_t>(t->shape->size());
+  if (i < 0) i += r;
+  if (i < 0 || i >= r || !(*t->shape)[static_cast<size_t>(i)].known()) return std::nullopt;
+  return (*t->shape)[static_cast<size_t>(i)].value;
+}
+
+// A product (MatMul, Gemm, Conv) whose contraction is longer than its output's rows are wide (K > N): its output
+// is smaller than the input it would be recomputed from, and recomputing it costs the most arithmetic per byte
+// saved (2K flops per output element). Mode::Auto keeps such outputs (a transformer's FFN down-projection and
+// attention-times-V, most convolutions) and recomputes the widening products and everything elementwise.
+bool narrowing_product(const Graph& g, const Node& n) {
+  if (!(n.domain.empty() || n.domain == "ai.onnx") || n.inputs.size() < 2 || n.outputs.empty()) return false;
+  std::optional<int64_t> k, w;
+  if (n.op_type == "MatMul") {
+    k = dim_of(g, n.inputs[0], -1);
+    const TypeInfo* b = g.type_of(n.inputs[1]);
+    w = b && b->shape && b->shape->size() == 1 ? std::optional<int64_t>(1) : dim_of(g, n.outputs[0], -1);
+  } else if (n.op_type == "Gemm") {
+    k = dim_of(g, n.inputs[0], n.attr_int("transA", 0) ? 0 : 1);
+    w = dim_of(g, n.outputs[0], 1);
+  } else if (n.op_type == "Conv") {
+    const TypeInfo* t = g.type_of(n.inputs[1]);
+    if (!t || !t->shape || t->shape->size() < 2) return false;
+    int64_t prod = 1;
+    for (size_t i = 1; i < t->shape->size(); ++i) {
+      if (!(*t->shape)[i].known()) return false;
+      prod *= (*t->shape)[i].value;
+    }
+    k = prod;
+    w = dim_of(g, n.inputs[1], 0);
+  }
+  return k && w && *k > *w;
+}
+
 // Mode::Auto's choice of forward nodes to recompute (see the header).
 std::vector<bool> auto_selection(const Graph& g, size_t n_forward, size_t first_backward,
                                  const std::vector<size_t>& order, const std::unordered_set<std::string>& on_grad_path) {
@@ -97,7 +135,7 @@ std::vector<bool> auto_selection(const Graph& g, size_t n_forward, size_t first_
   for (size_t p = 0; p < *last_kept; ++p) {
     const Node& n = g.nodes[order[p]];
     const bool on_path = std::any_of(n.outputs.begin(), n.outputs.end(), [&](const std::string& o) { return on_grad_path.count(o) > 0; });
-    if (!is_kept_node[p] && on_path && recomputable(n)) chosen[order[p]] = true;
+    if (!is_kept_node[p] && on_path && recomputable(n) && !narrowing_product(g, n)) chosen[order[p]] = true;
   }
   return chosen;
 }

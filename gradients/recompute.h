@@ -43,6 +43,10 @@ struct RecomputeReport {
 // c the median candidate's bytes: the sqrt(n) segmentation of Chen et al. (2016), which balances the kept
 // boundaries (about T / sqrt(T c) of them, c bytes each) against one segment's recomputed values. Nodes after
 // the last kept boundary are not recomputed: their values are alive when the backward pass starts anyway.
+// Nor are narrowing products (MatMul, Gemm, Conv whose contraction K exceeds the output width N): their output is
+// smaller than the input they would be recomputed from and holds the most arithmetic per byte (2K flops per
+// element), so keeping them (a transformer's FFN down-projection and attention-times-V) buys the most time for
+// the least memory.
 RecomputeReport apply_recompute(Graph& g, size_t n_forward, size_t first_backward,
                                 const std::unordered_set<std::string>& on_grad_path, const RecomputePolicy& policy);
 

@@ -179,6 +179,9 @@ class TrainingSession {
   // Bytes of the arena of train_step's latest plan (every intermediate value, placed by lifetime by the
   // memory planner; 0 before the first step): the activation memory that memory.recompute reduces.
   size_t arena_bytes() const { return train_->last_plan() ? train_->last_plan()->arena_bytes() : 0; }
+  // Of arena_bytes(), the optimizer's new weights and state, which the plan hands over to the store: the same at
+  // every batch size and with or without recomputation. The rest is the activations, gradients and temporaries.
+  size_t arena_update_bytes() const { return train_->last_plan() ? train_->last_plan()->handed_over_bytes() : 0; }
   // The communicator of a data-parallel session; null otherwise.
   const std::shared_ptr<Communicator>& communicator() const { return config_.parallel.communicator; }
   Device device() const { return device_; }

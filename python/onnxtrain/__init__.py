@@ -471,6 +471,12 @@ class TrainingSession:
         before the first step). ``memory='auto'`` reduces it (docs/memory.md)."""
         return self._s.arena_bytes
 
+    @property
+    def arena_update_bytes(self) -> int:
+        """Of ``arena_bytes``, the buffers of the optimizer's new weights and state (the same at any batch size):
+        ``arena_bytes - arena_update_bytes`` is what activations, gradients and temporaries need at their peak."""
+        return self._s.arena_update_bytes
+
     def profile_report(self, top: int = 15) -> str:
         """The profile as text: the share of each op type, then the ``top`` most expensive steps."""
         return self._s.profile_report(top)

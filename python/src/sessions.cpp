@@ -384,6 +384,10 @@ The feeds of train_step/gradients are the model's inputs plus the loss target (t
              return self.run([](TrainingSession& s) { return s.arena_bytes(); });
            }, "Bytes of the arena of train_step's latest plan (every intermediate value, placed by lifetime); 0 "
               "before the first step. memory='auto' reduces it (docs/memory.md).")
+      .def_property_readonly("arena_update_bytes", [](PyTraining& self) {
+             return self.run([](TrainingSession& s) { return s.arena_update_bytes(); });
+           }, "Of arena_bytes, the optimizer's new weights and state (handed over to the store; batch-independent). "
+              "arena_bytes - arena_update_bytes is the activations, gradients and temporaries at their peak.")
       .def("profile_report", [](PyTraining& self, size_t top) {
              return format_profile(self.run([](TrainingSession& s) { return s.profile(); }), top);
            }, py::arg("top") = 15, "The profile as text: the total per op, then the `top` most expensive steps.")
