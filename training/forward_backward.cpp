@@ -19,7 +19,7 @@ ForwardBackwardSession ForwardBackwardSession::from_file(const std::filesystem::
 
 ForwardBackwardSession::ForwardBackwardSession(Model model, std::vector<std::string> trainable,
                                                std::vector<std::string> inputs_requiring_grad, Device device,
-                                               std::shared_ptr<TensorStore> store)
+                                               std::shared_ptr<TensorStore> store, RecomputePolicy recompute)
     : model_(std::move(model)),
       trainable_(std::move(trainable)),
       inputs_requiring_grad_(std::move(inputs_requiring_grad)),
@@ -59,6 +59,7 @@ ForwardBackwardSession::ForwardBackwardSession(Model model, std::vector<std::str
   if (req.outputs.empty()) fail("model", "has no floating-point output to take a gradient");
 
   req.functions = model_.functions;
+  req.recompute = std::move(recompute);
   yield_graph_ = g;
   GradientResult gr = build_gradients(yield_graph_, model_.opset_imports, req);
   grad_names_ = gr.grads;

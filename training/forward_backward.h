@@ -20,10 +20,12 @@ class ForwardBackwardSession {
   // trainable: initializer names; empty = every floating-point initializer. inputs_requiring_grad: graph
   // inputs whose gradients run_backward also returns. store: the weight store to run on, shared with other
   // executors (a TrainingSession's, so its train_step and this backward see the same weights); null = a new one.
-  // Initializers missing from a shared store are added to it, as by any Executor.
+  // Initializers missing from a shared store are added to it, as by any Executor. recompute: activation
+  // recomputation (docs/memory.md): the backward graph recomputes those forward values from the kept ones, so
+  // run_forward keeps fewer activations (saved_names()).
   ForwardBackwardSession(Model model, std::vector<std::string> trainable = {},
                          std::vector<std::string> inputs_requiring_grad = {}, Device device = Device::CPU,
-                         std::shared_ptr<TensorStore> store = nullptr);
+                         std::shared_ptr<TensorStore> store = nullptr, RecomputePolicy recompute = {});
   static ForwardBackwardSession from_file(const std::filesystem::path& model, std::vector<std::string> trainable = {},
                                           std::vector<std::string> inputs_requiring_grad = {});
 

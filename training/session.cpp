@@ -479,7 +479,7 @@ Model TrainingSession::export_gradient_model() const {
 ForwardBackwardSession& TrainingSession::forward_backward() {
   if (!forward_backward_)
     forward_backward_ = std::make_unique<ForwardBackwardSession>(model_, trainable_, config_.inputs_requiring_grad,
-                                                                 device_, store_);
+                                                                 device_, store_, recompute_policy(config_.memory, model_.graph));
   return *forward_backward_;
 }
 

@@ -68,7 +68,7 @@ struct TrainingConfig {
   AdapterSpec adapter;
   // Activation recomputation (docs/memory.md): the backward pass of train_step and gradients() recomputes the
   // chosen forward activations ("auto", or node globs) from kept boundaries instead of keeping them alive.
-  // Losses and gradients are the same bits. Not applied to run_forward/run_backward.
+  // Losses and gradients are the same bits. run_forward/run_backward recompute too (run_forward keeps fewer values).
   MemorySpec memory;
   // Debugging aid: check every value a step computes, so the error names the node that first produced a
   // NaN/Inf rather than the loss or gradient it reached. Costs a pass over every intermediate.

@@ -107,6 +107,44 @@ TEST(Recompute, W3GlobsTrainTheSameBits) {
   expect_same_training(m, cfg, {"*"}, w3_batches(m, target, 2));
 }
 
+// run_forward/run_backward (the Yield split, docs/yield.md) recompute too: fewer saved bytes between the calls,
+// the same gradients to the bit.
+TEST(Recompute, W3RunForwardBackwardKeepsLessAndGivesTheSameBits) {
+  std::filesystem::path path;
+  if (!std::filesystem::exists(test::source_dir().parent_path() / "shared" / "bench" / "models" / "w3.onnx"))
+    GTEST_SKIP() << "../shared/bench/models/w3.onnx not found (the shared benchmark folder)";
+  const Model m = w3_model(path);
+  TrainingConfig cfg = w3_config();
+  TrainingSession plain(m, cfg);
+  cfg.memory.recompute = {"auto"};
+  TrainingSession re(m, cfg);
+  const Feeds batch = w3_batches(m, plain.target_name(), 1).front();
+  const Feeds inputs{{m.graph.inputs.at(0).name, batch.at(m.graph.inputs.at(0).name)}};
+  const std::vector<Tensor> ya = plain.run_forward(inputs), yb = re.run_forward(inputs);
+  ASSERT_EQ(ya.size(), 1u);
+  EXPECT_TRUE(same_bits(ya[0], yb[0]));
+  Tensor dy = Tensor::empty(DType::Float32, ya[0].shape);
+  std::mt19937 rng(9);
+  for (float& v : dy.span<float>()) v = std::normal_distribution<float>()(rng);
+  const auto ga = plain.run_backward({dy}), gb = re.run_backward({dy});
+  for (const auto& [w, g] : ga) EXPECT_TRUE(same_bits(g, gb.at(w))) << "gradient of '" << w << "'";
+  auto saved_bytes = [](TrainingSession& s) {
+    double b = 0;
+    const Graph& bg = s.forward_backward().backward_graph();
+    for (const std::string& v : s.forward_backward().saved_names()) {
+      const TypeInfo* t = bg.type_of(v);
+      double n = t ? double(dtype_size(t->dtype)) : 0;
+      for (const Dim& d : t ? *t->shape : Shape{}) n *= d.known() ? double(d.value) : 4.0;  // batch 4
+      b += n;
+    }
+    return b;
+  };
+  const double sa = saved_bytes(plain), sb = saved_bytes(re);
+  std::printf("W3 run_forward keeps %.0f bytes without recomputation, %.0f with auto\n", sa, sb);
+  EXPECT_LT(sb, sa / 2);
+  check_graph(re.forward_backward().backward_graph(), "backward half with memory.recompute");
+}
+
 std::vector<Feeds> mlp_batches(const std::string& target, int n) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
