@@ -209,7 +209,9 @@ int cmd_resume(const std::vector<std::string>& argv) {
       });
       return run_training(cfg, r.replica0(), data, &ckpt, path, &r);
     }
-    TrainingSession s = TrainingSession::from_checkpoint(ckpt, path, {world()}, cfg.device);
+    DataParallelSpec spec = cfg.training.parallel;  // the distributed.* keys
+    spec.communicator = world();
+    TrainingSession s = TrainingSession::from_checkpoint(ckpt, path, spec, cfg.device);
     return run_training(cfg, s, data, &ckpt, path);
   });
 }

@@ -267,6 +267,15 @@ const std::vector<Key>& keys() {
       {"memory.recompute", "none", "none; auto (keep segment boundaries, recompute the rest in the backward pass); or forward node names/globs to recompute (docs/memory.md)",
        [](const Ctx& c, RunConfig& r) { r.training.memory.recompute = c.strings(); }},
 
+      {"distributed.overlap", "true", "mpirun: start each gradient bucket's allreduce as soon as the backward pass has produced it and wait where the optimizer reads it; false = one blocking allreduce per bucket after the backward pass (docs/distributed.md)",
+       [](const Ctx& c, RunConfig& r) { r.training.parallel.overlap = c.boolean(); }},
+      {"distributed.bucket_bytes", "1048576", "mpirun: largest allreduce message, in bytes of float32 gradients; buckets fill in the order the backward pass produces the gradients",
+       [](const Ctx& c, RunConfig& r) { r.training.parallel.bucket_bytes = static_cast<size_t>(c.integer(1)); }},
+      {"distributed.compression", "none", "mpirun: none, bfloat16 or float16: gradients travel as 16-bit floats (half the bytes; lossy, summed in float32)",
+       [](const Ctx& c, RunConfig& r) { r.training.parallel.compression = c.choice({"none", "bfloat16", "float16"}); }},
+      {"distributed.reduce_every_micro_batch", "true", "mpirun with optimizer.gradient_accumulation k > 1: false keeps micro-batches local and reduces their sum once per update (k times fewer messages)",
+       [](const Ctx& c, RunConfig& r) { r.training.parallel.reduce_every_micro_batch = c.boolean(); }},
+
       {"train.on_non_finite", "raise", "a NaN/Inf loss or gradient: raise (stop, naming step and tensor) or skip (not applied; warned, counted in the summary)",
        [](const Ctx& c, RunConfig& r) { r.training.on_non_finite = c.choice({"raise", "skip"}); }},
       {"train.check_every_value", "false", "debugging: check every intermediate value so the error names the first non-finite tensor",

@@ -84,6 +84,26 @@ TEST(Config, AdapterKeys) {
   EXPECT_EQ(error_of(kBase + "adapter:\n  rank: 0\n"), "dir/run.yaml:5: adapter.rank: expected an integer >= 1 and <= 1048576, got '0'");
 }
 
+// The distributed keys reach TrainingConfig::parallel (docs/distributed.md): overlap on, 1 MB buckets, no
+// compression and a reduction every micro-batch by default; located errors.
+TEST(Config, DistributedKeys) {
+  RunConfig d = parse_config(kBase, "dir/run.yaml");
+  EXPECT_TRUE(d.training.parallel.overlap);
+  EXPECT_EQ(d.training.parallel.bucket_bytes, DataParallelSpec::kDefaultBucketBytes);
+  EXPECT_EQ(d.training.parallel.compression, "none");
+  EXPECT_TRUE(d.training.parallel.reduce_every_micro_batch);
+  RunConfig c = parse_config(kBase + "distributed:\n  overlap: false\n  bucket_bytes: 65536\n  compression: bfloat16\n",
+                             "dir/run.yaml", {"distributed.reduce_every_micro_batch=false"});
+  EXPECT_FALSE(c.training.parallel.overlap);
+  EXPECT_EQ(c.training.parallel.bucket_bytes, 65536u);
+  EXPECT_EQ(c.training.parallel.compression, "bfloat16");
+  EXPECT_FALSE(c.training.parallel.reduce_every_micro_batch);
+  const std::string bad = error_of(kBase + "distributed:\n  compression: int8\n");
+  EXPECT_NE(bad.find("dir/run.yaml:5: distributed.compression: expected one of: none, bfloat16, float16"),
+            std::string::npos) << bad;
+  EXPECT_NE(error_of(kBase + "distributed:\n  bucket_bytes: 0\n").find("distributed.bucket_bytes"), std::string::npos);
+}
+
 // The numerical-guard keys reach TrainingConfig (docs/reliability.md), defaults "raise" and false.
 TEST(Config, NonFinitePolicyKeys) {
   RunConfig d = parse_config(kBase, "dir/run.yaml");
