@@ -264,17 +264,29 @@ struct CeluOp {
     return x > T(0) ? x : a * std::expm1(x / a);
   }
 };
+// GELU and its derivatives are written once, as `formula<M, V, T>`: V is the value type (T itself here and in
+// the CUDA kernels; an Eigen array expression in the CPU kernels, which vectorise it: executor/cpu/eigen_map.h)
+// and M supplies erf, exp, tanh and square for it. The order of operations is part of the formula: the CPU and
+// CUDA kernels round alike.
+struct ScalarMath {
+  template <class T> ONNXTRAIN_HD static T erf(T x) { return std::erf(x); }
+  template <class T> ONNXTRAIN_HD static T exp(T x) { return std::exp(x); }
+  template <class T> ONNXTRAIN_HD static T tanh(T x) { return std::tanh(x); }
+  template <class T> ONNXTRAIN_HD static T square(T x) { return x * x; }
+};
 // approximate = "none": x * Phi(x) with the normal CDF written through erf.
 struct GeluOp {
-  template <class T> ONNXTRAIN_HD T operator()(T x) const {
-    return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+  template <class M, class V, class T> ONNXTRAIN_HD static auto formula(const V& x) {
+    return T(0.5) * x * (T(1) + M::erf(x * T(0.70710678118654752440)));
   }
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return formula<ScalarMath, T, T>(x); }
 };
 // approximate = "tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 struct GeluTanhOp {
-  template <class T> ONNXTRAIN_HD T operator()(T x) const {
-    return T(0.5) * x * (T(1) + std::tanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x)));
+  template <class M, class V, class T> ONNXTRAIN_HD static auto formula(const V& x) {
+    return T(0.5) * x * (T(1) + M::tanh(T(0.79788456080286535588) * (x + T(0.044715) * M::square(x) * x)));
   }
+  template <class T> ONNXTRAIN_HD T operator()(T x) const { return formula<ScalarMath, T, T>(x); }
 };
 struct HardSigmoidOp {
   float alpha = 0.2f;
@@ -312,22 +324,25 @@ struct PReluOp {
 
 
 // ---- GELU derivatives from the forward input x, (dY, X) -> dX (onnxtrain.GeluGrad / GeluTanhGrad) ------------
-// The CPU kernels evaluate the same formulas as Eigen array expressions (executor/cpu/fused_grad.cpp), which
-// vectorise where a scalar loop would not; the CUDA kernels call these.
+// One formula each (see GeluOp above): the CUDA kernels call operator(), the CPU kernels evaluate `formula` on
+// Eigen arrays (executor/cpu/fused_grad.cpp, fused_elementwise.cpp). gradients/fused.cpp writes the same maths
+// as the ONNX function body of the fused op, which the tests run against these kernels.
 //   erf:  Phi(x) + x phi(x)
 //   tanh: (1 + t)/2 + x/2 (1 - t^2) k (1 + 3c x^2),  t = tanh(k (x + c x^3)), k = sqrt(2/pi), c = 0.044715
 struct GeluErfGradFn {
-  template <class T> ONNXTRAIN_HD T operator()(T dy, T x) const {
+  template <class M, class V, class T> ONNXTRAIN_HD static auto formula(const V& dy, const V& x) {
     const T rsqrt2 = T(0.70710678118654752440), rsqrt2pi = T(0.39894228040143267794);
-    return dy * (T(0.5) * (T(1) + std::erf(x * rsqrt2)) + x * (std::exp(T(-0.5) * x * x) * rsqrt2pi));
+    return dy * (T(0.5) * (T(1) + M::erf(x * rsqrt2)) + x * (M::exp(T(-0.5) * M::square(x)) * rsqrt2pi));
   }
+  template <class T> ONNXTRAIN_HD T operator()(T dy, T x) const { return formula<ScalarMath, T, T>(dy, x); }
 };
 struct GeluTanhGradFn {
-  template <class T> ONNXTRAIN_HD T operator()(T dy, T x) const {
+  template <class M, class V, class T> ONNXTRAIN_HD static auto formula(const V& dy, const V& x) {
     const T k = T(0.79788456080286535588), c = T(0.044715);
-    const T t = std::tanh(k * (x + c * x * x * x));
-    return dy * (T(0.5) * (T(1) + t) + T(0.5) * k * x * (T(1) - t * t) * (T(1) + T(3) * c * x * x));
+    const auto t = M::tanh(k * (x + c * M::square(x) * x));
+    return dy * (T(0.5) * (T(1) + t) + T(0.5) * k * x * (T(1) - M::square(t)) * (T(1) + T(3) * c * M::square(x)));
   }
+  template <class T> ONNXTRAIN_HD T operator()(T dy, T x) const { return formula<ScalarMath, T, T>(dy, x); }
 };
 
 // ---- reductions (ReduceSum ... ReduceLogSumExp; executor/cpu/reduce.cpp, executor/cuda/reduce.cu) -----------

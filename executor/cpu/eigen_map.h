@@ -14,6 +14,7 @@
 #include <numbers>
 
 #include "executor/broadcast.h"
+#include "executor/functors.h"
 #include "executor/kernel.h"
 
 namespace onnxtrain::cpu {
@@ -54,17 +55,23 @@ struct EigenSigmoid {
 struct EigenErf {
   template <class A> static auto eval(const A& x) { return x.erf(); }
 };
-// GeluOp and GeluTanhOp of executor/functors.h.
-struct EigenGelu {
-  template <class A, class T = typename A::Scalar> static auto eval(const A& x) {
-    return T(0.5) * x * (T(1) + (x * T(std::numbers::sqrt2 / 2)).erf());
+// The maths of a functor's `formula` (executor/functors.h: GELU and its derivatives) for Eigen array expressions,
+// so the formula written once there runs vectorised here.
+struct EigenMath {
+  template <class A> static auto erf(const A& x) { return x.erf(); }
+  template <class A> static auto exp(const A& x) { return x.exp(); }
+  template <class A> static auto tanh(const A& x) { return x.tanh(); }
+  template <class A> static auto square(const A& x) { return x.square(); }
+};
+// Fn::formula as an EigenMapKernel op (one operand) or a two-operand one (dY, X).
+template <class Fn> struct EigenFormula {
+  template <class A> static auto eval(const A& x) { return Fn::template formula<EigenMath, A, typename A::Scalar>(x); }
+  template <class A> static auto eval(const A& a, const A& b) {
+    return Fn::template formula<EigenMath, A, typename A::Scalar>(a, b);
   }
 };
-struct EigenGeluTanh {
-  template <class A, class T = typename A::Scalar> static auto eval(const A& x) {
-    return T(0.5) * x * (T(1) + (T(0.79788456080286535588) * (x + T(0.044715) * x.square() * x)).tanh());
-  }
-};
+using EigenGelu = EigenFormula<GeluOp>;
+using EigenGeluTanh = EigenFormula<GeluTanhOp>;
 
 // Sum of n values in double (softmax rows of thousands of floats lose digits in float), in kLanes interleaved
 // partial sums: the compiler keeps them in 2-4 vector registers, so the additions are not one dependent

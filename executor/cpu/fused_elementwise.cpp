@@ -42,20 +42,8 @@ template <class E, class T> void eigen_unary(T* d, const T* a, int64_t n) {
   Eigen::Map<cpu::EigenArray<T>>(d, n) = E::eval(Eigen::Map<const cpu::EigenArray<T>>(a, n));
 }
 
-// The same expressions as executor/cpu/fused_grad.cpp's GeluGradOp/GeluTanhGradOp.
-struct EigenGeluGrad {
-  template <class A, class T = typename A::Scalar> static auto eval(const A& dy, const A& x) {
-    const T rsqrt2 = T(std::numbers::sqrt2 / 2), rsqrt2pi = T(1 / std::sqrt(2 * std::numbers::pi));
-    return dy * (T(0.5) * (T(1) + (x * rsqrt2).erf()) + x * ((T(-0.5) * x.square()).exp() * rsqrt2pi));
-  }
-};
-struct EigenGeluTanhGrad {
-  template <class A, class T = typename A::Scalar> static auto eval(const A& dy, const A& x) {
-    const T k = T(std::sqrt(2 / std::numbers::pi)), c = T(0.044715);
-    const auto t = (k * (x + c * x.square() * x)).tanh();
-    return dy * (T(0.5) * (T(1) + t) + T(0.5) * k * x * (T(1) - t.square()) * (T(1) + T(3) * c * x.square()));
-  }
-};
+using EigenGeluGrad = cpu::EigenFormula<GeluErfGradFn>;  // the formulas of executor/functors.h
+using EigenGeluTanhGrad = cpu::EigenFormula<GeluTanhGradFn>;
 template <class E, class T> void eigen_binary(T* d, const T* a, const T* b, int64_t n) {
   using M = Eigen::Map<const cpu::EigenArray<T>>;
   Eigen::Map<cpu::EigenArray<T>>(d, n) = E::eval(M(a, n), M(b, n));

@@ -3,13 +3,12 @@
 // the Relu/Sigmoid/Tanh maths is shared with a future CUDA backend through executor/functors.h.
 // GCC 12 warns falsely inside its AVX-512 intrinsics when Eigen vectorises (as in unary.cpp).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <Eigen/Core>
-#include <unsupported/Eigen/SpecialFunctions>
 #include <cmath>
 #include <memory>
 #include <numbers>
 
 #include "executor/broadcast.h"
+#include "executor/cpu/eigen_map.h"
 #include "executor/cpu/kernel_util.h"
 #include "executor/functors.h"
 #include "executor/kernel.h"
@@ -19,24 +18,11 @@ namespace {
 
 using cpu::kCheapGrain;
 
-// GELU's derivative from its input x, for GeluGrad (exact, erf) and GeluTanhGrad (tanh approximation):
-//   erf:  Phi(x) + x phi(x)
-//   tanh: (1 + t)/2 + x/2 (1 - t^2) k (1 + 3c x^2),  t = tanh(k (x + c x^3)), k = sqrt(2/pi), c = 0.044715
-// As Eigen array expressions: one vectorised pass (GCC does not vectorise std::erf/exp/tanh, so a scalar loop
-// loses to the function body's chain of vectorised kernels).
-struct GeluGradOp {
-  template <class A, class T = typename A::Scalar> static auto eval(const A& dy, const A& x) {
-    const T rsqrt2 = T(std::numbers::sqrt2 / 2), rsqrt2pi = T(1 / std::sqrt(2 * std::numbers::pi));
-    return dy * (T(0.5) * (T(1) + (x * rsqrt2).erf()) + x * ((T(-0.5) * x.square()).exp() * rsqrt2pi));
-  }
-};
-struct GeluTanhGradOp {
-  template <class A, class T = typename A::Scalar> static auto eval(const A& dy, const A& x) {
-    const T k = T(std::sqrt(2 / std::numbers::pi)), c = T(0.044715);
-    const auto t = (k * (x + c * x.square() * x)).tanh();
-    return dy * (T(0.5) * (T(1) + t) + T(0.5) * k * x * (T(1) - t.square()) * (T(1) + T(3) * c * x.square()));
-  }
-};
+// GELU's derivative from its input x, for GeluGrad (exact, erf) and GeluTanhGrad (tanh approximation): the
+// formulas of executor/functors.h as Eigen array expressions, one vectorised pass (GCC does not vectorise
+// std::erf/exp/tanh, so a scalar loop loses to the function body's chain of vectorised kernels).
+using GeluGradOp = cpu::EigenFormula<GeluErfGradFn>;
+using GeluTanhGradOp = cpu::EigenFormula<GeluTanhGradFn>;
 
 template <class Op, class T> class EigenGradKernel final : public Kernel {
  public:
