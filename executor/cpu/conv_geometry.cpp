@@ -5,6 +5,7 @@
 
 #include "executor/cpu/kernel_util.h"
 #include "graph/error.h"
+#include "graph/window.h"
 
 namespace onnxtrain::cpu {
 
@@ -42,38 +43,16 @@ void window_geometry(const PrepareContext& ctx, const std::vector<int64_t>& x_sh
   if (pads.size() != 2 * r)
     ctx.fail("attribute 'pads' has " + std::to_string(pads.size()) + " entries, expected " + std::to_string(2 * r));
   const std::string auto_pad = ctx.node.attr_string("auto_pad", "NOTSET");
+  if (!is_auto_pad(auto_pad)) ctx.fail("auto_pad '" + auto_pad + "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
   const size_t off = kMaxSpatial - r;
   for (size_t i = 0; i < r; ++i) {
     const int64_t in = x_shape[2 + i], k = kernel[i], s = strides[i], d = dil[i];
     if (k < 1 || s < 1 || d < 1)
       ctx.fail("kernel, strides and dilations must be >= 1, got " + std::to_string(k) + ", " + std::to_string(s) +
                ", " + std::to_string(d) + " for spatial dim " + std::to_string(i));
-    const int64_t ext = (k - 1) * d + 1;
-    int64_t pb = pads[i], pe = pads[i + r], out = 0;
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      out = (in + s - 1) / s;
-      const int64_t total = std::max<int64_t>(0, (out - 1) * s + ext - in);
-      const int64_t small = total / 2;
-      pb = auto_pad == "SAME_UPPER" ? small : total - small;
-      pe = total - pb;
-    } else if (auto_pad == "VALID") {
-      pb = pe = 0;
-      out = in >= ext ? (in - ext) / s + 1 : 0;
-    } else if (auto_pad == "NOTSET") {
-      if (pb < 0 || pe < 0) ctx.fail("pads must be non-negative");
-      const int64_t span = in + pb + pe - ext;
-      if (span < 0) {
-        out = 0;
-      } else if (ceil_mode) {
-        out = (span + s - 1) / s + 1;
-        // The last window must start inside the input or its leading pad.
-        if ((out - 1) * s >= in + pb) --out;
-      } else {
-        out = span / s + 1;
-      }
-    } else {
-      ctx.fail("auto_pad '" + auto_pad + "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
-    }
+    if (auto_pad == "NOTSET" && (pads[i] < 0 || pads[i + r] < 0)) ctx.fail("pads must be non-negative");
+    const WindowDim w = forward_window(in, (k - 1) * d + 1, s, pads[i], pads[i + r], auto_pad, ceil_mode);
+    const int64_t out = w.out, pb = w.pad_begin, pe = w.pad_end;
     if (out <= 0) ctx.fail("the window does not fit: input " + shape_string(x_shape) + " gives an empty output");
     g.in[off + i] = in;
     g.out[off + i] = out;
@@ -133,7 +112,7 @@ Geo conv_transpose_geometry(const PrepareContext& ctx, Dims3& right_pad) {
   if (pads.size() != 2 * r)
     ctx.fail("attribute 'pads' has " + std::to_string(pads.size()) + " entries, expected " + std::to_string(2 * r));
   const std::string auto_pad = ctx.node.attr_string("auto_pad", "NOTSET");
-  if (auto_pad != "NOTSET" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER" && auto_pad != "VALID")
+  if (!is_auto_pad(auto_pad))
     ctx.fail("auto_pad '" + auto_pad + "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
   std::vector<int64_t> oshape;
   if (ctx.node.has_attr("output_shape")) {
@@ -146,27 +125,12 @@ Geo conv_transpose_geometry(const PrepareContext& ctx, Dims3& right_pad) {
   for (size_t i = 0; i < r; ++i) {
     const int64_t in = x.shape[2 + i], s = strides[i], d = dil[i], ext = (k[i] - 1) * d + 1;
     if (k[i] < 1 || s < 1 || d < 1) ctx.fail("kernel, strides and dilations must be >= 1");
-    int64_t pb = pads[i], pe = pads[i + r], out;
-    const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
-    if (!oshape.empty() || same) {
-      // The spec's rule: the padding that makes the output the requested size, split with the odd unit at the
-      // end for SAME_UPPER and at the start otherwise.
-      out = oshape.empty() ? in * s : oshape[i];
-      const int64_t total = s * (in - 1) + opad[i] + ext - out;
-      if (total < 0 && oshape.empty()) ctx.fail("negative total padding");
-      const int64_t t = std::max<int64_t>(total, 0);
-      if (auto_pad == "SAME_UPPER") {
-        pb = t / 2;
-        pe = t - t / 2;
-      } else {
-        pb = t - t / 2;
-        pe = t / 2;
-      }
-      if (total < 0) pe = total;  // output_shape larger than the full result: the tail stays bias-only
-    } else {
-      if (auto_pad == "VALID") pb = pe = 0;
-      out = s * (in - 1) + opad[i] + ext - pb - pe;
-    }
+    const int64_t total = s * (in - 1) + opad[i] + ext - (oshape.empty() ? in * s : oshape[i]);
+    if (oshape.empty() && (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") && total < 0)
+      ctx.fail("negative total padding");
+    const WindowDim w = transposed_window(in, ext, s, opad[i], pads[i], pads[i + r], auto_pad,
+                                          oshape.empty() ? std::nullopt : std::optional<int64_t>(oshape[i]));
+    const int64_t out = w.out, pb = w.pad_begin, pe = w.pad_end;
     if (out <= 0) ctx.fail("the output would be empty for input " + shape_string(x.shape));
     // The end padding that gives exactly `out` (output_padding and output_shape folded in), for oneDNN.
     right_pad[off + i] = s * (in - 1) + ext - pb - out;

@@ -24,6 +24,7 @@
 #include "gradients/rule.h"
 #include "gradients/rules/util.h"
 #include "graph/error.h"
+#include "graph/window.h"
 
 namespace onnxtrain {
 
@@ -75,22 +76,11 @@ Win window(RuleContext& c, const Shape& xs, const std::vector<int64_t>& kernel, 
   std::vector<int64_t> pads = c.node().attr_ints("pads", std::vector<int64_t>(2 * w.r, 0));
   if (pads.size() != 2 * w.r) c.fail("attribute 'pads' must have " + std::to_string(2 * w.r) + " entries");
   const std::string auto_pad = c.node().attr_string("auto_pad", "NOTSET");
+  if (!is_auto_pad(auto_pad)) c.fail("auto_pad '" + auto_pad + "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
   for (size_t i = 0; i < w.r; ++i) {
-    const int64_t in = xs[2 + i].value, s = w.s[i], ext = (w.k[i] - 1) * w.d[i] + 1;
-    int64_t pb = pads[i], pe = pads[i + w.r], out = 0;
-    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      out = (in + s - 1) / s;
-      const int64_t total = std::max<int64_t>(0, (out - 1) * s + ext - in);
-      pb = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      pe = total - pb;
-    } else if (auto_pad == "VALID") {
-      pb = pe = 0;
-      out = (in - ext) / s + 1;
-    } else {
-      const int64_t span = in + pb + pe - ext;
-      out = ceil_mode ? (span + s - 1) / s + 1 : span / s + 1;
-      if (ceil_mode && (out - 1) * s >= in + pb) --out;
-    }
+    const int64_t in = xs[2 + i].value;
+    const WindowDim win = forward_window(in, (w.k[i] - 1) * w.d[i] + 1, w.s[i], pads[i], pads[i + w.r], auto_pad, ceil_mode);
+    const int64_t out = win.out, pb = win.pad_begin, pe = win.pad_end;
     if (out <= 0) c.fail("the window does not fit the input " + to_string(xs));
     w.in.push_back(in);
     w.out.push_back(out);
@@ -225,17 +215,11 @@ void conv_transpose_rule(RuleContext& c) {
   if (oshape.size() == g.r + 2) oshape.erase(oshape.begin(), oshape.begin() + 2);
   for (size_t i = 0; i < g.r; ++i) {
     const int64_t in = (*xt.shape)[2 + i].value, ext = (g.k[i] - 1) * g.d[i] + 1;
-    int64_t pb = pads[i], pe = pads[i + g.r], out;
-    if (!oshape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      out = oshape.empty() ? in * g.s[i] : oshape[i];
-      const int64_t total = g.s[i] * (in - 1) + opad[i] + ext - out;
-      if (total < 0) c.fail("output_shape is larger than the full transposed convolution");
-      pb = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      pe = total - pb;
-    } else {
-      if (auto_pad == "VALID") pb = pe = 0;
-      out = g.s[i] * (in - 1) + opad[i] + ext - pb - pe;
-    }
+    const WindowDim win = transposed_window(in, ext, g.s[i], opad[i], pads[i], pads[i + g.r], auto_pad,
+                                            oshape.empty() ? std::nullopt : std::optional<int64_t>(oshape[i]));
+    // A requested output longer than the full result (its tail only bias) runs on the CPU but has no rule yet.
+    if (win.pad_end < 0) c.fail("output_shape is larger than the full transposed convolution");
+    const int64_t out = win.out, pb = win.pad_begin, pe = win.pad_end;
     g.in.push_back(in);
     g.out.push_back(out);
     g.pb.push_back(pb);
