@@ -90,6 +90,9 @@ Evaluator::Evaluator(const TrainingSession& session, std::string prediction, std
   if (prediction.empty()) prediction = m.graph.outputs.at(0).name;
   const Graph& gg = session.gradient_graph();
   Graph g = prune_to(gg, {gg.outputs.at(0).name, prediction});
+  // The session's graphs leave large weights hollow (its store holds them); this executor has a store of its own.
+  for (auto& [name, t] : g.initializers)
+    if (is_hollow(t)) t = m.graph.initializers.at(name);
   auto opsets = m.opset_imports;
   opsets.emplace("onnxtrain", 1);
   ExecutorOptions eo;
