@@ -39,7 +39,8 @@ template <class ToFloat, class FromFloat> class HalfViaFloatKernel final : publi
       for (const auto& s : in_shapes_) in32_.push_back(s ? Tensor::empty(DType::Float32, *s) : Tensor{});
       out32_ = Tensor::empty(DType::Float32, out_shape_);
     }
-    std::vector<const Tensor*> ins(in.begin(), in.end());
+    ins_.assign(in.begin(), in.end());  // capacity kept from the first run: no allocation in a steady state
+    std::vector<const Tensor*>& ins = ins_;
     const ToFloat widen;
     for (size_t i = 0; i < in.size() && i < in32_.size(); ++i) {
       if (!in[i] || !in_shapes_[i]) continue;
@@ -62,6 +63,7 @@ template <class ToFloat, class FromFloat> class HalfViaFloatKernel final : publi
   std::vector<int64_t> out_shape_;
   std::vector<Tensor> in32_;
   Tensor out32_;
+  std::vector<const Tensor*> ins_;
 };
 
 // ---- Native bfloat16 MatMul and Gemm ----
@@ -265,6 +267,9 @@ KernelFactory half_factory(KernelFactory f32, const std::string& op) {
     for (size_t i = 0; i < ctx.inputs.size(); ++i)
       if (shapes[i]) ctx.inputs[i].dtype = half;
     ctx.outputs.at(0).dtype = half;
+    // A float32 kernel whose output is its input's bytes (a SumToShape with nothing to sum) is that for the half
+    // bytes too: the plan makes it a view rather than a widen, copy and round.
+    if (inner->output_is_view_of_input0()) return std::make_unique<cpu::CopyKernel>();
     const std::vector<int64_t>& out = ctx.outputs[0].shape;
     if (half == DType::Float16)
       return std::make_unique<HalfViaFloatKernel<HalfToFloat, FloatToHalf>>(std::move(inner), shapes, out);

@@ -117,6 +117,9 @@ const Setup kSetups[] = {
      }},
     {"onnx_momentum",
      [](TrainingConfig& c) { c.optimizer.momentum = 0.9; c.optimizer.convention = "onnx"; c.optimizer.beta = 0.5; }},
+    // bfloat16 products (native bf16_gemm where the CPU has AVX-512 BF16, with its per-thread buffers), the casts
+    // and the loss-scale guard.
+    {"adam_bfloat16", [](TrainingConfig& c) { c.optimizer.kind = "adam"; c.mixed_precision.dtype = "bfloat16"; }},
 };
 
 // operator new calls (on any thread) during `steps` calls of step(), whose losses add into `loss`.
