@@ -76,3 +76,21 @@ def test_estimator_takes_memory():
     b = OnnxRegressor(make_mlp(SIZES, seed=4), memory="auto", **kw).fit(X, y)
     assert b.get_params()["memory"] == "auto"
     np.testing.assert_array_equal(a.predict(X), b.predict(X))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_same_bits_with_mixed_precision(dtype):
+    def train(memory):
+        s = onnxtrain.TrainingSession(make_mlp(SIZES, seed=1), loss="mse", optimizer="adam", learning_rate=0.01,
+                                      memory=memory, mixed_precision=dtype)
+        rng = np.random.default_rng(0)
+        losses = [s.train_step({"x": rng.standard_normal((64, SIZES[0])).astype(np.float32),
+                                s.target_name: rng.standard_normal((64, 1)).astype(np.float32)}) for _ in range(4)]
+        return s, np.array(losses, dtype=np.float32)
+
+    plain, a = train(None)
+    re, b = train("auto")
+    assert _recomputed(re)  # the Casts mixed precision inserts are recomputed with the products they feed
+    np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+    for name, w in plain.weights().items():
+        np.testing.assert_array_equal(w.view(np.uint32), re.weights()[name].view(np.uint32), err_msg=name)
