@@ -14,7 +14,8 @@ Then, each phase in a process of its own so that each peak RSS (getrusage ru_max
           export_inference (external data) and infer on the batch
   ort     onnxruntime loads the exported model (external data) and must give the session's outputs (1e-5)
 
-Prints one line per phase with its peak RSS, and the ratio to the weight bytes. Not a CI test (minutes, ~20 GB).
+Prints one line per phase with its peak RSS, and the ratio to the weight bytes. Not a CI test: about two and a half
+minutes and 17 GB of memory at the default size (7.1x the weights; benchmarks/README.md, "Large models").
 Needs the build's Python package (ONNXTRAIN_BUILD_DIR, default build/release).
 """
 import argparse
