@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "executor/cpu/bf16_gemm.h"
 #include "executor/kernel.h"
 #include "gradients/fused.h"
 #include "gradients/rule.h"
@@ -180,6 +181,8 @@ int cmd_info(const std::vector<std::string>& argv) {
   std::printf("  total: %s parameters", with_commas(total).c_str());
   if (other) std::printf(" (and %lld non-float initializers)", static_cast<long long>(other));
   std::printf("\n");
+  // Which kernels mixed_precision: {dtype: bfloat16} would multiply with on this machine.
+  std::printf("mixed precision on this CPU: %s\n", cpu::bf16_path_description().c_str());
 
   // A missing rule matters only where a gradient has to flow: on a node fed, directly or not, by a weight.
   std::set<std::string> from_weights;

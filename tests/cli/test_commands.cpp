@@ -287,6 +287,7 @@ TEST(Cli, InfoReportsOpsWithoutGradientRule) {
   CliRun ok = run("info " + test::make_mlp(dir, "4 8 1").string());
   EXPECT_EQ(ok.code, 0) << ok.out;
   EXPECT_NE(ok.out.find("trainable: yes"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("mixed precision on this CPU: bfloat16 MatMul/Gemm: "), std::string::npos) << ok.out;
 }
 
 TEST(Cli, ExitCodesAndHelp) {
