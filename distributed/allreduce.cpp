@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <queue>
 #include <set>
 
 #include "executor/device.h"
@@ -293,49 +294,69 @@ void place_collectives(Graph& g) {
                    [](const Node& n) { return is_op(n, kAllReduceStartOp) || is_op(n, kAllReduceWaitOp); }))
     return;
   sort_topologically(g);
-  // The other nodes keep their order; each collective gets a position between two of them: a start just after
-  // its last producer (key 2i + 1 after node i), a wait just before its first reader (key 2i - 1 before node i).
-  std::vector<Node> rest, moved;
-  for (Node& n : g.nodes) (is_op(n, kAllReduceStartOp) || is_op(n, kAllReduceWaitOp) ? moved : rest).push_back(std::move(n));
-  std::map<std::string, size_t> producer;  // value -> index in rest
-  std::map<std::string, size_t> reader;    // value -> first index in rest reading it
-  for (size_t i = 0; i < rest.size(); ++i) {
-    for (const std::string& out : rest[i].outputs) producer.emplace(out, i);
-    for (const std::string& in : rest[i].inputs) reader.emplace(in, i);
-    for (const std::string& in : subgraph_outer_references(rest[i])) reader.emplace(in, i);
-  }
-  const size_t end = 2 * rest.size() + 1;
-  std::vector<std::pair<size_t, size_t>> keyed;  // (key, index into moved); starts before waits at equal keys
-  for (size_t k = 0; k < moved.size(); ++k) {
-    const Node& n = moved[k];
-    size_t key;
-    if (is_op(n, kAllReduceStartOp)) {
-      key = 0;
-      for (const std::string& in : n.inputs)
-        if (auto it = producer.find(in); it != producer.end()) key = std::max(key, 2 * it->second + 1);
-    } else {
-      key = end;
-      for (const std::string& out : n.outputs)
-        if (auto it = reader.find(out); it != reader.end()) key = std::min(key, 2 * it->second);
+  // Starts: each right after the node producing its last input (the other nodes keep their order).
+  {
+    std::vector<Node> rest, starts;
+    for (Node& n : g.nodes) (is_op(n, kAllReduceStartOp) ? starts : rest).push_back(std::move(n));
+    std::map<std::string, size_t> producer;  // value -> 1 + index in rest
+    for (size_t i = 0; i < rest.size(); ++i)
+      for (const std::string& out : rest[i].outputs) producer.emplace(out, i + 1);
+    std::vector<std::pair<size_t, size_t>> after;  // (nodes of rest before it, index into starts)
+    for (size_t k = 0; k < starts.size(); ++k) {
+      size_t at = 0;
+      for (const std::string& in : starts[k].inputs)
+        if (auto it = producer.find(in); it != producer.end()) at = std::max(at, it->second);
+      after.emplace_back(at, k);
     }
-    keyed.emplace_back(key, k);
+    std::stable_sort(after.begin(), after.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    std::vector<Node> nodes;
+    size_t next = 0;
+    for (size_t i = 0; i <= rest.size(); ++i) {
+      while (next < after.size() && after[next].first <= i) nodes.push_back(std::move(starts[after[next++].second]));
+      if (i < rest.size()) nodes.push_back(std::move(rest[i]));
+    }
+    g.nodes = std::move(nodes);
   }
-  std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
-    if (a.first != b.first) return a.first < b.first;
-    return is_op(moved[a.second], kAllReduceStartOp) && !is_op(moved[b.second], kAllReduceStartOp);
-  });
+  // Waits: as late as possible, and what reads a reduction that completes early (the optimizer's update of the
+  // last layers) before the waits of later ones. Each node counts the latest wait it depends on (the waits in
+  // start order; -1: none); a stable topological order by (that count, position) runs everything that needs no
+  // reduction first (the whole backward pass, with its starts), then wait 0 and what only it enables, wait 1, ...
+  const size_t n = g.nodes.size();
+  std::map<std::string, size_t> producer;
+  for (size_t i = 0; i < n; ++i)
+    for (const std::string& out : g.nodes[i].outputs) producer.emplace(out, i);
+  std::vector<std::vector<size_t>> readers(n);
+  std::vector<size_t> missing(n, 0);
+  std::vector<long> dep(n, -1);
+  long waits = 0;
+  for (size_t i = 0; i < n; ++i) {  // in topological order: producers first
+    std::set<size_t> from;
+    std::vector<std::string> reads = g.nodes[i].inputs;
+    for (const std::string& v : subgraph_outer_references(g.nodes[i])) reads.push_back(v);
+    for (const std::string& v : reads)
+      if (auto it = producer.find(v); it != producer.end() && it->second != i) from.insert(it->second);
+    for (size_t p : from) {
+      readers[p].push_back(i);
+      dep[i] = std::max(dep[i], dep[p]);
+    }
+    missing[i] = from.size();
+    if (is_op(g.nodes[i], kAllReduceWaitOp)) dep[i] = std::max(dep[i], waits++);
+  }
+  using Key = std::pair<long, size_t>;
+  std::priority_queue<Key, std::vector<Key>, std::greater<>> ready;
+  for (size_t i = 0; i < n; ++i)
+    if (missing[i] == 0) ready.push({dep[i], i});
   std::vector<Node> nodes;
-  nodes.reserve(rest.size() + moved.size());
-  size_t next = 0;
-  for (size_t i = 0; i <= rest.size(); ++i) {
-    // Collectives keyed at or before 2i sit before node i (2i - 1 rounds to 2i: a wait's slot).
-    while (next < keyed.size() && keyed[next].first <= 2 * i) nodes.push_back(std::move(moved[keyed[next++].second]));
-    if (i < rest.size()) nodes.push_back(std::move(rest[i]));
+  nodes.reserve(n);
+  while (!ready.empty()) {
+    const size_t i = ready.top().second;
+    ready.pop();
+    nodes.push_back(std::move(g.nodes[i]));
+    for (size_t r : readers[i])
+      if (--missing[r] == 0) ready.push({dep[r], r});
   }
-  while (next < keyed.size()) nodes.push_back(std::move(moved[keyed[next++].second]));
+  if (nodes.size() != n) fail("place_collectives", "the graph has a cycle");
   g.nodes = std::move(nodes);
-  // A wait whose first reader comes before its start's slot cannot be: the reader depends on the start.
-  sort_topologically(g);
 }
 
 void register_allreduce_kernel(KernelRegistry& registry, std::shared_ptr<Communicator> comm) {

@@ -8,7 +8,7 @@
 // With overlap (the default) each bucket is two nodes instead: `onnxtrain.AllReduceStart` packs the bucket and
 // starts a nonblocking allreduce as soon as the backward pass has produced the bucket's last gradient, and
 // `onnxtrain.AllReduceWait` (inputs: the start's token, then the bucket's gradients) waits for it and unpacks
-// right before the first node that reads a reduced value (place_collectives). The backward pass of the earlier
+// once nothing is left that can run without it (place_collectives). The backward pass of the earlier
 // layers runs while the later layers' gradients travel.
 //
 // The ops exist only in graphs a data-parallel session runs. Checkpoints store the single-process graph
@@ -79,9 +79,10 @@ std::map<std::string, std::string> insert_allreduce(Graph& g, const std::vector<
 std::map<std::string, std::string> insert_allreduce(Graph& g, const std::vector<ReducedValue>& values, ReduceOp op,
                                                     size_t bucket_bytes);
 
-// Moves every AllReduceStart right after the node producing its last input and every AllReduceWait right
-// before the first node reading one of its outputs, keeping the graph in topological order (sorted first), so
-// the executor's stable order starts reductions as early and waits as late as the dependencies allow.
+// Moves every AllReduceStart right after the node producing its last input, and every AllReduceWait after all
+// nodes that need no reduction, the waits in start order, each followed by the nodes it alone enables (the
+// optimizer's update of the weights it carries runs while later buckets travel). The result stays in topological
+// order, so the executor's stable order starts reductions as early and waits as late as the dependencies allow.
 void place_collectives(Graph& g);
 
 // Adds the AllReduce, AllReduceStart and AllReduceWait kernels, bound to comm, for comm's device.

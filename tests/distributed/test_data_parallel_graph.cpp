@@ -150,8 +150,8 @@ TEST(AllReduceGraph, RemoveRestoresTheSingleProcessGraph) {
   EXPECT_FALSE(g.value_info.count(reduced.at("w_grad")));
 }
 
-// Overlap: the start right after the node producing the bucket's last gradient, the wait right before the
-// first node reading a reduced value; buckets fill in the order the gradients are produced.
+// Overlap: the start right after the node producing the bucket's last gradient, the waits after every node that
+// needs no reduction, the earliest-started first; buckets fill in the order the gradients are produced.
 TEST(AllReduceGraph, StartsAsEarlyAndWaitsAsLateAsTheDependenciesAllow) {
   Graph g;
   g.inputs = {{"x", TypeInfo{DType::Float32, Shape{Dim::of(1)}}}};
@@ -169,13 +169,14 @@ TEST(AllReduceGraph, StartsAsEarlyAndWaitsAsLateAsTheDependenciesAllow) {
   std::vector<std::string> order;
   for (const Node& n : g.nodes)
     order.push_back(n.op_type == "Neg" ? n.name : n.op_type + "(" + n.inputs.back() + ")");
+  // The waits after everything that needs no reduction, in start order, each followed by what it enables.
   EXPECT_EQ(order, (std::vector<std::string>{"n0", "AllReduceStart(g1)", "n1", "n2", "AllReduceStart(g2)", "n3",
-                                             "AllReduceWait(g2)", "use2", "AllReduceWait(g1)", "use1"}));
+                                             "AllReduceWait(g1)", "use1", "AllReduceWait(g2)", "use2"}));
   // And the single-process graph comes back without them.
   remove_allreduce(g);
   ASSERT_EQ(g.nodes.size(), 6u);
-  EXPECT_EQ(g.nodes[4].inputs[0], "g2");
-  EXPECT_EQ(g.nodes[5].inputs[0], "g1");
+  EXPECT_EQ(g.nodes[4].inputs[0], "g1");
+  EXPECT_EQ(g.nodes[5].inputs[0], "g2");
 }
 
 TEST(AllReduceGraph, StartAndWaitKernelsPackAndUnpack) {
@@ -240,11 +241,16 @@ TEST_P(MirrorEquivalence, TrainsLikeOneProcess) {
   const Model ca = plain.checkpoint(), cb = dp.checkpoint();
   const Graph& ga = ca.training_info.at(0).algorithm;
   const Graph& gb = cb.training_info.at(0).algorithm;
+  // The same nodes; with overlap in another topological order (place_collectives moves the optimizer's updates
+  // of early-reduced weights ahead), so compared by what each computes.
   ASSERT_EQ(ga.nodes.size(), gb.nodes.size());
-  for (size_t i = 0; i < ga.nodes.size(); ++i) {
-    EXPECT_EQ(ga.nodes[i].op_type, gb.nodes[i].op_type);
-    EXPECT_EQ(ga.nodes[i].inputs, gb.nodes[i].inputs);
-  }
+  auto computed = [](const Graph& g) {
+    std::vector<std::pair<std::vector<std::string>, std::pair<std::string, std::vector<std::string>>>> v;
+    for (const Node& n : g.nodes) v.push_back({n.outputs, {n.op_type, n.inputs}});
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  EXPECT_EQ(computed(ga), computed(gb));
   EXPECT_EQ(ga.outputs.front().name, gb.outputs.front().name);
   EXPECT_EQ(ca.training_info[0].update_binding, cb.training_info[0].update_binding);
 }
