@@ -73,6 +73,7 @@ const KernelRegistry& default_kernels() {
     register_cpu_activation(r);
     register_cpu_norm(r);
     register_cpu_conv(r);
+    register_cpu_pool(r);
     register_cpu_misc(r);
     register_cpu_resize(r);
     register_cpu_recurrent(r);

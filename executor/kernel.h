@@ -103,7 +103,8 @@ void register_cpu_scatter(KernelRegistry& r);
 void register_cpu_training_ops(KernelRegistry& r);  // ai.onnx.preview.training
 void register_cpu_activation(KernelRegistry& r);     // trigonometric and activation functions
 void register_cpu_norm(KernelRegistry& r);           // Batch/Instance/Layer/Group normalization
-void register_cpu_conv(KernelRegistry& r);           // Conv, ConvTranspose, pooling (oneDNN)
+void register_cpu_conv(KernelRegistry& r);           // Conv, ConvTranspose, ConvGrad (oneDNN, own AVX-512)
+void register_cpu_pool(KernelRegistry& r);           // MaxPool, AveragePool, LpPool, global pools, their grads
 void register_cpu_misc(KernelRegistry& r);           // Einsum, Dropout, CumSum, loss ops, ...
 void register_cpu_resize(KernelRegistry& r);         // Resize (nearest, linear, cubic)
 void register_cpu_recurrent(KernelRegistry& r);      // LSTM, GRU, RNN

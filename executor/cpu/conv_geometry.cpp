@@ -177,6 +177,14 @@ int64_t avg_pool_count(const Geo& g, const Dims3& o, bool include_pad) {
   return std::max<int64_t>(n, 1);
 }
 
+void require_explicit(const PrepareContext& ctx, std::initializer_list<const char*> attrs) {
+  const std::string auto_pad = ctx.node.attr_string("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET")
+    ctx.fail("auto_pad '" + auto_pad + "' is not supported here: pass explicit pads (the gradient rule resolves them)");
+  for (const char* a : attrs)
+    if (!ctx.node.has_attr(a)) ctx.fail(std::string("attribute '") + a + "' must be given explicitly");
+}
+
 std::array<bool, 3> wanted_outputs(const PrepareContext& ctx) {
   std::array<bool, 3> want{};
   for (size_t i = 0; i < ctx.node.outputs.size() && i < 3; ++i) want[i] = !ctx.node.outputs[i].empty();

@@ -4,6 +4,7 @@
 // spatial dims (1-D and 2-D get leading dims of size 1 with kernel 1, stride 1, no padding).
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,11 @@ Geo conv_transpose_geometry(const PrepareContext& ctx, Dims3& right_pad);
 
 // MaxPool / AveragePool (and their gradients) with X at input xi.
 Geo pool_geometry(const PrepareContext& ctx, size_t xi = 0);
+
+// The fused gradients (ConvGrad, AveragePoolGrad): their function bodies read the geometry from explicit
+// attributes (as tensors, by Constant value_ints references), so auto_pad must be resolved and `attrs` given.
+// Fails naming what is missing.
+void require_explicit(const PrepareContext& ctx, std::initializer_list<const char*> attrs);
 
 // Which of a gradient node's (up to three) outputs are named; an omitted optional output is not computed.
 std::array<bool, 3> wanted_outputs(const PrepareContext& ctx);
