@@ -9,6 +9,7 @@
 #include "graph/error.h"
 #include "graph/model_io.h"
 #include "training/adapters.h"
+#include "training/external_data.h"
 
 namespace onnxtrain::cli {
 
@@ -253,8 +254,14 @@ int cmd_export(const std::vector<std::string>& argv) {
   return run_guarded("export", nullptr, [&] {
     const std::string& ckpt = a.positional[0];
     TrainingSession s = TrainingSession::from_checkpoint(ckpt);
+    const bool lora = !find_lora(s.export_shell().graph).empty();
+    if (!lora && !a.options.count("--adapters")) {
+      // Streamed from the session (external data past 2 GB): no copy of the weights (docs/checkpoint.md).
+      s.export_inference(std::filesystem::path(a.options["-o"]));
+      std::printf("wrote %s\n", a.options["-o"].c_str());
+      return 0;
+    }
     Model m = s.export_inference();
-    const bool lora = !find_lora(m.graph).empty();
     if (a.options.count("--adapters")) {
       if (!lora) fail(ckpt, "--adapters: the checkpoint has no LoRA adapters (adapter.kind is none)");
       std::vector<std::string> also;  // weights trained in full beside the adapters (a new head)
@@ -264,7 +271,7 @@ int cmd_export(const std::vector<std::string>& argv) {
     } else if (lora) {
       merge_lora(m);
     }
-    save_model(m, a.options["-o"]);
+    save_model_large(m, a.options["-o"]);  // external data past 2 GB
     std::printf("wrote %s\n", a.options["-o"].c_str());
     return 0;
   });
