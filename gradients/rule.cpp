@@ -80,6 +80,7 @@ const GradientRegistry& default_rules() {
     register_shape_rules(r);
     register_norm_rules(r);
     register_conv_rules(r);
+    register_pool_rules(r);
     register_misc_rules(r);
     register_resize_rules(r);
     register_recurrent_rules(r);

@@ -71,6 +71,7 @@ void register_reduce_rules(GradientRegistry& r);
 void register_shape_rules(GradientRegistry& r);
 void register_norm_rules(GradientRegistry& r);
 void register_conv_rules(GradientRegistry& r);
+void register_pool_rules(GradientRegistry& r);
 void register_misc_rules(GradientRegistry& r);
 void register_resize_rules(GradientRegistry& r);
 void register_recurrent_rules(GradientRegistry& r);  // LSTM, GRU, RNN
