@@ -91,3 +91,44 @@ def test_a_flipped_byte_in_the_data_file_is_named(model, tmp_path):
     (tmp_path / data).write_bytes(bytes(raw))
     with pytest.raises(Exception, match="does not match its checksum"):
         ot.TrainingSession.from_checkpoint(ck)
+
+
+def test_cli_run_resume_and_export_with_external_data(tmp_path, build_dir, monkeypatch):
+    """The command line's checkpoints (the Trainer's streamed save), resume and export on the large-model path:
+    digits fine-tunes its head with the body frozen, so frozen weights travel through the store too."""
+    monkeypatch.setenv("ONNXTRAIN_EXTERNAL_DATA_BYTES", "1")
+    subprocess.run([sys.executable, ROOT / "examples" / "digits" / "make_digits.py", tmp_path / "data"],
+                   check=True, capture_output=True)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text((ROOT / "examples" / "digits" / "config.yaml").read_text())
+    cli = str(build_dir / "cli" / "onnxtrain")
+
+    def run(*args):
+        r = subprocess.run([cli, *map(str, args)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    # As tests/cli's resume test: a step schedule (cosine over "the whole run" would end at max_steps in the part)
+    common = ["--set", "early_stopping.patience=0", "--set", "log.progress=none", "--set", "checkpoint.every=10",
+              "--set", "train.epochs=2", "--set", "schedule.kind=step", "--set", "schedule.step_size=20",
+              "--set", "schedule.gamma=0.5"]
+    run("train", cfg, *common, "--set", "output=full")
+    run("train", cfg, *common, "--set", "train.max_steps=23", "--set", "output=part")
+    ck = tmp_path / "part" / "checkpoints" / "step-23.onnx"
+    assert len(data_files(ck.parent, "step-23.onnx")) == 1
+    run("resume", ck, "--set", "train.max_steps=0")
+    for d in ("full", "part"):
+        assert len(data_files(tmp_path / d, "model.onnx")) == 1
+    full, part = (onnx.load(str(tmp_path / d / "model.onnx")) for d in ("full", "part"))
+    assert {t.name: t.raw_data for t in full.graph.initializer} == {t.name: t.raw_data for t in part.graph.initializer}
+
+    ck = max((tmp_path / "part" / "checkpoints").glob("step-*.onnx"), key=lambda p: int(p.stem[5:]))  # the newest
+    assert len(data_files(ck.parent, ck.name)) == 1  # keep_last removed the older ones with their data files
+    assert len(list(ck.parent.glob("*.data"))) == len(list(ck.parent.glob("*.onnx")))
+    run("export", ck, "-o", tmp_path / "exported.onnx")
+    assert len(data_files(tmp_path, "exported.onnx")) == 1
+    x = np.random.default_rng(0).random((4, 64), dtype=np.float32)
+    name = onnx.load(str(tmp_path / "exported.onnx"), load_external_data=False).graph.input[0].name
+    ours = onnxruntime.InferenceSession(str(tmp_path / "exported.onnx"), providers=["CPUExecutionProvider"])
+    ref = ot.TrainingSession.from_checkpoint(ck)
+    np.testing.assert_allclose(ours.run(None, {name: x})[0], ref.infer({name: x})[0], rtol=1e-6, atol=1e-6)
