@@ -176,7 +176,9 @@ int cmd_resume(const std::vector<std::string>& argv) {
   if (a.positional.size() != 1) throw UsageError("expected one checkpoint file");
   static const std::vector<std::string> changeable = {"train.epochs", "train.max_steps", "train.max_skipped_steps", "checkpoint.every", "checkpoint.keep_last",
                                                       "early_stopping.patience", "early_stopping.min_delta", "log.progress",
-                                                      "threads", "replicas", "output", "device"};
+                                                      "threads", "replicas", "output", "device",
+                                                      // how the ranks reduce, not what: the same steps
+                                                      "distributed.overlap", "distributed.bucket_bytes"};
   for (const std::string& kv : a.sets) {
     const std::string key = kv.substr(0, kv.find('='));
     if (std::find(changeable.begin(), changeable.end(), key) == changeable.end()) {

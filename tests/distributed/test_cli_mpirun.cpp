@@ -11,6 +11,7 @@
 #include "common/test_env.h"
 #include "distributed/mpi.h"
 #include "graph/model_io.h"
+#include "dp_common.h"
 #include "launch.h"
 
 namespace onnxtrain {
@@ -113,8 +114,13 @@ class CliMpirun : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
-TEST_F(CliMpirun, TwoRanksTrainLikeOneProcessWithTwiceTheBatchAndResumeAcrossRankCounts) {
+// With the reductions overlapped (distributed.overlap, the default) and blocking (test::kDpModes).
+class CliMpirunModes : public CliMpirun, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CliMpirunModes, TwoRanksTrainLikeOneProcessWithTwiceTheBatchAndResumeAcrossRankCounts) {
   const std::string cfg = (dir_ / "run.yaml").string();
+  std::ofstream(cfg, std::ios::app) << "distributed: {overlap: " << (std::string(GetParam()) == "sync" ? "false" : "true")
+                                    << "}\n";
   const Launch one = cli("train " + cfg + " --set train.batch_size=16 --set output=" + (dir_ / "one").string());
   ASSERT_EQ(one.status, 0) << one.output;
   const Launch two = cli_mpirun(2, "train " + cfg + " --set output=" + (dir_ / "two").string());
@@ -160,6 +166,9 @@ TEST_F(CliMpirun, TwoRanksTrainLikeOneProcessWithTwiceTheBatchAndResumeAcrossRan
 
 // Ctrl-C reaching one rank only (here rank 1): the ranks agree at the next step boundary, all stop at the same
 // step, rank 0 saves the checkpoint and the job exits 130; the checkpoint resumes.
+INSTANTIATE_TEST_SUITE_P(Distributed, CliMpirunModes, ::testing::ValuesIn(test::kDpModes),
+                         [](const auto& i) { return std::string(i.param); });
+
 TEST_F(CliMpirun, InterruptingOneRankStopsAllAtTheSameStepWithACheckpoint) {
   const auto out = dir_ / "interrupted";
   // Rank 1 alone sends itself SIGINT right after step 5 (ONNXTRAIN_TEST_SIGINT_AT_STEP, cli/run.cpp): the real
