@@ -56,6 +56,7 @@ void register_cuda_blas(KernelRegistry& r);
 void register_cuda_softmax(KernelRegistry& r);
 void register_cuda_norm(KernelRegistry& r);
 void register_cuda_conv(KernelRegistry& r);
+void register_cuda_pool(KernelRegistry& r);
 void register_cuda_reduce(KernelRegistry& r);
 void register_cuda_loss(KernelRegistry& r);
 void register_cuda_index(KernelRegistry& r);

@@ -31,6 +31,7 @@ void register_cuda_kernels(KernelRegistry& r) {
   cuda::register_cuda_norm(r);
   cuda::register_cuda_gather_grad(r);
   cuda::register_cuda_conv(r);
+  cuda::register_cuda_pool(r);
   cuda::register_cuda_reduce(r);
   cuda::register_cuda_loss(r);
   cuda::register_cuda_index(r);
