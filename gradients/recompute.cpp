@@ -215,7 +215,9 @@ RecomputeReport apply_recompute(Graph& g, size_t n_forward, size_t first_backwar
   std::function<void(size_t)> emit = [&](size_t i) {
     if (emitted[i]) return;
     emitted[i] = true;
-    for (const std::string& in : nodes[i].inputs)  // the forward node, moved to the same index of `nodes`
+    // The forward node, moved to the same index of `nodes`; its inputs copied, since emitting appends to `nodes`.
+    const std::vector<std::string> inputs = nodes[i].inputs;
+    for (const std::string& in : inputs)
       if (auto it = producer.find(in); it != producer.end()) emit(it->second);
     nodes.push_back(std::move(copies[i]));
   };
@@ -223,7 +225,7 @@ RecomputeReport apply_recompute(Graph& g, size_t n_forward, size_t first_backwar
     Node n = std::move(g.nodes[j]);
     for (const std::string& in : n.inputs)
       if (auto it = producer.find(in); it != producer.end()) emit(it->second);
-    rename_inputs(n);
+    rename_inputs(n);  // a control-flow node's subgraphs keep reading the forward values they name (kept)
     nodes.push_back(std::move(n));
   }
   g.nodes = std::move(nodes);
