@@ -18,6 +18,7 @@
 
 #include "executor/cpu/bf16_gemm.h"
 #include "executor/cpu/kernel_util.h"
+#include "executor/cpu/matmul_operand.h"
 #include "executor/half.h"
 #include "executor/kernel.h"
 #include "executor/plan_fusion.h"
@@ -25,6 +26,9 @@
 
 namespace onnxtrain {
 namespace {
+
+using cpu::Operand;
+using cpu::operand;
 
 template <class ToFloat, class FromFloat> class HalfViaFloatKernel final : public Kernel {
  public:
@@ -68,39 +72,6 @@ template <class ToFloat, class FromFloat> class HalfViaFloatKernel final : publi
 
 // ---- Native bfloat16 MatMul and Gemm ----
 
-std::vector<int64_t> contiguous(const std::vector<int64_t>& dims) {
-  std::vector<int64_t> s(dims.size(), 1);
-  for (size_t i = dims.size(); i-- > 1;) s[i - 1] = s[i] * dims[i];
-  return s;
-}
-
-// An operand as the product reads it: logical dims and the element stride of each in its buffer.
-struct Operand {
-  std::vector<int64_t> dims, strides;
-};
-
-// The operand Transpose(x, perm) read in place, when the MatMul carries the perm attribute `attr` (the same
-// attribute the float32 MatMul reads, executor/plan_fusion.h).
-Operand operand(PrepareContext& ctx, const KernelInput& x, const char* attr, const char* what) {
-  Operand o{x.shape, contiguous(x.shape)};
-  if (!ctx.node.has_attr(attr)) return o;
-  const std::vector<int64_t> perm = ctx.node.attr_ints(attr);
-  std::vector<bool> seen(x.shape.size(), false);
-  bool ok = perm.size() == x.shape.size() && perm.size() >= 2;
-  for (int64_t p : perm) {
-    ok = ok && p >= 0 && p < static_cast<int64_t>(perm.size()) && !seen[static_cast<size_t>(p)];
-    if (ok) seen[static_cast<size_t>(p)] = true;
-  }
-  if (!ok)
-    ctx.fail(std::string(attr) + " " + shape_string(perm) + " is not a permutation of " + what + " " +
-             shape_string(x.shape));
-  const std::vector<int64_t> in_strides = contiguous(x.shape);
-  for (size_t k = 0; k < perm.size(); ++k) {
-    o.dims[k] = x.shape[static_cast<size_t>(perm[k])];
-    o.strides[k] = in_strides[static_cast<size_t>(perm[k])];
-  }
-  return o;
-}
 
 // Every product of one node, fixed at plan time: sizes, the operands' and C's strides, and per product of the
 // batch the (A, B, Y) offsets.
@@ -160,7 +131,7 @@ std::unique_ptr<Kernel> make_bf16_matmul(PrepareContext& ctx) {
   std::vector<int64_t> full = batch;
   full.push_back(p.M);
   full.push_back(p.N);
-  std::vector<int64_t> ys = contiguous(full);
+  std::vector<int64_t> ys = cpu::contiguous_strides(full);
   std::vector<int64_t> out = full;
   if (ctx.node.has_attr(kMatMulPermY)) {
     const std::vector<int64_t> perm = ctx.node.attr_ints(kMatMulPermY);
@@ -175,7 +146,7 @@ std::unique_ptr<Kernel> make_bf16_matmul(PrepareContext& ctx) {
       ctx.fail(std::string(kMatMulPermY) + " " + shape_string(perm) +
                " must permute the output's dims and keep its last dim last; the output is " + shape_string(full));
     for (size_t k = 0; k < n; ++k) out[k] = full[static_cast<size_t>(perm[k])];
-    const std::vector<int64_t> os = contiguous(out);
+    const std::vector<int64_t> os = cpu::contiguous_strides(out);
     for (size_t k = 0; k < n; ++k) ys[static_cast<size_t>(perm[k])] = os[k];
   }
   p.ldy = ys[r];

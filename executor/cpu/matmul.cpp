@@ -19,12 +19,16 @@
 
 #include "executor/cpu/gemm.h"
 #include "executor/cpu/kernel_util.h"
+#include "executor/cpu/matmul_operand.h"
 #include "executor/kernel.h"
 #include "executor/plan_fusion.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
 namespace {
+
+using cpu::Operand;
+using cpu::operand;
 
 using cpu::required_input;
 using cpu::set_output;
@@ -47,37 +51,6 @@ struct Geometry {
 
 // An operand as the product reads it: logical dims [..., rows, cols] and the element stride of each dim in
 // its buffer.
-struct Operand {
-  std::vector<int64_t> dims, strides;
-};
-
-std::vector<int64_t> contiguous(const std::vector<int64_t>& dims) {
-  std::vector<int64_t> s(dims.size(), 1);
-  for (size_t i = dims.size(); i-- > 1;) s[i - 1] = s[i] * dims[i];
-  return s;
-}
-
-// The operand Transpose(x, perm) read in place, when the MatMul carries the perm attribute `attr`.
-Operand operand(PrepareContext& ctx, const KernelInput& x, const char* attr, const char* what) {
-  Operand o{x.shape, contiguous(x.shape)};
-  if (!ctx.node.has_attr(attr)) return o;
-  const std::vector<int64_t> perm = ctx.node.attr_ints(attr);
-  std::vector<bool> seen(x.shape.size(), false);
-  bool ok = perm.size() == x.shape.size() && perm.size() >= 2;
-  for (int64_t p : perm) {
-    ok = ok && p >= 0 && p < static_cast<int64_t>(perm.size()) && !seen[static_cast<size_t>(p)];
-    if (ok) seen[static_cast<size_t>(p)] = true;
-  }
-  if (!ok)
-    ctx.fail(std::string(attr) + " " + shape_string(perm) + " is not a permutation of " + what + " " +
-             shape_string(x.shape));
-  const std::vector<int64_t> in_strides = contiguous(x.shape);
-  for (size_t k = 0; k < perm.size(); ++k) {
-    o.dims[k] = x.shape[static_cast<size_t>(perm[k])];
-    o.strides[k] = in_strides[static_cast<size_t>(perm[k])];
-  }
-  return o;
-}
 
 // How sgemm and Eigen read a [rows, cols] matrix with these strides: (false, ld) row-major with row stride ld,
 // (true, ld) the transpose of a row-major [cols, rows] matrix with row stride ld. Strides of size-1 dims are
@@ -121,7 +94,7 @@ std::vector<int64_t> permute_output(PrepareContext& ctx, Geometry& g, const std:
              " must permute the output's dims and keep its last dim last; the output is " + shape_string(y));
   std::vector<int64_t> out(r);
   for (size_t k = 0; k < r; ++k) out[k] = y[static_cast<size_t>(perm[k])];
-  const std::vector<int64_t> os = contiguous(out);
+  const std::vector<int64_t> os = cpu::contiguous_strides(out);
   std::vector<int64_t> ys(r);
   for (size_t k = 0; k < r; ++k) ys[static_cast<size_t>(perm[k])] = os[k];
   g.ldc = g.M <= 1 ? std::max<int64_t>(g.N, 1) : ys[r - 2];
@@ -418,5 +391,30 @@ void register_cpu_matmul(KernelRegistry& r) {
   r.add({"", "MatMul", 1, 1 << 30, Device::CPU, floats, make_matmul});
   r.add({"", "Gemm", 1, 1 << 30, Device::CPU, floats, make_gemm});
 }
+
+namespace cpu {
+
+Operand operand(PrepareContext& ctx, const KernelInput& x, const char* attr, const char* what) {
+  Operand o{x.shape, contiguous_strides(x.shape)};
+  if (!ctx.node.has_attr(attr)) return o;
+  const std::vector<int64_t> perm = ctx.node.attr_ints(attr);
+  std::vector<bool> seen(x.shape.size(), false);
+  bool ok = perm.size() == x.shape.size() && perm.size() >= 2;
+  for (int64_t p : perm) {
+    ok = ok && p >= 0 && p < static_cast<int64_t>(perm.size()) && !seen[static_cast<size_t>(p)];
+    if (ok) seen[static_cast<size_t>(p)] = true;
+  }
+  if (!ok)
+    ctx.fail(std::string(attr) + " " + shape_string(perm) + " is not a permutation of " + what + " " +
+             shape_string(x.shape));
+  const std::vector<int64_t> in_strides = contiguous_strides(x.shape);
+  for (size_t k = 0; k < perm.size(); ++k) {
+    o.dims[k] = x.shape[static_cast<size_t>(perm[k])];
+    o.strides[k] = in_strides[static_cast<size_t>(perm[k])];
+  }
+  return o;
+}
+
+}  // namespace cpu
 
 }  // namespace onnxtrain
