@@ -4,11 +4,10 @@
 // test instead of blocking the suite, and Launch::hung() tells that kill from a rank's own exit (both are 137).
 #include <sys/wait.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <span>
 #include <string>
+
+#include "compare.h"
 
 namespace onnxtrain::test {
 
@@ -36,14 +35,6 @@ inline Launch mpirun(int np, const std::string& args, const std::string& options
   return launch(std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout --verbose -s KILL 240 ") +
                 ONNXTRAIN_MPIEXEC + " -np " + std::to_string(np) + " --oversubscribe -x OMP_NUM_THREADS=1 " + options + " " +
                 program + " " + args);
-}
-
-// Largest |a - b| / |b| over the elements, with |b| floored at 1e-3 so near-zero weights do not dominate.
-inline double max_relative(std::span<const float> a, std::span<const float> b) {
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    m = std::max(m, std::fabs(double(a[i]) - b[i]) / std::max(1e-3, std::fabs(double(b[i]))));
-  return m;
 }
 
 }  // namespace onnxtrain::test

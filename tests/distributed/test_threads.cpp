@@ -16,7 +16,7 @@
 #include "dp_common.h"
 #include "graph/error.h"
 #include "graph/float16.h"
-#include "launch.h"
+#include "compare.h"
 
 namespace onnxtrain {
 namespace {
@@ -290,7 +290,9 @@ TEST_P(ThreadRanks, TwoRanksEqualOneProcessWithTwiceTheBatch) {
     worst = std::max(worst, rel);
     EXPECT_LE(rel, bound) << w;
   }
-  if (compressed) EXPECT_GT(worst, 1e-6);
+  if (compressed) {
+    EXPECT_GT(worst, 1e-6);
+  }
   std::printf("[ %s %s ] max relative weight difference after %d steps: %.3g\n", config.c_str(), mode.c_str(), kSteps,
               worst);
   // The reported loss is reduced exactly, also with compression; with "sums" a micro-batch that only accumulates

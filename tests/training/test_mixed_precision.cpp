@@ -141,8 +141,9 @@ TEST(MixedPrecision, PassRoundsTheComputeOpsAndStripUndoesIt) {
     if (n.op_type == "Cast" && n.attr_int("to", 0) == static_cast<int64_t>(DType::Float16)) ++to_half;
   EXPECT_EQ(to_half, 3 + 2);  // Gemm's and MatMul's inputs; both then compute in float16
   for (const Node& n : g.nodes)
-    if (n.op_type == "Gemm" || n.op_type == "MatMul")
+    if (n.op_type == "Gemm" || n.op_type == "MatMul") {
       EXPECT_EQ(g.type_of(n.outputs[0])->dtype, DType::Float16) << n.op_type << " should compute in float16";
+    }
   EXPECT_EQ(apply_mixed_precision(g, DType::Float16), 0);  // already applied
   strip_mixed_precision(g);
   ASSERT_EQ(g.nodes.size(), m.graph.nodes.size());
@@ -171,8 +172,12 @@ TEST(MixedPrecision, GemmWithScaledBiasIsEmulatedAndTrains) {
   Graph g = m.graph;
   apply_mixed_precision(g, DType::Float16);
   for (const Node& n : g.nodes) {
-    if (n.op_type == "Gemm") EXPECT_EQ(g.type_of(n.outputs[0])->dtype, DType::Float32);
-    if (n.op_type == "MatMul") EXPECT_EQ(g.type_of(n.outputs[0])->dtype, DType::Float16);
+    if (n.op_type == "Gemm") {
+      EXPECT_EQ(g.type_of(n.outputs[0])->dtype, DType::Float32);
+    }
+    if (n.op_type == "MatMul") {
+      EXPECT_EQ(g.type_of(n.outputs[0])->dtype, DType::Float16);
+    }
   }
   TrainingSession f32(m, config("none"));
   TrainingSession f16(m, config("float16"));
