@@ -27,7 +27,7 @@
 
 #include "benchmarks/token_logits.h"
 #include "distributed/mpi.h"
-#include "distributed/sampler.h"
+#include "training/sampler.h"
 #include "examples/synthetic.h"
 #include "graph/error.h"
 #include "graph/model_io.h"

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "distributed/mpi.h"
-#include "distributed/sampler.h"
+#include "training/sampler.h"
 #include "graph/error.h"
 #include "training/session.h"
 #include "synthetic.h"

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "distributed/sampler.h"
+#include "training/sampler.h"
 #include "graph/error.h"
 
 namespace onnxtrain {

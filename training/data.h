@@ -48,7 +48,7 @@ class Sampler {
   virtual uint64_t seed() const { return 0; }
 };
 
-// The epoch's order from distributed/sampler.h's definition (Fisher-Yates driven by SplitMix64 seeded with
+// The epoch's order from training/sampler.h's definition (Fisher-Yates driven by SplitMix64 seeded with
 // (seed, epoch): the same on every platform, docs/distributed.md). With world_size > 1 it returns rank `rank`'s
 // share, as DistributedSampler does; with the defaults, the whole permutation.
 class RandomSampler : public Sampler {

@@ -5,7 +5,7 @@
 
 #include "convert.h"
 #include "distributed/mpi.h"
-#include "distributed/sampler.h"
+#include "training/sampler.h"
 
 namespace onnxtrain::py_binding {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "distributed/sampler.h"
+#include "training/sampler.h"
 #include "training/session.h"
 
 namespace onnxtrain::test {

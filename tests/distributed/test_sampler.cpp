@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <set>
 
-#include "distributed/sampler.h"
+#include "training/sampler.h"
 #include "graph/error.h"
 
 namespace onnxtrain {

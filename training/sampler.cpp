@@ -1,4 +1,4 @@
-#include "distributed/sampler.h"
+#include "training/sampler.h"
 
 #include <algorithm>
 #include <numeric>
