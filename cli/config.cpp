@@ -9,9 +9,12 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 
 #include "executor/device.h"
 #include "graph/error.h"
+#include "training/config_schema.h"
 #include "training/trainer.h"
 
 namespace onnxtrain::cli {
@@ -120,9 +123,61 @@ struct Key {
   std::function<void(const Ctx&, RunConfig&)> parse;
 };
 
-// Every key. The order is the reference config's order.
-const std::vector<Key>& keys() {
-  static const std::vector<Key> k = {
+// optimizer.groups: a list of {match, learning_rate, weight_decay} mappings.
+void parse_groups(const Ctx& c, std::vector<ParamGroup>& groups) {
+  if (c.node.IsNull()) return;
+  if (!c.node.IsSequence()) c.bad("a list of {match, learning_rate, weight_decay} mappings");
+  for (size_t i = 0; i < c.node.size(); ++i) {
+    const YAML::Node& g = c.node[i];
+    const std::string key = c.key + "[" + std::to_string(i) + "]";
+    if (!g.IsMap()) Ctx{g, key, c.where}.bad("a mapping with match, learning_rate, weight_decay");
+    ParamGroup pg;
+    for (const auto& kv : g) {
+      const std::string k = key_name(kv.first, key, c.where);
+      Ctx item{kv.second, key + "." + k, c.where};
+      if (k == "match") pg.match = item.strings();
+      else if (k == "learning_rate") pg.learning_rate = item.num(0, kInf, true);
+      else if (k == "weight_decay") pg.weight_decay = item.num(0, kInf);
+      else {
+        std::string hint = did_you_mean(k, {"match", "learning_rate", "weight_decay"});
+        fail(c.where, key + ": unknown key '" + k + "'; valid keys: match, learning_rate, weight_decay" +
+                          (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+      }
+    }
+    if (pg.match.empty()) Ctx{g, key + ".match", c.where}.bad("a non-empty list of weight names or globs");
+    groups.push_back(pg);
+  }
+}
+
+// The value of a schema option (training/config_schema.h), read by the option's field type and checked
+// against its range or choices.
+int64_t int_bound(double v) {
+  return v >= 9.2e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(v);
+}
+template <class T> void read_into(const ConfigOption& o, const Ctx& c, T& field) {
+  if constexpr (std::is_same_v<T, bool>) field = c.boolean();
+  else if constexpr (std::is_integral_v<T>) field = static_cast<T>(c.integer(int_bound(o.min), int_bound(o.max)));
+  else if constexpr (std::is_same_v<T, double>) field = c.num(o.min, o.max, o.open_min);
+  else if constexpr (std::is_same_v<T, std::optional<double>>) field = c.opt_num(o.min, o.max, o.open_min);
+  else if constexpr (std::is_same_v<T, std::optional<int64_t>>) {
+    if (c.node.IsNull()) field.reset();
+    else field = c.integer(int_bound(o.min), int_bound(o.max));
+  } else if constexpr (std::is_same_v<T, std::string>) field = o.kind == OptionKind::Choice ? c.choice(o.choices) : c.str();
+  else if constexpr (std::is_same_v<T, std::vector<std::string>>) field = c.strings();
+  else if constexpr (std::is_same_v<T, std::vector<double>>) field = c.numbers();
+  else if constexpr (std::is_same_v<T, std::vector<ParamGroup>>) parse_groups(c, field);
+  else static_assert(sizeof(T) == 0, "a field type config_schema.h allows but the CLI cannot read");
+}
+
+Key schema_key(const ConfigOption& o) {
+  return {o.key, o.default_text, o.help, [&o](const Ctx& c, RunConfig& r) {
+            std::visit([&](auto* field) { read_into(o, c, *field); }, o.field(r.training));
+          }};
+}
+
+// Keys of the run only (not of TrainingConfig), before and after the schema's options.
+std::vector<Key> run_keys_before() {
+  return {
       {"model", "null", "the ONNX model to train (required)", [](const Ctx& c, RunConfig& r) { r.model = c.str(); }},
       {"output", "runs/<config file name>", "folder for model.onnx, checkpoints/ and the metrics file",
        [](const Ctx& c, RunConfig& r) { r.output = c.str(); }},
@@ -142,9 +197,6 @@ const std::vector<Key>& keys() {
       {"trainable", "[]", "weights to train: names or glob patterns (* ?); [] = every float initializer",
        [](const Ctx& c, RunConfig& r) { r.trainable = c.strings(); }},
       {"frozen", "[]", "weights (names or globs) removed from trainable", [](const Ctx& c, RunConfig& r) { r.frozen = c.strings(); }},
-      {"prediction", "\"\"", "the model output the loss reads; \"\" = the first output",
-       [](const Ctx& c, RunConfig& r) { r.training.prediction = c.str(); }},
-
       {"data.train", "null", "training data: a .npz, .csv or .npy file, or a list of files whose arrays are merged (required)",
        [](const Ctx& c, RunConfig& r) { r.data.train = c.strings(); }},
       {"data.validation", "null", "validation data, same forms; null = data.validation_split of the training rows",
@@ -175,113 +227,11 @@ const std::vector<Key>& keys() {
       {"data.csv_header", "true", "the first CSV line names the columns (false: columns are \"0\", \"1\", ...)",
        [](const Ctx& c, RunConfig& r) { r.data.csv_header = c.boolean(); }},
 
-      {"loss.kind", "mse", "one of: " + join(loss_kinds()), [](const Ctx& c, RunConfig& r) { r.training.loss.kind = c.choice(loss_kinds()); }},
-      {"loss.reduction", "mean", "mean or sum", [](const Ctx& c, RunConfig& r) { r.training.loss.reduction = c.choice({"mean", "sum"}); }},
-      {"loss.half", "false", "square: 0.5 * (p - t)^2", [](const Ctx& c, RunConfig& r) { r.training.loss.half = c.boolean(); }},
-      {"loss.l1", "0.5", "elastic: weight of |d|", [](const Ctx& c, RunConfig& r) { r.training.loss.l1 = c.num(0, kInf); }},
-      {"loss.l2", "0.5", "elastic: weight of d^2", [](const Ctx& c, RunConfig& r) { r.training.loss.l2 = c.num(0, kInf); }},
-      {"loss.delta", "1.0", "huber: quadratic below delta", [](const Ctx& c, RunConfig& r) { r.training.loss.delta = c.num(0, kInf, true); }},
-      {"loss.input", "\"\"", "neg_log: probability or logits; \"\" = the kind's default",
-       [](const Ctx& c, RunConfig& r) { r.training.loss.input = c.choice({"", "probability", "logits"}); }},
-      {"loss.eps", "null", "neg_log: probability clipping; null = machine epsilon", [](const Ctx& c, RunConfig& r) { r.training.loss.eps = c.opt_num(0, 0.5); }},
-      {"loss.target_format", "indices", "cross_entropy/nll: indices (int class ids) or probabilities",
-       [](const Ctx& c, RunConfig& r) { r.training.loss.target_format = c.choice({"indices", "probabilities"}); }},
-      {"loss.class_weights", "[]", "cross_entropy/nll: one weight per class", [](const Ctx& c, RunConfig& r) { r.training.loss.class_weights = c.numbers(); }},
-      {"loss.ignore_index", "-100", "cross_entropy/nll: target value that is ignored; null = none", [](const Ctx& c, RunConfig& r) {
-         if (c.node.IsNull()) r.training.loss.ignore_index.reset();
-         else r.training.loss.ignore_index = c.integer(std::numeric_limits<int64_t>::min());
-       }},
-      {"loss.label_smoothing", "0.0", "cross_entropy: in [0, 1]", [](const Ctx& c, RunConfig& r) { r.training.loss.label_smoothing = c.num(0, 1); }},
-      {"loss.pos_weight", "[]", "bce_with_logits: weight of positives, per class", [](const Ctx& c, RunConfig& r) { r.training.loss.pos_weight = c.numbers(); }},
-      {"penalty.l1", "0.0", "L1 penalty on the trainable weights, added to the loss", [](const Ctx& c, RunConfig& r) { r.training.penalty.l1 = c.num(0, kInf); }},
-      {"penalty.l2", "0.0", "L2 penalty", [](const Ctx& c, RunConfig& r) { r.training.penalty.l2 = c.num(0, kInf); }},
+  };
+}
 
-      {"optimizer.kind", "sgd", "one of: " + join(optimizer_kinds()), [](const Ctx& c, RunConfig& r) { r.training.optimizer.kind = c.choice(optimizer_kinds()); }},
-      {"optimizer.learning_rate", "0.01", "base learning rate (> 0)", [](const Ctx& c, RunConfig& r) { r.training.optimizer.learning_rate = c.num(0, kInf, true); }},
-      {"optimizer.weight_decay", "null", "null = 0 (0.01 for adamw)", [](const Ctx& c, RunConfig& r) { r.training.optimizer.weight_decay = c.opt_num(0, kInf); }},
-      {"optimizer.momentum", "0.0", "sgd", [](const Ctx& c, RunConfig& r) { r.training.optimizer.momentum = c.num(0, 1); }},
-      {"optimizer.dampening", "0.0", "sgd (torch convention)", [](const Ctx& c, RunConfig& r) { r.training.optimizer.dampening = c.num(0, 1); }},
-      {"optimizer.nesterov", "false", "sgd", [](const Ctx& c, RunConfig& r) { r.training.optimizer.nesterov = c.boolean(); }},
-      {"optimizer.convention", "torch", "sgd: torch or onnx", [](const Ctx& c, RunConfig& r) { r.training.optimizer.convention = c.choice({"torch", "onnx"}); }},
-      {"optimizer.beta", "1.0", "sgd, onnx convention", [](const Ctx& c, RunConfig& r) { r.training.optimizer.beta = c.num(0, kInf); }},
-      {"optimizer.beta1", "0.9", "adam, adamw", [](const Ctx& c, RunConfig& r) { r.training.optimizer.beta1 = c.num(0, 1); }},
-      {"optimizer.beta2", "0.999", "adam, adamw", [](const Ctx& c, RunConfig& r) { r.training.optimizer.beta2 = c.num(0, 1); }},
-      {"optimizer.amsgrad", "false", "adam, adamw", [](const Ctx& c, RunConfig& r) { r.training.optimizer.amsgrad = c.boolean(); }},
-      {"optimizer.eps", "null", "adam, adamw, adagrad; null = 1e-8 (1e-10 adagrad)", [](const Ctx& c, RunConfig& r) { r.training.optimizer.eps = c.opt_num(0, 1, true); }},
-      {"optimizer.lr_decay", "0.0", "adagrad", [](const Ctx& c, RunConfig& r) { r.training.optimizer.lr_decay = c.num(0, kInf); }},
-      {"optimizer.initial_accumulator_value", "0.0", "adagrad", [](const Ctx& c, RunConfig& r) { r.training.optimizer.initial_accumulator_value = c.num(0, kInf); }},
-      {"optimizer.max_grad_norm", "0.0", "gradient clipping by global norm; 0 = off", [](const Ctx& c, RunConfig& r) { r.training.optimizer.max_grad_norm = c.num(0, kInf); }},
-      {"optimizer.gradient_accumulation", "1", "micro-batches per update", [](const Ctx& c, RunConfig& r) { r.training.optimizer.gradient_accumulation = static_cast<int>(c.integer(1, 1 << 20)); }},
-      {"optimizer.groups", "[]", "parameter groups: [{match: [globs], learning_rate: x, weight_decay: y}, ...]", [](const Ctx& c, RunConfig& r) {
-         if (c.node.IsNull()) return;
-         if (!c.node.IsSequence()) c.bad("a list of {match, learning_rate, weight_decay} mappings");
-         for (size_t i = 0; i < c.node.size(); ++i) {
-           const YAML::Node& g = c.node[i];
-           const std::string key = c.key + "[" + std::to_string(i) + "]";
-           if (!g.IsMap()) Ctx{g, key, c.where}.bad("a mapping with match, learning_rate, weight_decay");
-           ParamGroup pg;
-           for (const auto& kv : g) {
-             const std::string k = key_name(kv.first, key, c.where);
-             Ctx item{kv.second, key + "." + k, c.where};
-             if (k == "match") pg.match = item.strings();
-             else if (k == "learning_rate") pg.learning_rate = item.num(0, kInf, true);
-             else if (k == "weight_decay") pg.weight_decay = item.num(0, kInf);
-             else {
-               std::string hint = did_you_mean(k, {"match", "learning_rate", "weight_decay"});
-               fail(c.where, key + ": unknown key '" + k + "'; valid keys: match, learning_rate, weight_decay" +
-                                 (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
-             }
-           }
-           if (pg.match.empty()) Ctx{g, key + ".match", c.where}.bad("a non-empty list of weight names or globs");
-           r.training.optimizer.groups.push_back(pg);
-         }
-       }},
-
-      {"schedule.kind", "constant", "one of: " + join(schedule_kinds()), [](const Ctx& c, RunConfig& r) { r.training.schedule.kind = c.choice(schedule_kinds()); }},
-      {"schedule.step_size", "0", "step: decay every step_size optimizer steps", [](const Ctx& c, RunConfig& r) { r.training.schedule.step_size = c.integer(0); }},
-      {"schedule.gamma", "0.1", "step, exponential: decay factor", [](const Ctx& c, RunConfig& r) { r.training.schedule.gamma = c.num(0, kInf, true); }},
-      {"schedule.total_steps", "0", "cosine, linear: steps including warm-up; 0 = the run's planned optimizer steps", [](const Ctx& c, RunConfig& r) { r.training.schedule.total_steps = c.integer(0); }},
-      {"schedule.warmup_steps", "0", "cosine, linear: linear warm-up steps", [](const Ctx& c, RunConfig& r) { r.training.schedule.warmup_steps = c.integer(0); }},
-      {"schedule.min_lr", "0.0", "cosine: final learning rate", [](const Ctx& c, RunConfig& r) { r.training.schedule.min_lr = c.num(0, kInf); }},
-      {"schedule.power_t", "0.5", "invscaling exponent", [](const Ctx& c, RunConfig& r) { r.training.schedule.power_t = c.num(0, kInf); }},
-      {"schedule.tol", "0.0001", "adaptive: improvement threshold", [](const Ctx& c, RunConfig& r) { r.training.schedule.tol = c.num(0, kInf); }},
-      {"schedule.n_iter_no_change", "10", "adaptive: patience in epochs", [](const Ctx& c, RunConfig& r) { r.training.schedule.n_iter_no_change = c.integer(1); }},
-
-      {"mixed_precision.dtype", "none", "none, float16 or bfloat16: MatMul/Gemm/Conv inputs and outputs are rounded to it, weights stay float32",
-       [](const Ctx& c, RunConfig& r) { r.training.mixed_precision.dtype = c.choice({"none", "float16", "bfloat16"}); }},
-      {"mixed_precision.init_scale", "65536.0", "initial loss scale", [](const Ctx& c, RunConfig& r) { r.training.mixed_precision.init_scale = c.num(0, kInf, true); }},
-      {"mixed_precision.growth_factor", "2.0", "the scale grows by this after growth_interval finite steps", [](const Ctx& c, RunConfig& r) { r.training.mixed_precision.growth_factor = c.num(1, kInf); }},
-      {"mixed_precision.backoff_factor", "0.5", "the scale shrinks by this on an overflowed (skipped) step", [](const Ctx& c, RunConfig& r) { r.training.mixed_precision.backoff_factor = c.num(0, 1, true); }},
-      {"mixed_precision.growth_interval", "2000", "finite steps in a row before the scale grows", [](const Ctx& c, RunConfig& r) { r.training.mixed_precision.growth_interval = c.integer(1); }},
-
-      {"adapter.kind", "none", "none, or lora: train low-rank adapters beside the targeted weights, which stay frozen (docs/lora.md)",
-       [](const Ctx& c, RunConfig& r) { r.training.adapter.kind = c.choice({"none", "lora"}); }},
-      {"adapter.rank", "8", "lora: rank of each adapter", [](const Ctx& c, RunConfig& r) { r.training.adapter.rank = c.integer(1, 1 << 20); }},
-      {"adapter.alpha", "16.0", "lora: the adapter's update is scaled by alpha / rank", [](const Ctx& c, RunConfig& r) { r.training.adapter.alpha = c.num(0, kInf, true); }},
-      {"adapter.dropout", "0.0", "lora: dropout on the adapter branch's input (only 0 is supported yet)",
-       [](const Ctx& c, RunConfig& r) { r.training.adapter.dropout = c.num(0, 1); }},
-      {"adapter.target", "[all-linear]", "lora: initializer names or globs of the weights to adapt (MatMul/Gemm/Conv); all-linear = every MatMul/Gemm weight",
-       [](const Ctx& c, RunConfig& r) { r.training.adapter.target = c.strings(); }},
-      {"adapter.seed", "0", "lora: seed of the adapters' Kaiming-uniform initialisation", [](const Ctx& c, RunConfig& r) { r.training.adapter.seed = c.integer(0); }},
-
-      {"memory.recompute", "none", "none; auto (keep segment boundaries, recompute the rest in the backward pass); or forward node names/globs to recompute (docs/memory.md)",
-       [](const Ctx& c, RunConfig& r) { r.training.memory.recompute = c.strings(); }},
-
-      {"distributed.overlap", "true", "mpirun: start each gradient bucket's allreduce as soon as the backward pass has produced it and wait where the optimizer reads it; false = one blocking allreduce per bucket after the backward pass (docs/distributed.md)",
-       [](const Ctx& c, RunConfig& r) { r.training.parallel.overlap = c.boolean(); }},
-      {"distributed.bucket_bytes", "1048576", "mpirun: largest allreduce message, in bytes of float32 gradients; buckets fill in the order the backward pass produces the gradients",
-       [](const Ctx& c, RunConfig& r) { r.training.parallel.bucket_bytes = static_cast<size_t>(c.integer(1)); }},
-      {"distributed.compression", "none", "mpirun: none, bfloat16 or float16: gradients travel as 16-bit floats (half the bytes; lossy, summed in float32)",
-       [](const Ctx& c, RunConfig& r) { r.training.parallel.compression = c.choice({"none", "bfloat16", "float16"}); }},
-      {"distributed.reduce_every_micro_batch", "true", "mpirun with optimizer.gradient_accumulation k > 1: false keeps micro-batches local and reduces their sum once per update (k times fewer messages)",
-       [](const Ctx& c, RunConfig& r) { r.training.parallel.reduce_every_micro_batch = c.boolean(); }},
-
-      {"train.on_non_finite", "raise", "a NaN/Inf loss or gradient: raise (stop, naming step and tensor) or skip (not applied; warned, counted in the summary)",
-       [](const Ctx& c, RunConfig& r) { r.training.on_non_finite = c.choice({"raise", "skip"}); }},
-      {"train.check_every_value", "false", "debugging: check every intermediate value so the error names the first non-finite tensor",
-       [](const Ctx& c, RunConfig& r) { r.training.check_every_value = c.boolean(); }},
-      {"train.profile", "false", "after training, print where train_step's time went, per step of its plan (docs/performance.md)",
-       [](const Ctx& c, RunConfig& r) { r.training.profile = c.boolean(); }},
+std::vector<Key> run_keys_after() {
+  return {
       {"train.max_skipped_steps", "0", "with on_non_finite skip: fail (exit 1) once more steps than this were skipped; 0 = no limit",
        [](const Ctx& c, RunConfig& r) { r.max_skipped_steps = c.integer(0); }},
       {"train.epochs", "1", "passes over the training data", [](const Ctx& c, RunConfig& r) { r.epochs = c.integer(1); }},
@@ -303,6 +253,27 @@ const std::vector<Key>& keys() {
       {"log.every", "1", "write a step row every N batches (epoch rows always)", [](const Ctx& c, RunConfig& r) { r.log_every = c.integer(1); }},
       {"log.progress", "auto", "auto (a bar on a terminal, lines otherwise), bar, lines or none", [](const Ctx& c, RunConfig& r) { r.progress = c.choice({"auto", "bar", "lines", "none"}); }},
   };
+}
+
+// Every key: the run's own and every schema option that applies to the CLI. Grouped by section in the order
+// each section first appears, which is the reference config's order.
+const std::vector<Key>& keys() {
+  static const std::vector<Key> k = [] {
+    std::vector<Key> all = run_keys_before();
+    for (const ConfigOption& o : config_options())
+      if (o.applies_to(kWayCli)) all.push_back(schema_key(o));
+    for (Key& key : run_keys_after()) all.push_back(std::move(key));
+    auto section_of = [](const Key& key) {
+      const size_t dot = key.path.find('.');
+      return dot == std::string::npos ? std::string() : key.path.substr(0, dot);
+    };
+    std::vector<std::string> sections;
+    for (const Key& key : all)
+      if (std::find(sections.begin(), sections.end(), section_of(key)) == sections.end()) sections.push_back(section_of(key));
+    auto rank = [&](const Key& key) { return std::find(sections.begin(), sections.end(), section_of(key)) - sections.begin(); };
+    std::stable_sort(all.begin(), all.end(), [&](const Key& a, const Key& b) { return rank(a) < rank(b); });
+    return all;
+  }();
   return k;
 }
 

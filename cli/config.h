@@ -1,7 +1,8 @@
 #pragma once
-// The YAML run configuration of `onnxtrain train/eval/resume`. One table of keys (config.cpp) drives parsing,
-// validation, error messages (file:line, expected, valid choices, "did you mean") and the reference config that
-// `onnxtrain config` prints and docs/cli.md embeds.
+// The YAML run configuration of `onnxtrain train/eval/resume`. One table of keys drives parsing, validation,
+// error messages (file:line, expected, valid choices, "did you mean") and the reference config that
+// `onnxtrain config` prints and docs/cli.md embeds: the TrainingConfig options come from the schema
+// (training/config_schema.h), the run's own keys (model, data.*, train.epochs, log.*, ...) from config.cpp.
 #include <cstdint>
 #include <filesystem>
 #include <map>

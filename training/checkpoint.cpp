@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <variant>
 #include <random>
 #include <climits>
 #include <cerrno>
@@ -23,6 +24,7 @@
 #include "graph/error.h"
 #include "graph/model_io.h"
 #include "training/checksums.h"
+#include "training/config_schema.h"
 
 namespace onnxtrain {
 
@@ -30,80 +32,28 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// One table of fields drives both directions, so the writer and the reader cannot drift apart.
-// The visitor sees (key, field&) for every field of TrainingConfig.
-template <class V> void visit_config(TrainingConfig& c, V& v) {
-  v("trainable", c.trainable);
-  v("inputs_requiring_grad", c.inputs_requiring_grad);
-  v("prediction", c.prediction);
-  LossSpec& l = c.loss;
-  v("loss.kind", l.kind);
-  v("loss.reduction", l.reduction);
-  v("loss.half", l.half);
-  v("loss.sample_weight", l.sample_weight);
-  v("loss.l1", l.l1);
-  v("loss.l2", l.l2);
-  v("loss.delta", l.delta);
-  v("loss.input", l.input);
-  v("loss.eps", l.eps);
-  v("loss.target_format", l.target_format);
-  v("loss.class_weights", l.class_weights);
-  v("loss.ignore_index", l.ignore_index);
-  v("loss.label_smoothing", l.label_smoothing);
-  v("loss.pos_weight", l.pos_weight);
-  v("numerics.on_non_finite", c.on_non_finite);
-  v("numerics.check_every_value", c.check_every_value);
-  v("mixed_precision.dtype", c.mixed_precision.dtype);
-  v("mixed_precision.init_scale", c.mixed_precision.init_scale);
-  v("mixed_precision.growth_factor", c.mixed_precision.growth_factor);
-  v("mixed_precision.backoff_factor", c.mixed_precision.backoff_factor);
-  v("mixed_precision.growth_interval", c.mixed_precision.growth_interval);
-  v("adapter.kind", c.adapter.kind);
-  v("adapter.rank", c.adapter.rank);
-  v("adapter.alpha", c.adapter.alpha);
-  v("adapter.dropout", c.adapter.dropout);
-  v("adapter.target", c.adapter.target);
-  v("adapter.seed", c.adapter.seed);
-  v("memory.recompute", c.memory.recompute);
-  v("penalty.l1", c.penalty.l1);
-  v("penalty.l2", c.penalty.l2);
-  OptimizerSpec& o = c.optimizer;
-  v("optimizer.kind", o.kind);
-  v("optimizer.learning_rate", o.learning_rate);
-  v("optimizer.weight_decay", o.weight_decay);
-  v("optimizer.momentum", o.momentum);
-  v("optimizer.dampening", o.dampening);
-  v("optimizer.nesterov", o.nesterov);
-  v("optimizer.convention", o.convention);
-  v("optimizer.beta", o.beta);
-  v("optimizer.beta1", o.beta1);
-  v("optimizer.beta2", o.beta2);
-  v("optimizer.amsgrad", o.amsgrad);
-  v("optimizer.eps", o.eps);
-  v("optimizer.lr_decay", o.lr_decay);
-  v("optimizer.initial_accumulator_value", o.initial_accumulator_value);
-  v("optimizer.max_grad_norm", o.max_grad_norm);
-  v("optimizer.gradient_accumulation", o.gradient_accumulation);
-  int64_t ngroups = static_cast<int64_t>(o.groups.size());
-  v("optimizer.groups", ngroups);
-  if (ngroups < 0 || ngroups > 100000) v.bad("optimizer.groups", "expected a group count in [0, 100000]");
-  o.groups.resize(static_cast<size_t>(ngroups));
-  for (size_t i = 0; i < o.groups.size(); ++i) {
+// One table (training/config_schema.h) drives both directions, so the writer and the reader cannot drift
+// apart. The visitor sees (metadata key, field&) for every option the schema stores in checkpoints.
+template <class V, class T> void visit_field(V& v, const std::string& key, T& field) { v(key, field); }
+
+// optimizer.groups: the group count, then each group's fields under "optimizer.group.<i>.".
+template <class V> void visit_field(V& v, const std::string& key, std::vector<ParamGroup>& groups) {
+  int64_t ngroups = static_cast<int64_t>(groups.size());
+  v(key, ngroups);
+  if (ngroups < 0 || ngroups > 100000) v.bad(key, "expected a group count in [0, 100000]");
+  groups.resize(static_cast<size_t>(ngroups));
+  for (size_t i = 0; i < groups.size(); ++i) {
     const std::string k = "optimizer.group." + std::to_string(i) + ".";
-    v(k + "match", o.groups[i].match);
-    v(k + "learning_rate", o.groups[i].learning_rate);
-    v(k + "weight_decay", o.groups[i].weight_decay);
+    v(k + "match", groups[i].match);
+    v(k + "learning_rate", groups[i].learning_rate);
+    v(k + "weight_decay", groups[i].weight_decay);
   }
-  ScheduleSpec& s = c.schedule;
-  v("schedule.kind", s.kind);
-  v("schedule.step_size", s.step_size);
-  v("schedule.gamma", s.gamma);
-  v("schedule.total_steps", s.total_steps);
-  v("schedule.warmup_steps", s.warmup_steps);
-  v("schedule.min_lr", s.min_lr);
-  v("schedule.power_t", s.power_t);
-  v("schedule.tol", s.tol);
-  v("schedule.n_iter_no_change", s.n_iter_no_change);
+}
+
+template <class V> void visit_config(TrainingConfig& c, V& v) {
+  for (const ConfigOption& o : config_options())
+    if (o.applies_to(kWayCheckpoint))
+      std::visit([&](auto* field) { visit_field(v, o.checkpoint_key(), *field); }, o.field(c));
 }
 
 // Shortest text that reads back to the same double (std::to_chars round-trips exactly).
@@ -120,6 +70,7 @@ struct Writer {
   void operator()(const std::string& k, double& x) { put(k, num(x)); }
   void operator()(const std::string& k, int64_t& x) { put(k, std::to_string(x)); }
   void operator()(const std::string& k, int& x) { put(k, std::to_string(x)); }
+  void operator()(const std::string& k, size_t& x) { put(k, std::to_string(x)); }
   void operator()(const std::string& k, bool& x) { put(k, x ? "true" : "false"); }
   // Unset optionals are written as "" so the reader restores "unset", not the default.
   void operator()(const std::string& k, std::optional<double>& x) { put(k, x ? num(*x) : ""); }
@@ -174,6 +125,13 @@ struct Reader {
       int64_t v = to_int(k, *s);
       if (v < INT32_MIN || v > INT32_MAX) bad(k, "value " + *s + " is out of range");
       x = static_cast<int>(v);
+    }
+  }
+  void operator()(const std::string& k, size_t& x) {
+    if (auto* s = get(k)) {
+      int64_t v = to_int(k, *s);
+      if (v < 0) bad(k, "value " + *s + " is out of range");
+      x = static_cast<size_t>(v);
     }
   }
   void operator()(const std::string& k, bool& x) {

@@ -23,6 +23,7 @@ from ._onnxtrain import (  # noqa: F401  (re-exported)
     AdapterSpec,
     MemorySpec,
     Communicator,
+    DataParallelSpec,
     Device,
     DistributedSampler,
     ForwardBackwardSession,
@@ -36,6 +37,7 @@ from ._onnxtrain import (  # noqa: F401  (re-exported)
     TrainingConfig,
     __version__,
     communicator_from_environment,
+    config_schema,
     cuda_available,
     cuda_unavailable_reason,
     launched_by_mpi,
@@ -46,8 +48,8 @@ from ._onnxtrain import (  # noqa: F401  (re-exported)
 from . import _onnxtrain
 
 __all__ = [
-    "AdapterSpec", "MemorySpec", "Communicator", "Device", "DistributedSampler", "Elastic", "ForwardBackwardSession", "LossSpec", "MixedPrecisionSpec", "NonFiniteStepWarning", "OnnxtrainError", "OptimizerSpec", "ParamGroup",
-    "PenaltySpec", "ScheduleSpec", "TrainingConfig", "TrainingSession", "communicator_from_environment", "cuda_available", "cuda_unavailable_reason", "launched_by_mpi", "loss_kinds", "make_config", "make_adapter", "make_memory", "make_loss", "merge_lora", "make_mixed_precision",
+    "AdapterSpec", "MemorySpec", "Communicator", "DataParallelSpec", "Device", "DistributedSampler", "Elastic", "ForwardBackwardSession", "LossSpec", "MixedPrecisionSpec", "NonFiniteStepWarning", "OnnxtrainError", "OptimizerSpec", "ParamGroup",
+    "PenaltySpec", "ScheduleSpec", "TrainingConfig", "TrainingSession", "communicator_from_environment", "config_schema", "cuda_available", "cuda_unavailable_reason", "launched_by_mpi", "loss_kinds", "make_config", "make_adapter", "make_distributed", "make_memory", "make_loss", "merge_lora", "make_mixed_precision",
     "make_optimizer", "make_penalty", "make_schedule", "optimizer_kinds", "schedule_kinds", "__version__",
 ]
 
@@ -170,6 +172,29 @@ def make_memory(memory: Union[None, str, Iterable[str], MemorySpec, Mapping[str,
                     f"got {type(memory).__name__}")
 
 
+def make_distributed(distributed: Union[None, DataParallelSpec, Mapping[str, Any]]) -> DataParallelSpec:
+    """How a data-parallel session reduces gradients (docs/distributed.md): None (the defaults), a dict of
+    DataParallelSpec fields ({'compression': 'bfloat16', 'bucket_bytes': 4 << 20}) or a DataParallelSpec. The
+    same options as the CLI's ``distributed:`` section; they apply when the session has ``parallel=...``."""
+    if distributed is None:
+        return DataParallelSpec()
+    if isinstance(distributed, (DataParallelSpec, Mapping)):
+        spec = DataParallelSpec(**(distributed.to_dict() if isinstance(distributed, DataParallelSpec) else distributed))
+        _check_choice("distributed.compression", spec.compression)
+        return spec
+    raise TypeError(f"distributed: expected None, a dict or DataParallelSpec, got {type(distributed).__name__}")
+
+
+def _check_choice(key: str, value: Any) -> None:
+    """Raises ValueError unless value is one of the schema's choices for this option (training/config_schema.h),
+    naming the option as Python spells it."""
+    option = next(o for o in config_schema() if o["key"] == key)
+    if value not in option["choices"]:
+        quoted = [repr(c) for c in option["choices"]]
+        expected = " or ".join(quoted) if len(quoted) == 2 else "one of " + ", ".join(quoted)
+        raise ValueError(f"{option['python']}: expected {expected}, got {value!r}")
+
+
 def merge_lora(model: ModelLike):
     """A model with LoRA adapters (a path, bytes or onnx.ModelProto, e.g. ``TrainingSession.export_inference()``)
     with every adapter folded into its weight (W + A B alpha / rank): an onnx.ModelProto of the base architecture
@@ -182,10 +207,11 @@ def make_config(*, trainable: Iterable[str] | None = None, loss: Any = "mse", op
                 prediction: str | None = None, device: Union[str, Device, None] = None,
                 inputs_requiring_grad: Iterable[str] | None = None, mixed_precision: Any = None,
                 on_non_finite: str = "raise", check_every_value: bool = False,
-                profile: bool = False, adapter: Any = None, memory: Any = None) -> TrainingConfig:
-    """A TrainingConfig from the same arguments as TrainingSession."""
-    if on_non_finite not in ("raise", "skip"):
-        raise ValueError(f"on_non_finite: expected 'raise' or 'skip', got {on_non_finite!r}")
+                profile: bool = False, adapter: Any = None, memory: Any = None,
+                distributed: Any = None) -> TrainingConfig:
+    """A TrainingConfig from the same arguments as TrainingSession. Every option, its default and help text:
+    ``config_schema()`` (the CLI's keys are the same options)."""
+    _check_choice("train.on_non_finite", on_non_finite)
     cfg = TrainingConfig()
     cfg.on_non_finite = on_non_finite
     cfg.check_every_value = bool(check_every_value)
@@ -202,6 +228,7 @@ def make_config(*, trainable: Iterable[str] | None = None, loss: Any = "mse", op
     cfg.mixed_precision = make_mixed_precision(mixed_precision)
     cfg.adapter = make_adapter(adapter)
     cfg.memory = make_memory(memory)
+    cfg.distributed = make_distributed(distributed)
     return cfg
 
 
@@ -263,6 +290,9 @@ class TrainingSession:
             produced the NaN/Inf. Costs a pass over every value per step.
         profile: time every step of ``train_step``'s plan; read it with ``profile()`` or ``profile_report()``
             (docs/performance.md, "Profiling a step").
+        distributed: how a data-parallel session reduces gradients: None (defaults), a dict or a DataParallelSpec
+            (``overlap``, ``bucket_bytes``, ``compression``, ``reduce_every_micro_batch``; the CLI's ``distributed:``
+            keys, docs/distributed.md). Applies with ``parallel``.
         config: a complete TrainingConfig instead of the arguments above.
         parallel: data-parallel training (docs/distributed.md): True for ``communicator_from_environment()`` (the
             MPI ranks under ``mpirun``, this process alone otherwise) or a Communicator. Rank 0's weights are
@@ -284,13 +314,13 @@ class TrainingSession:
                  inputs_requiring_grad: Iterable[str] | None = None, config: TrainingConfig | None = None,
                  parallel: Union[None, bool, Communicator] = None, mixed_precision: Any = None,
                  on_non_finite: str = "raise", check_every_value: bool = False, profile: bool = False,
-                 replicas: int = 1, adapter: Any = None, memory: Any = None):
+                 replicas: int = 1, adapter: Any = None, memory: Any = None, distributed: Any = None):
         if config is None:
             config = make_config(trainable=trainable, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
                                  schedule=schedule, penalty=penalty, prediction=prediction, device=device,
                                  inputs_requiring_grad=inputs_requiring_grad, mixed_precision=mixed_precision,
                                  on_non_finite=on_non_finite, check_every_value=check_every_value, profile=profile,
-                                 adapter=adapter, memory=memory)
+                                 adapter=adapter, memory=memory, distributed=distributed)
         self._s = _onnxtrain.TrainingSession(model, config, _communicator(parallel), _replicas(replicas))
         self.config = config
         self._skips_seen = 0

@@ -2,6 +2,7 @@
 // field order) construction that rejects unknown options, repr, equality, copy and pickle (scikit-learn's
 // clone deep-copies estimator parameters, so loss/optimizer objects must copy).
 #include <memory>
+#include <stdexcept>
 
 #include <pybind11/stl.h>
 
@@ -12,6 +13,7 @@
 #include "losses/penalty.h"
 #include "optimizers/optimizer.h"
 #include "optimizers/schedule.h"
+#include "training/config_schema.h"
 #include "training/session.h"
 
 namespace onnxtrain::py_binding {
@@ -24,17 +26,32 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
+// The help text of the schema option at this Python path (training/config_schema.h); a field the schema
+// does not know fails at import, so a spec class cannot drift from the schema unnoticed.
+const char* schema_help(const std::string& python_path) {
+  for (const ConfigOption& o : config_options())
+    if (o.applies_to(kWayPython) && o.python_path() == python_path) return o.help.c_str();
+  throw std::logic_error("no Python option '" + python_path + "' in training/config_schema.cpp");
+}
+
 template <class T>
 class SpecClass {
  public:
-  SpecClass(py::module_& m, const char* name, const char* doc)
-      : cls_(m, name, doc), name_(name), fields_(std::make_shared<std::vector<std::string>>()) {}
+  // section: the Python path of this spec on TrainingConfig ("loss"), which prefixes its fields' schema paths.
+  SpecClass(py::module_& m, const char* name, const char* doc, std::string section = "")
+      : cls_(m, name, doc), name_(name), section_(std::move(section)),
+        fields_(std::make_shared<std::vector<std::string>>()) {}
 
   template <class V>
   SpecClass& field(const char* name, V T::*member, const char* doc) {
     cls_.def_readwrite(name, member, doc);
     fields_->push_back(name);
     return *this;
+  }
+  // A field that is a schema option: its help comes from the schema.
+  template <class V>
+  SpecClass& option(const char* name, V T::*member) {
+    return field(name, member, schema_help(section_.empty() ? name : section_ + "." + name));
   }
 
   py::class_<T>& finish() {
@@ -94,7 +111,7 @@ class SpecClass {
 
  private:
   py::class_<T> cls_;
-  std::string name_;
+  std::string name_, section_;
   std::shared_ptr<std::vector<std::string>> fields_;
 };
 
@@ -106,28 +123,27 @@ void bind_specs(py::module_& m) {
       .value("CUDA", Device::CUDA)
       .value("GUARDED", Device::Guarded);
 
-  SpecClass<LossSpec>(m, "LossSpec", "A loss appended to the model's prediction (docs/losses.md).")
-      .field("kind", &LossSpec::kind, "square (alias mse), absolute, elastic, huber, neg_log, cross_entropy, nll, "
-                                      "bce_with_logits")
-      .field("reduction", &LossSpec::reduction, "'mean' or 'sum'")
-      .field("half", &LossSpec::half, "square: 0.5 * (p - t)^2 (scikit-learn's convention)")
-      .field("sample_weight", &LossSpec::sample_weight, "add a 'sample_weight' input of shape [N]")
-      .field("l1", &LossSpec::l1, "elastic: coefficient of |d|")
-      .field("l2", &LossSpec::l2, "elastic: coefficient of d^2")
-      .field("delta", &LossSpec::delta, "huber: quadratic below delta")
-      .field("input", &LossSpec::input, "neg_log: 'probability' (default) or 'logits'")
-      .field("eps", &LossSpec::eps, "neg_log: probability clipping; None = the dtype's epsilon (probabilities)")
-      .field("target_format", &LossSpec::target_format, "cross_entropy/nll: 'indices' or 'probabilities'")
-      .field("class_weights", &LossSpec::class_weights, "one weight per class; empty = all 1")
-      .field("ignore_index", &LossSpec::ignore_index, "class index that contributes nothing; None = none")
-      .field("label_smoothing", &LossSpec::label_smoothing, "cross_entropy, in [0, 1]")
-      .field("pos_weight", &LossSpec::pos_weight, "bce_with_logits: weight of the positive term")
+  SpecClass<LossSpec>(m, "LossSpec", "A loss appended to the model's prediction (docs/losses.md).", "loss")
+      .option("kind", &LossSpec::kind)
+      .option("reduction", &LossSpec::reduction)
+      .option("half", &LossSpec::half)
+      .option("sample_weight", &LossSpec::sample_weight)
+      .option("l1", &LossSpec::l1)
+      .option("l2", &LossSpec::l2)
+      .option("delta", &LossSpec::delta)
+      .option("input", &LossSpec::input)
+      .option("eps", &LossSpec::eps)
+      .option("target_format", &LossSpec::target_format)
+      .option("class_weights", &LossSpec::class_weights)
+      .option("ignore_index", &LossSpec::ignore_index)
+      .option("label_smoothing", &LossSpec::label_smoothing)
+      .option("pos_weight", &LossSpec::pos_weight)
       .finish();
 
   SpecClass<PenaltySpec>(m, "PenaltySpec", "l1 * sum|w| + l2 * sum(w^2) over the trainable weights, added to the loss "
-                                           "(no 1/2 on the l2 term; docs/losses.md).")
-      .field("l1", &PenaltySpec::l1, "L1 coefficient, >= 0")
-      .field("l2", &PenaltySpec::l2, "L2 coefficient, >= 0")
+                                           "(no 1/2 on the l2 term; docs/losses.md).", "penalty")
+      .option("l1", &PenaltySpec::l1)
+      .option("l2", &PenaltySpec::l2)
       .finish();
 
   SpecClass<ParamGroup>(m, "ParamGroup", "Optimizer overrides for the weights whose names match (globs).")
@@ -136,67 +152,77 @@ void bind_specs(py::module_& m) {
       .field("weight_decay", &ParamGroup::weight_decay, "None = the optimizer's")
       .finish();
 
-  SpecClass<OptimizerSpec>(m, "OptimizerSpec", "An optimizer appended to the training graph (docs/optimizers.md).")
-      .field("kind", &OptimizerSpec::kind, "'sgd', 'adam', 'adamw' or 'adagrad'")
-      .field("learning_rate", &OptimizerSpec::learning_rate, "base learning rate")
-      .field("weight_decay", &OptimizerSpec::weight_decay, "None = 0 (0.01 for adamw)")
-      .field("momentum", &OptimizerSpec::momentum, "sgd")
-      .field("dampening", &OptimizerSpec::dampening, "sgd, torch convention")
-      .field("nesterov", &OptimizerSpec::nesterov, "sgd")
-      .field("convention", &OptimizerSpec::convention, "sgd: 'torch' or 'onnx'")
-      .field("beta", &OptimizerSpec::beta, "sgd, onnx convention")
-      .field("beta1", &OptimizerSpec::beta1, "adam, adamw")
-      .field("beta2", &OptimizerSpec::beta2, "adam, adamw")
-      .field("amsgrad", &OptimizerSpec::amsgrad, "adam, adamw")
-      .field("eps", &OptimizerSpec::eps, "adam, adamw, adagrad; None = torch's default")
-      .field("lr_decay", &OptimizerSpec::lr_decay, "adagrad")
-      .field("initial_accumulator_value", &OptimizerSpec::initial_accumulator_value, "adagrad")
-      .field("max_grad_norm", &OptimizerSpec::max_grad_norm, "global-norm clipping; 0 = off")
-      .field("gradient_accumulation", &OptimizerSpec::gradient_accumulation, "micro-batches per update")
-      .field("groups", &OptimizerSpec::groups, "list of ParamGroup (assign a new list to change it)")
+  SpecClass<OptimizerSpec>(m, "OptimizerSpec", "An optimizer appended to the training graph (docs/optimizers.md).",
+                           "optimizer")
+      .option("kind", &OptimizerSpec::kind)
+      .option("learning_rate", &OptimizerSpec::learning_rate)
+      .option("weight_decay", &OptimizerSpec::weight_decay)
+      .option("momentum", &OptimizerSpec::momentum)
+      .option("dampening", &OptimizerSpec::dampening)
+      .option("nesterov", &OptimizerSpec::nesterov)
+      .option("convention", &OptimizerSpec::convention)
+      .option("beta", &OptimizerSpec::beta)
+      .option("beta1", &OptimizerSpec::beta1)
+      .option("beta2", &OptimizerSpec::beta2)
+      .option("amsgrad", &OptimizerSpec::amsgrad)
+      .option("eps", &OptimizerSpec::eps)
+      .option("lr_decay", &OptimizerSpec::lr_decay)
+      .option("initial_accumulator_value", &OptimizerSpec::initial_accumulator_value)
+      .option("max_grad_norm", &OptimizerSpec::max_grad_norm)
+      .option("gradient_accumulation", &OptimizerSpec::gradient_accumulation)
+      .option("groups", &OptimizerSpec::groups)
       .finish();
 
-  SpecClass<ScheduleSpec>(m, "ScheduleSpec", "A learning-rate schedule (docs/schedules.md).")
-      .field("kind", &ScheduleSpec::kind, "constant, step, exponential, cosine, linear, invscaling, adaptive")
-      .field("step_size", &ScheduleSpec::step_size, "step")
-      .field("gamma", &ScheduleSpec::gamma, "step, exponential")
-      .field("total_steps", &ScheduleSpec::total_steps, "cosine, linear")
-      .field("warmup_steps", &ScheduleSpec::warmup_steps, "cosine, linear")
-      .field("min_lr", &ScheduleSpec::min_lr, "cosine")
-      .field("power_t", &ScheduleSpec::power_t, "invscaling")
-      .field("tol", &ScheduleSpec::tol, "adaptive")
-      .field("n_iter_no_change", &ScheduleSpec::n_iter_no_change, "adaptive")
+  SpecClass<ScheduleSpec>(m, "ScheduleSpec", "A learning-rate schedule (docs/schedules.md).", "schedule")
+      .option("kind", &ScheduleSpec::kind)
+      .option("step_size", &ScheduleSpec::step_size)
+      .option("gamma", &ScheduleSpec::gamma)
+      .option("total_steps", &ScheduleSpec::total_steps)
+      .option("warmup_steps", &ScheduleSpec::warmup_steps)
+      .option("min_lr", &ScheduleSpec::min_lr)
+      .option("power_t", &ScheduleSpec::power_t)
+      .option("tol", &ScheduleSpec::tol)
+      .option("n_iter_no_change", &ScheduleSpec::n_iter_no_change)
       .finish();
 
   SpecClass<MixedPrecisionSpec>(m, "MixedPrecisionSpec",
-                                "Mixed precision with dynamic loss scaling (torch.amp.GradScaler's rule; docs/trainer.md).")
-      .field("dtype", &MixedPrecisionSpec::dtype, "none, float16 or bfloat16")
-      .field("init_scale", &MixedPrecisionSpec::init_scale, "initial loss scale")
-      .field("growth_factor", &MixedPrecisionSpec::growth_factor, "scale *= this after growth_interval finite steps")
-      .field("backoff_factor", &MixedPrecisionSpec::backoff_factor, "scale *= this on an overflowed (skipped) step")
-      .field("growth_interval", &MixedPrecisionSpec::growth_interval, "finite steps in a row before the scale grows")
+                                "Mixed precision with dynamic loss scaling (torch.amp.GradScaler's rule; docs/trainer.md).",
+                                "mixed_precision")
+      .option("dtype", &MixedPrecisionSpec::dtype)
+      .option("init_scale", &MixedPrecisionSpec::init_scale)
+      .option("growth_factor", &MixedPrecisionSpec::growth_factor)
+      .option("backoff_factor", &MixedPrecisionSpec::backoff_factor)
+      .option("growth_interval", &MixedPrecisionSpec::growth_interval)
       .finish();
 
-  SpecClass<AdapterSpec>(m, "AdapterSpec", "Parameter-efficient fine-tuning: LoRA adapters beside frozen weights (docs/lora.md).")
-      .field("kind", &AdapterSpec::kind, "'none' or 'lora'")
-      .field("rank", &AdapterSpec::rank, "rank of each adapter")
-      .field("alpha", &AdapterSpec::alpha, "the adapter's update is scaled by alpha / rank")
-      .field("dropout", &AdapterSpec::dropout, "dropout on the adapter branch's input (only 0 is supported yet)")
-      .field("target", &AdapterSpec::target, "initializer names or globs of the weights to adapt; ['all-linear'] "
-                                             "(or empty) = every MatMul/Gemm weight")
-      .field("seed", &AdapterSpec::seed, "seed of A's Kaiming-uniform initialisation")
+  SpecClass<AdapterSpec>(m, "AdapterSpec", "Parameter-efficient fine-tuning: LoRA adapters beside frozen weights (docs/lora.md).",
+                         "adapter")
+      .option("kind", &AdapterSpec::kind)
+      .option("rank", &AdapterSpec::rank)
+      .option("alpha", &AdapterSpec::alpha)
+      .option("dropout", &AdapterSpec::dropout)
+      .option("target", &AdapterSpec::target)
+      .option("seed", &AdapterSpec::seed)
       .finish();
 
-  SpecClass<MemorySpec>(m, "MemorySpec", "Activation recomputation (docs/memory.md).")
-      .field("recompute", &MemorySpec::recompute, "[] or ['none'] (keep every activation), ['auto'] (keep segment "
-                                                  "boundaries, recompute the rest), or forward node names/globs")
+  SpecClass<MemorySpec>(m, "MemorySpec", "Activation recomputation (docs/memory.md).", "memory")
+      .option("recompute", &MemorySpec::recompute)
+      .finish();
+
+  SpecClass<DataParallelSpec>(m, "DataParallelSpec",
+                              "How a data-parallel session (parallel=...) reduces gradients (docs/distributed.md); "
+                              "the communicator is TrainingSession's parallel argument.",
+                              "distributed")
+      .option("overlap", &DataParallelSpec::overlap)
+      .option("bucket_bytes", &DataParallelSpec::bucket_bytes)
+      .option("compression", &DataParallelSpec::compression)
+      .option("reduce_every_micro_batch", &DataParallelSpec::reduce_every_micro_batch)
       .finish();
 
   SpecClass<TrainingConfig>(m, "TrainingConfig", "Everything a TrainingSession is built from.")
-      .field("trainable", &TrainingConfig::trainable, "initializer names; empty = every floating-point initializer")
-      .field("inputs_requiring_grad", &TrainingConfig::inputs_requiring_grad,
-             "model inputs whose gradients run_backward also returns")
-      .field("prediction", &TrainingConfig::prediction, "the output the loss reads; '' = the first output")
+      .option("trainable", &TrainingConfig::trainable)
+      .option("inputs_requiring_grad", &TrainingConfig::inputs_requiring_grad)
+      .option("prediction", &TrainingConfig::prediction)
       .field("loss", &TrainingConfig::loss, "LossSpec")
       .field("penalty", &TrainingConfig::penalty, "PenaltySpec")
       .field("optimizer", &TrainingConfig::optimizer, "OptimizerSpec")
@@ -205,13 +231,39 @@ void bind_specs(py::module_& m) {
       .field("adapter", &TrainingConfig::adapter, "AdapterSpec")
       .field("memory", &TrainingConfig::memory, "MemorySpec")
       .field("device", &TrainingConfig::device, "'cpu', 'cuda' or 'cuda:N'")
-      .field("on_non_finite", &TrainingConfig::on_non_finite,
-             "a NaN/Inf loss or gradient: 'raise' (OnnxtrainError naming step and tensor) or 'skip' (not applied, counted)")
-      .field("check_every_value", &TrainingConfig::check_every_value,
-             "debugging: check every intermediate value, so a report names the node that first went NaN/Inf")
-      .field("profile", &TrainingConfig::profile, "time every step of train_step's plan (TrainingSession.profile())")
+      .option("on_non_finite", &TrainingConfig::on_non_finite)
+      .option("check_every_value", &TrainingConfig::check_every_value)
+      .option("profile", &TrainingConfig::profile)
+      .field("distributed", &TrainingConfig::parallel, "DataParallelSpec")
       .finish();
 
+  m.def("config_schema", [] {
+    py::list out;
+    for (const ConfigOption& o : config_options()) {
+      py::dict d;
+      d["key"] = o.key;
+      d["kind"] = option_kind_name(o.kind);
+      d["default"] = o.default_text;
+      d["help"] = o.help;
+      d["choices"] = o.choices;
+      const bool ranged = o.kind == OptionKind::Integer || o.kind == OptionKind::Number ||
+                          o.kind == OptionKind::OptionalNumber || o.kind == OptionKind::OptionalInteger;
+      d["min"] = ranged ? py::object(py::float_(o.min)) : py::object(py::none());
+      d["max"] = ranged ? py::object(py::float_(o.max)) : py::object(py::none());
+      d["open_min"] = o.open_min;
+      py::list ways;
+      if (o.applies_to(kWayCli)) ways.append("cli");
+      if (o.applies_to(kWayPython)) ways.append("python");
+      if (o.applies_to(kWayCheckpoint)) ways.append("checkpoint");
+      d["ways"] = ways;
+      d["python"] = o.applies_to(kWayPython) ? py::object(py::str(o.python_path())) : py::object(py::none());
+      d["checkpoint"] = o.applies_to(kWayCheckpoint) ? py::object(py::str(o.checkpoint_key())) : py::object(py::none());
+      out.append(d);
+    }
+    return out;
+  }, "Every TrainingConfig option (training/config_schema.h), in `onnxtrain config`'s order: a dict each with key "
+     "(the CLI key), kind, default (as YAML), help, choices, min/max/open_min (numeric range), ways (cli, python, "
+     "checkpoint), python (the attribute path on TrainingConfig) and checkpoint (the metadata key after 'onnxtrain.').");
   m.def("cuda_available", &cuda_available, "Built with CUDA and at least one CUDA device is visible.");
   m.def("cuda_unavailable_reason", &cuda_unavailable_reason,
         "Why device='cuda' cannot be used here ('' when it can): CUDA not compiled in, or no device visible.");
