@@ -169,6 +169,7 @@ std::vector<Function> fused_grad_functions() {
 
   for (Function& f : fused_norm_functions()) out.push_back(std::move(f));
   for (Function& f : fused_conv_functions()) out.push_back(std::move(f));
+  for (Function& f : fused_spatial_functions()) out.push_back(std::move(f));
   return out;
 }
 
@@ -185,7 +186,8 @@ std::vector<std::pair<std::string, std::string>> fused_grad_uses() {
           {"MaxPool", "MaxPoolGrad"},
           {"Conv", "ConvGrad"},
           {"AveragePool", "AveragePoolGrad"},
-          {"Gather", "GatherGrad"}};
+          {"Gather", "GatherGrad"},
+          {"MaxRoiPool", "MaxRoiPoolGrad"}};
 }
 
 }  // namespace onnxtrain

@@ -29,9 +29,10 @@
 //   gathered positions (Gather's data gradient; repeated and negative indices allowed). Body needs opset 16.
 //   SumToShape(dY, shape) -> dX: dY summed back to `shape` after numpy broadcasting; the engine emits it where
 //   symbolic dims leave open whether an input was broadcast. Both bodies: gradients/fused_gather.cpp.
+//   MaxRoiPoolGrad(dY, X, rois) -> dX with MaxRoiPool's pooled_shape and spatial_scale (rules always set
+//   both): each dY added at its bin's first maximum. Body in gradients/fused_spatial.cpp, valid from opset 13.
 //   Without a function body (native kernels only, not in fused_grad_uses(); gradients/rules/spatial.cpp):
-//   GridSampleGrad(dY, X, grid) -> (dX, dGrid) with GridSample's attributes, and
-//   MaxRoiPoolGrad(dY, X, rois) -> dX with MaxRoiPool's (each dY added at its bin's first maximum).
+//   GridSampleGrad(dY, X, grid) -> (dX, dGrid) with GridSample's attributes.
 #include <string>
 #include <utility>
 #include <vector>

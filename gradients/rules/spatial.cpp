@@ -9,9 +9,12 @@
 //   Col2Im:     its adjoint, Im2Col, in standard ops: dY padded, flattened over the image, and gathered with a
 //               constant [K, L] table of the positions block offset k of block l reads.
 //   MaxRoiPool: the fused onnxtrain.MaxRoiPoolGrad(dY, X, rois) -> dX (each dY added at its bin's first
-//               maximum); no function body (no standard op finds a bin's argmax), not in fused_grad_uses().
-//               rois get no gradient: the bins move in integer steps, so Y is piecewise constant in them.
+//               maximum), in fused_grad_uses(): its standard-ONNX body (gradients/fused_spatial.cpp) masks X to
+//               each bin, finds the first maximum with ArgMax and sums dY there as one-hots (no scatter, so it
+//               is valid from opset 13). rois get no gradient: the bins move in integer steps, so Y is
+//               piecewise constant in them.
 //   MaxUnpool:  dX = dY gathered at the indices (after cropping an output_shape larger than the unpooled size).
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,8 +35,11 @@ void grid_sample_rule(RuleContext& c) {
 
 void max_roi_pool_rule(RuleContext& c) {
   if (!c.needs_dX(0)) return;
-  c.set_dX(0, apply(c.builder(), "MaxRoiPoolGrad", {c.dY(0), c.X(0), c.X(1)}, rules::input_type(c, 0),
-                    c.node().attributes, kFusedGradDomain));
+  // The body reads both attributes by reference and has no defaults: spatial_scale's (1.0) is written out.
+  std::map<std::string, Attribute> attrs = c.node().attributes;
+  attrs.emplace("spatial_scale", 1.0f);
+  c.set_dX(0, apply(c.builder(), "MaxRoiPoolGrad", {c.dY(0), c.X(0), c.X(1)}, rules::input_type(c, 0), attrs,
+                    kFusedGradDomain));
 }
 
 std::vector<int64_t> constant_arg(RuleContext& c, size_t i, const char* what) {

@@ -277,7 +277,9 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
     const bool conv = f.name == "ConvGrad";
     // GatherGrad and SumToShape take the target shape (gradients/fused.h).
     const bool gather = f.name == "GatherGrad", sum_to = f.name == "SumToShape";
+    const bool roi = f.name == "MaxRoiPoolGrad";
     const std::vector<std::string> ins = ln       ? std::vector<std::string>{"dY", "X", "Scale", "Mean", "InvStdDev"}
+                                         : roi    ? std::vector<std::string>{"dY", "X", "rois"}
                                          : bn     ? std::vector<std::string>{"dY", "X", "Scale"}
                                          : conv   ? std::vector<std::string>{"dY", "X", "W"}
                                          : from_x ? std::vector<std::string>{"dY", "X"}
@@ -302,7 +304,7 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"AveragePoolGrad", "BatchNormalizationGrad", "ConvGrad", "GatherGrad",
                                               "GeluGrad", "GeluTanhGrad", "LayerNormalizationGrad", "LogSoftmaxGrad",
-                                              "MaxPoolGrad", "ReluGrad", "SigmoidGrad", "SoftmaxGrad", "SumToShape",
+                                              "MaxPoolGrad", "MaxRoiPoolGrad", "ReluGrad", "SigmoidGrad", "SoftmaxGrad", "SumToShape",
                                               "TanhGrad"}));
 
   // A model calling each function passes the ONNX checker, and ONNX infers the functions' output types.
@@ -366,6 +368,16 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
       m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(1), d(3), d(5), d(5)}}});
       m.graph.outputs.push_back({n.outputs[1], {DType::Float32, Shape{d(2), d(3), d(3), d(3)}}});
       m.graph.outputs.push_back({n.outputs[2], {DType::Float32, Shape{d(2)}}});
+      continue;
+    } else if (f.name == "MaxRoiPoolGrad") {  // two regions of a [2, 3, 5, 6] input, pooled to 2x3
+      m.graph.inputs.push_back({"roi_dy", {DType::Float32, Shape{d(2), d(3), d(2), d(3)}}});
+      m.graph.inputs.push_back({"roi_x", {DType::Float32, Shape{d(2), d(3), d(5), d(6)}}});
+      m.graph.inputs.push_back({"roi_rois", {DType::Float32, Shape{d(2), d(5)}}});
+      n.inputs = {"roi_dy", "roi_x", "roi_rois"};
+      n.outputs = {f.name + "_out"};
+      n.attributes = {{"pooled_shape", std::vector<int64_t>{2, 3}}, {"spatial_scale", 0.5f}};
+      m.graph.nodes.push_back(n);
+      m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(2), d(3), d(5), d(6)}}});
       continue;
     } else if (f.name == "AveragePoolGrad") {  // 2x2 average pooling of a [1, 1, 4, 4] input
       using I = std::vector<int64_t>;

@@ -48,7 +48,9 @@ void expect_native_equals_body(const Graph& g, const std::map<std::string, Tenso
       largest = std::max(largest, std::abs(ra[o].ptr<double>()[i]));
       EXPECT_NEAR(ra[o].ptr<double>()[i], rb[o].ptr<double>()[i], 1e-12) << i;
     }
-    if (nonzero) EXPECT_GT(largest, 0.0) << "an all-zero gradient would agree vacuously";
+    if (nonzero) {
+      EXPECT_GT(largest, 0.0) << "an all-zero gradient would agree vacuously";
+    }
   }
   if (native_out) *native_out = std::move(ra);
 }
@@ -81,6 +83,7 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
   std::mt19937 rng(5);
   for (const Function& f : fns) {
     if (f.name == "ConvGrad" || f.name == "AveragePoolGrad") continue;  // ConvolutionFamilyTable below
+    if (f.name == "MaxRoiPoolGrad") continue;                           // MaxRoiPoolGradBins below
     SCOPED_TRACE(f.name);
     // MaxPoolGrad carries MaxPool's attributes (its body reads them by reference): overlapping windows with
     // asymmetric padding, so the body's scatter must add. X [2, 3, 7, 6] pools to dY [2, 3, 4, 6]. The
@@ -173,6 +176,65 @@ TEST(FusedBothWays, BatchNormGrad4d) {
                                       {"X", random_tensor({2, 3, 4, 5}, rng, 1, 4)},
                                       {"Scale", random_tensor({3}, rng, -1.5, 1.5)}};
   expect_both_ways(fns, function_named(fns, "BatchNormalizationGrad"), {{"epsilon", 1e-5f}}, feeds);
+}
+
+// MaxRoiPoolGrad: the body recomputes the kernel's bins and first maxima. X holds few distinct values, so
+// most bins tie and the first maximum decides; the regions cover rounding halves (0.5 * odd corners), a
+// region past the image (clipped and empty bins), a one-pixel region, bins overlapping (a position hit by
+// several bins adds up) and a plane full of -inf. float64 and float32, native against body.
+TEST(FusedBothWays, MaxRoiPoolGradBins) {
+  const std::vector<Function> fns = fused_grad_functions();
+  struct Case {
+    std::string label;
+    std::vector<int64_t> pooled;
+    float scale;
+    std::vector<double> rois;
+  };
+  const std::vector<Case> cases = {
+      {"scale 0.5 halves", {3, 2}, 0.5f, {0, 1, 3, 9, 11, 1, 5, 1, 13, 7, 1, 3, 5, 3, 5, 0, -3, -1, 4, 3}},
+      {"scale 0.8 past the image", {2, 3}, 0.8f, {0, 0.4, 1.2, 7.6, 5.1, 1, 3.5, 2.5, 10.2, 8.9, 0, 6, 1, 30, 4,
+                                                 1, 12, 12, 20, 20}},
+      {"scale 1 finer than the region", {4, 4}, 1.0f, {1, 1, 2, 3, 3, 0, 0, 0, 8, 6, 1, 7, 5, 8, 6}},
+  };
+  std::mt19937 rng(23);
+  std::uniform_int_distribution<int> level(-2, 2);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.label);
+    const int64_t R = static_cast<int64_t>(c.rois.size() / 5);
+    Tensor x = Tensor::empty(DType::Float64, {2, 3, 7, 9});
+    for (double& v : x.span<double>()) v = level(rng) * 0.5;
+    for (int64_t i = 0; i < 7 * 9; ++i) x.ptr<double>()[(1 * 3 + 2) * 63 + i] = -INFINITY;  // n 1, c 2
+    Tensor rois = Tensor::from_vector<double>({R, 5}, c.rois);
+    Tensor dy = random_tensor({R, 3, c.pooled[0], c.pooled[1]}, rng, -1, 1);
+    const std::map<std::string, Attribute> attrs{{"pooled_shape", c.pooled}, {"spatial_scale", c.scale}};
+    std::map<std::string, Tensor> feeds{{"dY", dy}, {"X", x}, {"rois", rois}};
+    const Graph g = fused_op_graph("MaxRoiPoolGrad", attrs, {"dY", "X", "rois"}, types_of(feeds), {"dX"},
+                                   DType::Float64);
+    expect_native_equals_body(g, feeds, fns, true);
+    // float32: the body takes its bins in float64 whatever X's type, as the kernel does.
+    std::map<std::string, Tensor> feeds32;
+    for (const auto& [name, t] : feeds) {
+      Tensor f = Tensor::empty(DType::Float32, t.shape);
+      for (int64_t i = 0; i < t.numel(); ++i) f.ptr<float>()[i] = static_cast<float>(t.ptr<double>()[i]);
+      feeds32[name] = std::move(f);
+    }
+    const Graph g32 = fused_op_graph("MaxRoiPoolGrad", attrs, {"dY", "X", "rois"}, types_of(feeds32), {"dX"},
+                                     DType::Float32);
+    ExecutorOptions native, body;
+    native.functions = body.functions = fns;
+    body.prefer_function_bodies = true;
+    const std::map<std::string, int64_t> opsets{{"", 17}, {kFusedGradDomain, 1}};
+    const Tensor a = Executor(g32, opsets, std::make_shared<TensorStore>(), native).run(feeds32)[0];
+    const Tensor b = Executor(g32, opsets, std::make_shared<TensorStore>(), body).run(feeds32)[0];
+    ASSERT_EQ(a.shape, b.shape);
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      // The body sums per region, then per batch entry; the kernel adds one by one: equal to rounding.
+      EXPECT_NEAR(a.ptr<float>()[i], b.ptr<float>()[i], 1e-6 * (1 + std::abs(a.ptr<float>()[i]))) << i;
+      nonzero += a.ptr<float>()[i] != 0;
+    }
+    EXPECT_GT(nonzero, 0);
+  }
 }
 
 const std::vector<std::string> kConvInputs{"dY", "X", "W"};  // the first two for AveragePoolGrad

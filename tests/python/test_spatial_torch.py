@@ -243,3 +243,42 @@ def test_torch_module_learning_its_sampling_grid_matches_torch():
         assert q.grad is not None, name
         assert rel(q.grad, p.grad) < 1e-5, name
     assert rel(xs[1].grad, xs[0].grad) < 1e-5
+
+
+# ---- exported gradient graphs: the fused gradients' standard-ONNX bodies in onnxruntime -----------------------
+
+def exported_gradients_in_ort(model, feeds, target):
+    """The loss gradient graph onnxtrain exports for `model` (trainable: its initializers): it must pass the
+    full checker and carry its fused ops as functions; returns (onnxtrain's native gradients, onnxruntime's
+    run of the export, the function names)."""
+    import onnxruntime as ort
+    s = ot.TrainingSession(model.SerializeToString(), loss="mse")
+    feeds = dict(feeds, **{s.target_name: target})
+    _, native = s.gradients(feeds)
+    exported = s.export_gradient_model()
+    onnx.checker.check_model(exported, full_check=True)
+    sess = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    out = dict(zip(names, sess.run(None, feeds)))
+    return native, {k: out[k + "_grad"] for k in native}, {f.name for f in exported.functions}
+
+
+@pytest.mark.parametrize("opset", [13, 17, 20])
+def test_max_roi_pool_gradient_graph_runs_in_onnxruntime(opset):
+    """MaxRoiPoolGrad's body (gradients/fused_spatial.cpp) in onnxruntime gives the native kernel's gradient:
+    overlapping regions, ties (few distinct values), a region past the image and rounding halves."""
+    rng = np.random.default_rng(19)
+    w = (rng.integers(-3, 4, size=(2, 3, 9, 11)) * 0.25).astype(np.float32)
+    rois = np.array([[0, 1, 3, 9, 11], [1, 5, 1, 13, 7], [0, 0.4, 1.2, 7.6, 5.1], [1, 6, 1, 30, 4],
+                     [0, 1, 3, 9, 11]], dtype=np.float32)
+    node = helper.make_node("MaxRoiPool", ["w", "rois"], ["y"], pooled_shape=[3, 2], spatial_scale=0.5)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("rois", TensorProto.FLOAT, rois.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 3, 3, 2])],
+        initializer=[onnx.numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    target = rng.normal(size=(5, 3, 3, 2)).astype(np.float32)
+    native, ort_grads, functions = exported_gradients_in_ort(model, {"rois": rois}, target)
+    assert "MaxRoiPoolGrad" in functions
+    assert np.count_nonzero(native["w"]) > 10
+    np.testing.assert_allclose(ort_grads["w"], native["w"], rtol=1e-5, atol=1e-7)
