@@ -126,3 +126,26 @@ def test_make_config_takes_distributed_options():
         onnxtrain.make_config(distributed={"bucket": 1})
     with pytest.raises(ValueError, match="on_non_finite: expected 'raise' or 'skip', got 'ignore'"):
         onnxtrain.make_config(on_non_finite="ignore")
+
+
+def test_checkpoint_docs_list_every_stored_option():
+    page = (STUBS.parents[2] / "docs" / "checkpoint.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| `onnxtrain.")]
+    for o in schema():
+        if "checkpoint" not in o["ways"]:
+            continue
+        key = o["checkpoint"]
+        if f"| `onnxtrain.{key}` |" in page:
+            continue
+        assert "." in key, f"docs/checkpoint.md has no row for onnxtrain.{key}"
+        section, field = key.split(".", 1)
+        row = [r for r in rows if r.startswith(f"| `onnxtrain.{section}.<field>` |")]
+        assert row, f"docs/checkpoint.md has no row for onnxtrain.{section}.<field>"
+        listed = row[0].split("|")[2].split(":", 1)[-1].split("(")[0].replace("`", " ").split()
+        assert field in listed, key
+
+
+def test_make_config_defaults_are_the_schema_defaults():
+    # TrainingConfig() holds the schema's defaults (test_defaults_match_the_schema); make_config's keyword
+    # defaults must build the same config.
+    assert onnxtrain.make_config() == onnxtrain.TrainingConfig()
