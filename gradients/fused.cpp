@@ -187,7 +187,8 @@ std::vector<std::pair<std::string, std::string>> fused_grad_uses() {
           {"Conv", "ConvGrad"},
           {"AveragePool", "AveragePoolGrad"},
           {"Gather", "GatherGrad"},
-          {"MaxRoiPool", "MaxRoiPoolGrad"}};
+          {"MaxRoiPool", "MaxRoiPoolGrad"},
+          {"GridSample", "GridSampleGrad"}};
 }
 
 }  // namespace onnxtrain

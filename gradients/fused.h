@@ -31,8 +31,10 @@
 //   symbolic dims leave open whether an input was broadcast. Both bodies: gradients/fused_gather.cpp.
 //   MaxRoiPoolGrad(dY, X, rois) -> dX with MaxRoiPool's pooled_shape and spatial_scale (rules always set
 //   both): each dY added at its bin's first maximum. Body in gradients/fused_spatial.cpp, valid from opset 13.
-//   Without a function body (native kernels only, not in fused_grad_uses(); gradients/rules/spatial.cpp):
-//   GridSampleGrad(dY, X, grid) -> (dX, dGrid) with GridSample's attributes.
+//   GridSampleGrad(dY, X, grid) -> (dX, dGrid) with GridSample's attributes plus the ints its body reads
+//   (interpolation 0/1/2 = linear/nearest/cubic, padding 0/1/2 = zeros/border/reflection, align_corners; the
+//   rule writes them, the kernel checks that they agree with the strings). Body in gradients/fused_spatial.cpp,
+//   every rank, mode and padding; needs opset 16, as GridSample.
 #include <string>
 #include <utility>
 #include <vector>

@@ -84,6 +84,6 @@ inline std::string caller_attribute(Function& f, const std::string& out, const s
 namespace onnxtrain {
 // LayerNormalizationGrad and BatchNormalizationGrad (gradients/fused_norm.cpp).
 std::vector<Function> fused_norm_functions();
-// MaxRoiPoolGrad (gradients/fused_spatial.cpp).
+// MaxRoiPoolGrad and GridSampleGrad (gradients/fused_spatial.cpp).
 std::vector<Function> fused_spatial_functions();
 }  // namespace onnxtrain

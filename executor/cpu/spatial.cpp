@@ -4,7 +4,9 @@
 // GridSample follows the ONNX reference (onnx/reference/ops/op_grid_sample.py) to the letter: the unnormalised
 // coordinate is padded (border: clamped, reflection: reflected) when it leaves [x_min, x_max], and every tap
 // index is padded again (zeros: outside taps read 0). Its gradient differentiates exactly that function: a
-// clamped coordinate has slope 0, a reflected one +-1.
+// clamped coordinate has slope 0, a reflected one +-1. Both fused gradients have standard-ONNX bodies that
+// recompute what these kernels do (gradients/fused_spatial.cpp); tests/gradients/test_fused_both_ways.cpp
+// holds the two to the same numbers.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -199,6 +201,18 @@ GridGeo grid_geometry(PrepareContext& ctx, size_t xi) {
   const int64_t align = ctx.node.attr_int("align_corners", 0);
   if (align != 0 && align != 1) ctx.fail("align_corners must be 0 or 1");
   g.align = align == 1;
+  // GridSampleGrad also carries the mode and padding as ints, for its function body (gradients/rules/spatial.cpp
+  // writes them): they must say what the strings say.
+  if (ctx.node.domain == "onnxtrain") {
+    const int64_t interp = g.mode == Interp::Linear ? 0 : g.mode == Interp::Nearest ? 1 : 2;
+    if (ctx.node.has_attr("interpolation") && ctx.node.attr_int("interpolation", -1) != interp)
+      ctx.fail("attribute 'interpolation' " + std::to_string(ctx.node.attr_int("interpolation", -1)) +
+               " disagrees with mode '" + mode + "' (0 linear, 1 nearest, 2 cubic)");
+    const int64_t padding = static_cast<int64_t>(g.padding);
+    if (ctx.node.has_attr("padding") && ctx.node.attr_int("padding", -1) != padding)
+      ctx.fail("attribute 'padding' " + std::to_string(ctx.node.attr_int("padding", -1)) +
+               " disagrees with padding_mode '" + pad + "' (0 zeros, 1 border, 2 reflection)");
+  }
   return g;
 }
 

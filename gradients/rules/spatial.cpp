@@ -2,10 +2,9 @@
 //   GridSample: the fused onnxtrain.GridSampleGrad(dY, X, grid) -> (dX, dGrid) with GridSample's attributes
 //               (native kernel in executor/cpu/spatial.cpp). dX scatters dY to the interpolation taps, dGrid is
 //               the slope of the interpolation weights against X (zero for nearest, whose output is piecewise
-//               constant in the grid). It has NO standard-ONNX function body yet: one would rebuild the taps
-//               with Floor/Gather, the three padding modes and the cubic weights, and scatter with
-//               ScatterElements(reduction='add'); left as follow-up, so it is not in fused_grad_uses() (which
-//               promises a body) and a gradient graph exported with it runs in onnxtrain only.
+//               constant in the grid). In fused_grad_uses(): its standard-ONNX body (gradients/fused_spatial.cpp)
+//               rebuilds the taps in float64 (every rank, mode, padding and align_corners) and scatters with
+//               ScatterElements(reduction='add'); it reads the mode and padding as ints, which this rule adds.
 //   Col2Im:     its adjoint, Im2Col, in standard ops: dY padded, flattened over the image, and gathered with a
 //               constant [K, L] table of the positions block offset k of block l reads.
 //   MaxRoiPool: the fused onnxtrain.MaxRoiPoolGrad(dY, X, rois) -> dX (each dY added at its bin's first
@@ -27,8 +26,16 @@ namespace onnxtrain {
 namespace {
 
 void grid_sample_rule(RuleContext& c) {
+  // The body (gradients/fused_spatial.cpp) reads the mode, padding and alignment as ints (it cannot compare
+  // strings before opset 19); the kernel reads GridSample's strings and checks that the two agree.
+  std::map<std::string, Attribute> attrs = c.node().attributes;
+  const std::string mode = c.node().attr_string("mode", c.opset() >= 20 ? "linear" : "bilinear");
+  const std::string pad = c.node().attr_string("padding_mode", "zeros");
+  attrs["interpolation"] = int64_t{mode == "nearest" ? 1 : mode == "bicubic" || mode == "cubic" ? 2 : 0};
+  attrs["padding"] = int64_t{pad == "border" ? 1 : pad == "reflection" ? 2 : 0};
+  attrs["align_corners"] = c.node().attr_int("align_corners", 0);
   std::vector<Expr> d = rules::fused_grads(c, "GridSampleGrad", {c.dY(0), c.X(0), c.X(1)},
-                                    {rules::input_type(c, 0), rules::input_type(c, 1)}, c.node().attributes);
+                                           {rules::input_type(c, 0), rules::input_type(c, 1)}, attrs);
   for (size_t i = 0; i < 2; ++i)
     if (c.needs_dX(i)) c.set_dX(i, d[i]);
 }

@@ -277,9 +277,10 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
     const bool conv = f.name == "ConvGrad";
     // GatherGrad and SumToShape take the target shape (gradients/fused.h).
     const bool gather = f.name == "GatherGrad", sum_to = f.name == "SumToShape";
-    const bool roi = f.name == "MaxRoiPoolGrad";
+    const bool roi = f.name == "MaxRoiPoolGrad", grid = f.name == "GridSampleGrad";
     const std::vector<std::string> ins = ln       ? std::vector<std::string>{"dY", "X", "Scale", "Mean", "InvStdDev"}
                                          : roi    ? std::vector<std::string>{"dY", "X", "rois"}
+                                         : grid   ? std::vector<std::string>{"dY", "X", "grid"}
                                          : bn     ? std::vector<std::string>{"dY", "X", "Scale"}
                                          : conv   ? std::vector<std::string>{"dY", "X", "W"}
                                          : from_x ? std::vector<std::string>{"dY", "X"}
@@ -288,6 +289,7 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
                                                   : std::vector<std::string>{"dY", "Y"};
     const std::vector<std::string> outs = ln || bn ? std::vector<std::string>{"dX", "dScale", "dBias"}
                                           : conv     ? std::vector<std::string>{"dX", "dW", "dB"}
+                                          : grid     ? std::vector<std::string>{"dX", "dGrid"}
                                                      : std::vector<std::string>{"dX"};
     EXPECT_EQ(f.inputs, ins);
     EXPECT_EQ(f.outputs, outs);
@@ -303,7 +305,7 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
   }
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"AveragePoolGrad", "BatchNormalizationGrad", "ConvGrad", "GatherGrad",
-                                              "GeluGrad", "GeluTanhGrad", "LayerNormalizationGrad", "LogSoftmaxGrad",
+                                              "GeluGrad", "GeluTanhGrad", "GridSampleGrad", "LayerNormalizationGrad", "LogSoftmaxGrad",
                                               "MaxPoolGrad", "MaxRoiPoolGrad", "ReluGrad", "SigmoidGrad", "SoftmaxGrad", "SumToShape",
                                               "TanhGrad"}));
 
@@ -378,6 +380,18 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
       n.attributes = {{"pooled_shape", std::vector<int64_t>{2, 3}}, {"spatial_scale", 0.5f}};
       m.graph.nodes.push_back(n);
       m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(2), d(3), d(5), d(6)}}});
+      continue;
+    } else if (f.name == "GridSampleGrad") {  // [2, 3, 5, 6] sampled at [2, 4, 3] points
+      m.graph.inputs.push_back({"gs_dy", {DType::Float32, Shape{d(2), d(3), d(4), d(3)}}});
+      m.graph.inputs.push_back({"gs_x", {DType::Float32, Shape{d(2), d(3), d(5), d(6)}}});
+      m.graph.inputs.push_back({"gs_grid", {DType::Float32, Shape{d(2), d(4), d(3), d(2)}}});
+      n.inputs = {"gs_dy", "gs_x", "gs_grid"};
+      n.outputs = {f.name + "_dx", f.name + "_dgrid"};
+      n.attributes = {{"mode", std::string("bicubic")}, {"padding_mode", std::string("reflection")},
+                      {"interpolation", int64_t{2}}, {"padding", int64_t{2}}, {"align_corners", int64_t{0}}};
+      m.graph.nodes.push_back(n);
+      m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(2), d(3), d(5), d(6)}}});
+      m.graph.outputs.push_back({n.outputs[1], {DType::Float32, Shape{d(2), d(4), d(3), d(2)}}});
       continue;
     } else if (f.name == "AveragePoolGrad") {  // 2x2 average pooling of a [1, 1, 4, 4] input
       using I = std::vector<int64_t>;

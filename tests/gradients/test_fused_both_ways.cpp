@@ -84,6 +84,7 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
   for (const Function& f : fns) {
     if (f.name == "ConvGrad" || f.name == "AveragePoolGrad") continue;  // ConvolutionFamilyTable below
     if (f.name == "MaxRoiPoolGrad") continue;                           // MaxRoiPoolGradBins below
+    if (f.name == "GridSampleGrad") continue;                           // GridSampleGradEveryMode below
     SCOPED_TRACE(f.name);
     // MaxPoolGrad carries MaxPool's attributes (its body reads them by reference): overlapping windows with
     // asymmetric padding, so the body's scatter must add. X [2, 3, 7, 6] pools to dY [2, 3, 4, 6]. The
@@ -235,6 +236,95 @@ TEST(FusedBothWays, MaxRoiPoolGradBins) {
     }
     EXPECT_GT(nonzero, 0);
   }
+}
+
+// GridSampleGrad: every mode, padding and align_corners on 2-D sampling, and 1-D and 3-D sampling, native
+// against body in float64 and float32. The grids reach past [-1, 1] (padding), hold values far outside
+// (every tap reads zero; reflection folds several times), exact tap positions (-1, 0, 1) and an infinite value.
+TEST(FusedBothWays, GridSampleGradEveryMode) {
+  const std::vector<Function> fns = fused_grad_functions();
+  std::mt19937 rng(31);
+  struct Case {
+    std::vector<int64_t> x, grid;
+  };
+  const std::vector<Case> shapes = {{{2, 3, 5, 6}, {2, 4, 3, 2}}, {{2, 2, 7}, {2, 5, 1}}, {{1, 2, 3, 4, 5}, {1, 2, 3, 2, 3}}};
+  const char* modes[] = {"linear", "nearest", "cubic"};
+  const char* pads[] = {"zeros", "border", "reflection"};
+  int checked = 0;
+  for (const Case& sh : shapes)
+    for (int m = 0; m < 3; ++m)
+      for (int p = 0; p < 3; ++p)
+        for (int64_t align : {0, 1}) {
+          const bool plane = sh.x.size() == 4;
+          if (!plane && (m + p + align) % 2) continue;  // 1-D and 3-D: half the combinations
+          SCOPED_TRACE(std::to_string(sh.x.size()) + "-D X, " + modes[m] + ", " + pads[p] + ", align " +
+                       std::to_string(align));
+          Tensor x = random_tensor(sh.x, rng, -1, 1);
+          Tensor grid = random_tensor(sh.grid, rng, -1.7, 1.7);
+          const std::vector<double> special{-1, 0, 1, 7.25, -9.5, 0.5, INFINITY};
+          for (size_t i = 0; i < special.size() && i < static_cast<size_t>(grid.numel()); ++i)
+            grid.ptr<double>()[i * 3 % grid.numel()] = special[i];
+          std::vector<int64_t> ys{sh.x[0], sh.x[1]};
+          ys.insert(ys.end(), sh.grid.begin() + 1, sh.grid.end() - 1);
+          Tensor dy = random_tensor(ys, rng, -1, 1);
+          const std::map<std::string, Attribute> attrs{
+              {"mode", std::string(modes[m])}, {"padding_mode", std::string(pads[p])}, {"align_corners", align},
+              {"interpolation", int64_t{m}}, {"padding", int64_t{p}}};
+          std::map<std::string, Tensor> feeds{{"dY", dy}, {"X", x}, {"grid", grid}};
+          const Graph g = fused_op_graph("GridSampleGrad", attrs, {"dY", "X", "grid"}, types_of(feeds),
+                                         {"dX", "dGrid"}, DType::Float64);
+          std::vector<Tensor> want;
+          expect_native_equals_body(g, feeds, fns, false, &want);
+          double largest = 0;
+          for (int64_t i = 0; i < want[0].numel(); ++i) largest = std::max(largest, std::abs(want[0].ptr<double>()[i]));
+          EXPECT_GT(largest, 0.0) << "dX all zero";
+          if (m != 1) {
+            largest = 0;
+            for (int64_t i = 0; i < want[1].numel(); ++i) largest = std::max(largest, std::abs(want[1].ptr<double>()[i]));
+            EXPECT_GT(largest, 0.0) << "dGrid all zero";
+          }
+          // float32: the native kernel against the body, both in float32.
+          std::map<std::string, Tensor> feeds32;
+          for (const auto& [name, t] : feeds) {
+            Tensor f = Tensor::empty(DType::Float32, t.shape);
+            for (int64_t i = 0; i < t.numel(); ++i) f.ptr<float>()[i] = static_cast<float>(t.ptr<double>()[i]);
+            feeds32[name] = std::move(f);
+          }
+          const Graph g32 = fused_op_graph("GridSampleGrad", attrs, {"dY", "X", "grid"}, types_of(feeds32),
+                                           {"dX", "dGrid"}, DType::Float32);
+          ExecutorOptions native, body;
+          native.functions = body.functions = fns;
+          body.prefer_function_bodies = true;
+          const std::map<std::string, int64_t> opsets{{"", 17}, {kFusedGradDomain, 1}};
+          const std::vector<Tensor> a = Executor(g32, opsets, std::make_shared<TensorStore>(), native).run(feeds32);
+          const std::vector<Tensor> b = Executor(g32, opsets, std::make_shared<TensorStore>(), body).run(feeds32);
+          for (size_t o = 0; o < 2; ++o) {
+            ASSERT_EQ(a[o].shape, b[o].shape);
+            for (int64_t i = 0; i < a[o].numel(); ++i)
+              EXPECT_NEAR(a[o].ptr<float>()[i], b[o].ptr<float>()[i], 1e-5 * (1 + std::abs(a[o].ptr<float>()[i])))
+                  << "float32 output " << o << " at " << i;
+          }
+          ++checked;
+        }
+  EXPECT_EQ(checked, 18 + 9 + 9);
+}
+
+// The ints the body reads must say what GridSample's strings say: the kernel refuses a node where they differ.
+TEST(FusedBothWays, GridSampleGradIntsMustAgreeWithTheStrings) {
+  auto error_of = [](std::map<std::string, Attribute> attrs) {
+    std::map<std::string, Tensor> feeds{{"dY", Tensor::empty(DType::Float32, {1, 1, 2, 2})},
+                                        {"X", Tensor::empty(DType::Float32, {1, 1, 3, 3})},
+                                        {"grid", Tensor::empty(DType::Float32, {1, 2, 2, 2})}};
+    const Graph g = fused_op_graph("GridSampleGrad", std::move(attrs), {"dY", "X", "grid"}, types_of(feeds),
+                                   {"dX", "dGrid"}, DType::Float32);
+    return test::error_of([&] { Executor(g, {{"", 17}, {kFusedGradDomain, 1}}, std::make_shared<TensorStore>(), {}).run(feeds); });
+  };
+  EXPECT_NE(error_of({{"mode", std::string("nearest")}, {"interpolation", int64_t{0}}, {"padding", int64_t{0}}})
+                .find("attribute 'interpolation' 0 disagrees with mode 'nearest'"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"padding_mode", std::string("border")}, {"interpolation", int64_t{0}}, {"padding", int64_t{2}}})
+                .find("attribute 'padding' 2 disagrees with padding_mode 'border'"),
+            std::string::npos);
 }
 
 const std::vector<std::string> kConvInputs{"dY", "X", "W"};  // the first two for AveragePoolGrad
