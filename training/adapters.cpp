@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 #include <set>
@@ -196,8 +197,6 @@ void validate_adapter(const AdapterSpec& s) {
     fail("adapter.alpha", "expected a finite number > 0, got " + std::to_string(s.alpha));
   if (!(s.dropout >= 0 && s.dropout < 1))
     fail("adapter.dropout", "expected a number in [0, 1), got " + std::to_string(s.dropout));
-  // The inference graph is the training graph's forward half, with no training flag to turn a Dropout off.
-  if (s.dropout != 0) fail("adapter.dropout", "only 0 is supported yet (got " + std::to_string(s.dropout) + ")");
   if (s.seed < 0) fail("adapter.seed", "expected an integer >= 0, got " + std::to_string(s.seed));
 }
 
@@ -289,6 +288,120 @@ std::vector<LoraAdapter> apply_lora(Model& m, const AdapterSpec& spec) {
   // The gradient builder follows floating-point values only, so the branch's values need their types.
   infer_shapes(m);
   return out;
+}
+
+int64_t lora_dropout_seed(int64_t spec_seed, const std::string& weight, size_t k) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64
+  for (char c : std::to_string(spec_seed) + "/" + weight + "/" + std::to_string(k))
+    h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  return static_cast<int64_t>(h);
+}
+
+std::string add_lora_dropout(Graph& g, const AdapterSpec& spec) {
+  if (!spec.active() || spec.dropout == 0) return "";
+  const std::vector<LoraAdapter> adapters = find_lora(g);
+  if (adapters.empty()) return "";
+  const std::string counter = kLoraDropoutCounter;
+  if (g.initializers.count(counter) || g.value_info.count(counter))
+    fail("adapter.dropout", "the name '" + counter + "' is already used in the model");
+  TensorData zero_step;
+  zero_step.dtype = DType::Int64;
+  zero_step.bytes.assign(sizeof(int64_t), std::byte{0});
+  g.initializers[counter] = std::move(zero_step);
+  std::map<size_t, std::vector<Node>> before;  // node index -> the dropout nodes that go right before it
+  std::map<DType, std::pair<std::string, std::string>> constants;  // dtype -> (1 / (1 - ratio), 0)
+  std::vector<Node> prelude;
+  for (const LoraAdapter& ad : adapters) {
+    const DType dt = g.initializers.at(ad.a).dtype;
+    GraphBuilder bld(g, "lora/" + ad.weight + "/dropout/");
+    size_t k = 0;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (!n.domain.empty() || (n.op_type != "MatMul" && n.op_type != "Conv") || n.inputs.size() < 2 ||
+          n.inputs[1] != ad.a)
+        continue;
+      const size_t start = g.nodes.size();
+      if (!constants.count(dt)) {
+        GraphBuilder cb(g, "lora/dropout/");
+        constants[dt] = {cb.constant(TensorData::scalar_as(dt, 1.0 / (1.0 - spec.dropout)), "scale"),
+                         cb.constant(TensorData::scalar_as(dt, 0.0), "zero")};
+        prelude.insert(prelude.end(), g.nodes.begin() + static_cast<std::ptrdiff_t>(start), g.nodes.end());
+        g.nodes.resize(start);
+      }
+      const std::string x = g.nodes[i].inputs[0];
+      const TypeInfo* xt = g.type_of(x);
+      const std::optional<Shape> shape = xt ? xt->shape : std::nullopt;
+      std::map<std::string, Attribute> attrs;
+      attrs["ratio"] = static_cast<float>(spec.dropout);
+      attrs["seed"] = lora_dropout_seed(spec.seed, ad.weight, k++);
+      const std::string mask = bld.add("DropoutMask", {x, counter}, attrs, "onnxtrain");
+      const std::string keep = bld.add("Where", {mask, constants[dt].first, constants[dt].second});
+      const std::string xd = bld.add("Mul", {x, keep});
+      bld.set_type(mask, TypeInfo{DType::Bool, shape});
+      bld.set_type(keep, TypeInfo{dt, shape});
+      bld.set_type(xd, TypeInfo{dt, shape});
+      std::vector<Node>& nodes = before[i];
+      nodes.insert(nodes.end(), g.nodes.begin() + static_cast<std::ptrdiff_t>(start), g.nodes.end());
+      g.nodes.resize(start);
+      g.nodes[i].inputs[0] = xd;
+    }
+  }
+  std::vector<Node> nodes = std::move(prelude);
+  nodes.reserve(nodes.size() + g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (auto it = before.find(i); it != before.end())
+      for (Node& n : it->second) nodes.push_back(std::move(n));
+    nodes.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(nodes);
+  return counter;
+}
+
+int64_t remove_lora_dropout(Graph& g) {
+  int64_t steps = 0;
+  if (auto it = g.initializers.find(kLoraDropoutCounter); it != g.initializers.end()) {
+    if (it->second.dtype != DType::Int64 || it->second.numel() != 1 || it->second.bytes.size() != sizeof(int64_t))
+      fail("adapter.dropout", std::string("'") + kLoraDropoutCounter + "' is not an int64 scalar");
+    std::memcpy(&steps, it->second.bytes.data(), sizeof steps);
+    g.initializers.erase(it);
+  }
+  std::map<std::string, std::string> back;  // x' -> x
+  std::set<size_t> drop;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& m = g.nodes[i];
+    if (m.domain != "onnxtrain" || m.op_type != "DropoutMask" || m.inputs.empty() || m.outputs.empty()) continue;
+    const std::string& x = m.inputs[0];
+    for (size_t j = i + 1; j < g.nodes.size(); ++j) {
+      const Node& w = g.nodes[j];
+      if (w.op_type != "Where" || w.inputs.empty() || w.inputs[0] != m.outputs[0]) continue;
+      for (size_t k = j + 1; k < g.nodes.size(); ++k) {
+        const Node& mul = g.nodes[k];
+        if (mul.op_type == "Mul" && mul.inputs == std::vector<std::string>{x, w.outputs[0]}) {
+          back[mul.outputs[0]] = x;
+          drop.insert({i, j, k});
+          for (const std::string& v : {m.outputs[0], w.outputs[0], mul.outputs[0]}) g.value_info.erase(v);
+        }
+      }
+    }
+  }
+  if (drop.empty() && steps == 0) return 0;
+  std::vector<Node> nodes;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (drop.count(i)) continue;
+    Node n = std::move(g.nodes[i]);
+    for (std::string& in : n.inputs)
+      if (auto it = back.find(in); it != back.end()) in = it->second;
+    nodes.push_back(std::move(n));
+  }
+  // The shared constants (1 / (1 - ratio) and 0), now unread.
+  std::set<std::string> read;
+  for (const Node& n : nodes) read.insert(n.inputs.begin(), n.inputs.end());
+  std::erase_if(nodes, [&](const Node& n) {
+    return n.op_type == "Constant" && n.outputs.size() == 1 && n.outputs[0].rfind("lora/dropout/", 0) == 0 &&
+           !read.count(n.outputs[0]);
+  });
+  g.nodes = std::move(nodes);
+  return steps;
 }
 
 std::vector<LoraAdapter> find_lora(const Graph& g) {

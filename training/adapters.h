@@ -22,11 +22,13 @@ struct AdapterSpec {
   std::string kind = "none";  // none | lora
   int64_t rank = 8;
   double alpha = 16;           // the update is scaled by alpha / rank
-  double dropout = 0;          // dropout on the adapter branch's input; only 0 is supported yet
+  // Dropout on the adapter branch's input while training (peft's lora_dropout): the training graph computes
+  // ((dropout(x) A) B) * alpha / rank, inference computes ((x A) B) * alpha / rank. In [0, 1).
+  double dropout = 0;
   // Initializer names or glob patterns ('*', '?') of the weights to adapt; "all-linear" = every MatMul/Gemm
   // weight. Empty = "all-linear".
   std::vector<std::string> target;
-  int64_t seed = 0;  // seeds A's Kaiming-uniform draw
+  int64_t seed = 0;  // seeds A's Kaiming-uniform draw and the dropout masks
   bool active() const { return kind != "none"; }
 };
 
@@ -45,6 +47,22 @@ struct LoraAdapter {
 std::vector<LoraAdapter> apply_lora(Model& m, const AdapterSpec& spec);
 // The adapters a graph already carries (from apply_lora), sorted by weight name.
 std::vector<LoraAdapter> find_lora(const Graph& g);
+// The name of the int64 scalar that counts the training steps' dropout draws (state of the training graph).
+inline constexpr const char* kLoraDropoutCounter = "lora/dropout/step";
+// The seed of the dropout masks of the k-th reader (node order) of an adapted weight: the FNV-1a 64-bit hash of
+// "<spec.seed>/<weight>/<k>", as int64. Each branch draws its own masks, as each peft module has its own Dropout.
+int64_t lora_dropout_seed(int64_t spec_seed, const std::string& weight, size_t k);
+// Adapter dropout for a training graph (the session's; the model and inference graphs never get it): each branch
+// of an adapted graph reads dropout(x) instead of x, computed as
+//   mask = onnxtrain.DropoutMask(x, counter){ratio, seed},  x' = x * Where(mask, 1 / (1 - ratio), 0)
+// with counter the int64 scalar initializer kLoraDropoutCounter (added at 0; the caller advances it after every
+// training step). The mask is bool, so gradients flow to x through the Mul only, and nothing reaches the frozen
+// weights. Returns the counter's name, or "" when spec.dropout is 0 or the graph has no adapters.
+std::string add_lora_dropout(Graph& g, const AdapterSpec& spec);
+// Undoes add_lora_dropout (a checkpoint's model holds the training forward): every branch reads x again, the
+// DropoutMask, Where and Mul nodes, their constants and the counter go. Returns the counter's value (the
+// training steps drawn so far), 0 when the graph had none.
+int64_t remove_lora_dropout(Graph& g);
 // Folds every adapter into its weight (W += the product of A and B times alpha / rank, in W's layout) and
 // removes the adapter nodes and initializers: the result is the plain base architecture with new weights.
 // Returns the number of weights changed.

@@ -39,6 +39,9 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
       config_(std::move(config)),
       device_(parse_device(config_.device)),
       store_(std::make_shared<TensorStore>()) {
+  // A checkpoint's model is the training forward, adapter dropout included: the session keeps the model without
+  // it and adds it to its training graphs below, continuing from the steps drawn so far.
+  const int64_t dropout_steps = remove_lora_dropout(model_.graph);
   fold_static_shapes(model_);  // exported slice bounds and pads become the constants gradient rules need
   validate_adapter(config_.adapter);
   std::vector<std::string> adapter_weights;
@@ -61,6 +64,18 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   }
   const Graph& g = compute ? *compute : model_.graph;
   if (g.outputs.empty()) fail("model", "has no outputs to train");
+  // Adapter dropout exists in the training graphs only: inference, export and checkpoints' models compute the
+  // adapters without it (as peft's eval mode does).
+  std::optional<Graph> dropped;
+  if (config_.adapter.active() && config_.adapter.dropout != 0) {
+    dropped = model_.graph;
+    dropout_counter_ = add_lora_dropout(*dropped, config_.adapter);
+    if (!dropout_counter_.empty())
+      std::memcpy(dropped->initializers.at(dropout_counter_).bytes.data(), &dropout_steps, sizeof dropout_steps);
+    if (mixed) apply_mixed_precision(*dropped, half_dtype(config_.mixed_precision));
+  }
+  const std::string& dropout_counter = dropout_counter_;
+  const Graph& train_src = dropped ? *dropped : g;
   trainable_ = config_.trainable;
   if (!adapter_weights.empty()) {
     // The adapters, then the extra weights asked for (a new head); everything else is the frozen base.
@@ -91,7 +106,7 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
     fail("prediction '" + prediction + "'", "is not an output of the model");
 
   // Gradients graph: model + loss + backward.
-  Graph gg = g;
+  Graph gg = train_src;
   LossGraph lg = append_loss(gg, prediction, config_.loss, model_.opset(""));
   target_ = lg.target;
   loss_ = lg.loss;
@@ -156,6 +171,23 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
     for (const std::string& n : loss_scale_state_names()) state_names_.push_back(n);
   }
   updates_ = og.updates;
+  // The dropout masks' counter: one more after every training step (an update or a micro-batch). Checkpoints
+  // store it in their model (export_shell), so that a resumed run draws the masks the straight run would have.
+  std::vector<std::pair<std::string, std::string>> counter_update;
+  auto advance_counter = [&](Graph& step_graph) {
+    if (dropout_counter.empty()) return;
+    GraphBuilder cb(step_graph, "lora/dropout/");
+    TensorData one;
+    one.dtype = DType::Int64;
+    one.bytes.resize(sizeof(int64_t));
+    const int64_t v = 1;
+    std::memcpy(one.bytes.data(), &v, sizeof v);
+    const std::string next = cb.add("Add", {dropout_counter, cb.constant(std::move(one), "one")});
+    cb.set_type(next, TypeInfo{DType::Int64, Shape{}});
+    counter_update = {{next, dropout_counter}};
+  };
+  advance_counter(tg);
+  updates_.insert(updates_.end(), counter_update.begin(), counter_update.end());  // the checkpoint's update binding
   std::optional<Graph> ag;
   OptimizerGraph accumulate_og;
   std::vector<std::string> micro_checked;
@@ -168,6 +200,7 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
     if (!reduce_sums) reduce_gradients(*ag, micro_grads);
     micro_checked = describe_guarded(ag->outputs.front().name, micro_grads);
     accumulate_og = append_optimizer(*ag, micro_grads, config_.optimizer, OptimizerPhase::AccumulateOnly);
+    advance_counter(*ag);  // the same value's name in both graphs
   }
 
   // With overlap: each reduction starts where its gradients are complete and is waited for where the optimizer
@@ -193,6 +226,7 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   }
   eo.variables.insert(trainable_.begin(), trainable_.end());
   eo.variables.insert(state_names_.begin(), state_names_.end());
+  if (!dropout_counter.empty()) eo.variables.insert(dropout_counter);
   eo.check_every_value = config_.check_every_value;
   infer_ = std::make_unique<Executor>(g, opsets, store_, eo);
   grad_ = std::make_unique<Executor>(std::move(gg), opsets, store_, eo);
@@ -200,11 +234,13 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   // precision the graph itself keeps the state on such a step, and counts it).
   if (!mixed) eo.must_be_finite = step_checked;
   eo.updates = og.updates;
+  eo.updates.insert(eo.updates.end(), counter_update.begin(), counter_update.end());
   eo.profile = config_.profile;  // only the training step: the other executors serve other calls
   train_ = std::make_unique<Executor>(std::move(tg), opsets, store_, eo);
   if (ag) {
     eo.must_be_finite = micro_checked;
     eo.updates = accumulate_og.updates;
+    eo.updates.insert(eo.updates.end(), counter_update.begin(), counter_update.end());
     accumulate_ = std::make_unique<Executor>(std::move(*ag), opsets, store_, eo);
   }
   if (config_.parallel.active()) synchronize_initial_state();
@@ -425,6 +461,16 @@ TensorBytes TrainingSession::stored_bytes() const {
 }
 
 Model TrainingSession::export_shell() const {
+  Model m = inference_shell();
+  if (dropout_counter_.empty()) return m;
+  // A checkpoint's model is the training step's forward: with adapter dropout, the training graph's dropout
+  // nodes and the counter at its current value (from_checkpoint removes them again).
+  add_lora_dropout(m.graph, config_.adapter);
+  m.graph.initializers[dropout_counter_] = stored_or_hollow(dropout_counter_);
+  return m;
+}
+
+Model TrainingSession::inference_shell() const {
   Model m = model_;  // large floating-point initializers are hollow: the store holds them
   for (auto& [name, t] : m.graph.initializers)
     if (is_hollow(t)) t = stored_or_hollow(name);
@@ -434,7 +480,7 @@ Model TrainingSession::export_shell() const {
 }
 
 Model TrainingSession::export_inference() const {
-  Model m = export_shell();
+  Model m = inference_shell();
   for (auto& [name, t] : m.graph.initializers)
     if (is_hollow(t)) t = store_->at(name).to_data();
   return m;
@@ -442,7 +488,7 @@ Model TrainingSession::export_inference() const {
 
 void TrainingSession::export_inference(const std::filesystem::path& path) const {
   if (!writes_files()) return;
-  save_model_large(export_shell(), path, {}, stored_bytes());
+  save_model_large(inference_shell(), path, {}, stored_bytes());
 }
 
 Model TrainingSession::export_gradient_model() const {
@@ -465,6 +511,17 @@ Model TrainingSession::export_gradient_model() const {
       });
     });
   };
+  // A fused op whose body would not compute what our kernel computes is refused, naming the node (the body's
+  // limits: fused_body_refusal in gradients/fused.h).
+  std::function<void(const Graph&)> refuse = [&](const Graph& gr) {
+    for (const Node& n : gr.nodes) {
+      const std::string why = fused_body_refusal(n);
+      if (!why.empty()) fail(n.describe(), "cannot be exported with a standard-ONNX function body: " + why);
+      for (const auto& a : n.attributes)
+        if (const auto* sub = std::get_if<std::shared_ptr<Graph>>(&a.second); sub && *sub) refuse(**sub);
+    }
+  };
+  refuse(m.graph);
   for (Function f : fused_grad_functions()) {
     if (!uses(m.graph, f)) continue;
     f.opset_imports[""] = onnx_opset;

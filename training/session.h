@@ -144,6 +144,8 @@ class TrainingSession {
   // place until the next train_step. save_checkpoint and export_inference(path) stream them to the file this way
   // (docs/checkpoint.md, "Large models"). On a device other than the CPU they hold host copies instead.
   Model checkpoint_shell() const;
+  // The model a checkpoint stores: the inference model, plus the training forward's adapter dropout nodes and
+  // their step counter when adapter.dropout > 0 (docs/lora.md). export_inference never has them.
   Model export_shell() const;
   TensorBytes stored_bytes() const;
   // Atomic: temp file, fsync, rename. When data-parallel only rank 0 writes (the others return at once; the
@@ -201,6 +203,7 @@ class TrainingSession {
 
   // A hollow tensor for what the store holds (a host copy off the CPU), for the shells above.
   TensorData stored_or_hollow(const std::string& name) const;
+  Model inference_shell() const;  // export_inference()'s model, hollow as export_shell's
   // The model and the graphs the session builds keep dtype and dims of their floating-point initializers; the
   // store holds the one copy of the bytes (a large model would otherwise be held once per executor).
   void keep_in_store(Graph& g);
@@ -216,6 +219,7 @@ class TrainingSession {
   std::vector<std::string> state_names_, group_lr_names_;
   Graph initialization_;  // the checkpoint's initialization graph, built while the state's initial values exist
   std::string step_name_;
+  std::string dropout_counter_;     // kLoraDropoutCounter when the training graphs have adapter dropout
   std::vector<std::pair<std::string, std::string>> updates_;  // the training step's (new value, state)
   int micro_ = 0;  // micro-batches accumulated since the last update
   std::unique_ptr<LrSchedule> schedule_;  // null for "constant"

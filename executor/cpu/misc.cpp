@@ -1,5 +1,5 @@
-// Ops that fit no other family: CumSum, Dropout, DepthToSpace/SpaceToDepth, Einsum, the two loss ops, Trilu
-// and TopK. They are small loops;
+// Ops that fit no other family: CumSum, Dropout, onnxtrain.DropoutMask, DepthToSpace/SpaceToDepth, Einsum, the two
+// loss ops, Trilu and TopK. They are small loops;
 // none of them is hot enough in the models we train to deserve a tuned path.
 #include <algorithm>
 #include <cstring>
@@ -162,6 +162,48 @@ std::unique_ptr<Kernel> make_dropout(PrepareContext& ctx) {
   });
   if (!k) fail_dtype(ctx);
   return k;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// onnxtrain.DropoutMask(x, counter) -> mask: bool, x's shape; attributes ratio (float) and seed (int). The
+// training graph's LoRA dropout (training/adapters.h add_lora_dropout) draws its masks here. A counter-based
+// stream, so a mask is a function of (seed, counter, element) alone: the session advances the int64 scalar
+// counter once per training step and checkpoints it, which makes a resumed run draw the masks a straight one
+// draws. With splitmix64 (Steele et al., as java.util.SplittableRandom):
+//   run = splitmix64(splitmix64(seed) ^ counter),  u_i = (splitmix64(run + i) >> 11) * 2^-53,  keep_i = u_i >= ratio
+
+uint64_t splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+class DropoutMaskKernel final : public Kernel {
+ public:
+  DropoutMaskKernel(uint64_t key, double ratio) : key_(key), ratio_(ratio) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const uint64_t run = splitmix64(key_ ^ static_cast<uint64_t>(*in[1]->ptr<int64_t>()));
+    bool* mask = out[0]->ptr<bool>();
+    const int64_t n = out[0]->numel();
+    for (int64_t i = 0; i < n; ++i)
+      mask[i] = static_cast<double>(splitmix64(run + static_cast<uint64_t>(i)) >> 11) * 0x1.0p-53 >= ratio_;
+  }
+
+ private:
+  uint64_t key_;
+  double ratio_;
+};
+
+std::unique_ptr<Kernel> make_dropout_mask(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "x");
+  const KernelInput& c = required_input(ctx, 1, "counter");
+  if (c.dtype != DType::Int64 || !c.shape.empty()) ctx.fail("counter must be an int64 scalar");
+  const double ratio = ctx.node.attr_float("ratio", 0.0f);
+  if (!(ratio >= 0.0 && ratio < 1.0)) ctx.fail("ratio must be in [0, 1), got " + std::to_string(ratio));
+  if (!ctx.node.has_attr("seed")) ctx.fail("needs a seed attribute");
+  set_output(ctx, 0, DType::Bool, x.shape);
+  return std::make_unique<DropoutMaskKernel>(splitmix64(static_cast<uint64_t>(ctx.node.attr_int("seed", 0))), ratio);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -599,6 +641,7 @@ void register_cpu_misc(KernelRegistry& r) {
   const std::vector<DType> num = {DType::Float32, DType::Float64, DType::Int32, DType::Int64};
   cpu::add(r, "CumSum", 11, num, make_cumsum);
   cpu::add(r, "Dropout", 7, {DType::Float32, DType::Float64}, make_dropout);
+  cpu::add(r, "onnxtrain", "DropoutMask", 1, {DType::Float32, DType::Float64}, make_dropout_mask);
   cpu::add(r, "DepthToSpace", 1, {}, make_depth_to_space);
   cpu::add(r, "SpaceToDepth", 1, {}, make_space_to_depth);
   cpu::add(r, "Einsum", 12, num, make_einsum);
