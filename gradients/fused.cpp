@@ -170,6 +170,7 @@ std::vector<Function> fused_grad_functions() {
   for (Function& f : fused_norm_functions()) out.push_back(std::move(f));
   for (Function& f : fused_conv_functions()) out.push_back(std::move(f));
   for (Function& f : fused_spatial_functions()) out.push_back(std::move(f));
+  for (Function& f : fused_recurrent_functions()) out.push_back(std::move(f));
   return out;
 }
 
@@ -188,7 +189,8 @@ std::vector<std::pair<std::string, std::string>> fused_grad_uses() {
           {"AveragePool", "AveragePoolGrad"},
           {"Gather", "GatherGrad"},
           {"MaxRoiPool", "MaxRoiPoolGrad"},
-          {"GridSample", "GridSampleGrad"}};
+          {"GridSample", "GridSampleGrad"},
+          {"RNN", "RNNGrad"}};
 }
 
 }  // namespace onnxtrain

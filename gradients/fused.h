@@ -35,6 +35,10 @@
 //   (interpolation 0/1/2 = linear/nearest/cubic, padding 0/1/2 = zeros/border/reflection, align_corners; the
 //   rule writes them, the kernel checks that they agree with the strings). Body in gradients/fused_spatial.cpp,
 //   every rank, mode and padding; needs opset 16, as GridSample.
+//   RNNGrad(X, W, R, B, sequence_lens, initial_h, dY, dY_h) -> (dX, dW, dR, dB, -, dinitial_h), attribute
+//   hidden_size (and RNN's others): body in gradients/fused_recurrent.cpp for one forward direction, Tanh, no
+//   clip, layout 0, no sequence_lens; fused_body_refusal() names what falls outside. GRUGrad and LSTMGrad have
+//   no body (native kernels only, not in fused_grad_uses(); gradients/rules/recurrent.cpp).
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,6 +55,13 @@ void add_gather_grad_functions(std::vector<Function>& out);  // GatherGrad, SumT
 
 // The convolution family's bodies (gradients/fused_conv.cpp), part of fused_grad_functions().
 std::vector<Function> fused_conv_functions();
+
+// Why the standard-ONNX function body of fused op node `n` would not compute what its native kernel computes,
+// naming the attribute or input at fault; "" when it would (and for ops with no body). RNNGrad's body serves
+// one forward direction with Tanh, no clip, layout 0 and no sequence_lens (gradients/fused_recurrent.cpp);
+// GridSampleGrad's and MaxRoiPoolGrad's need the attributes their rules always write.
+// TrainingSession::export_gradient_model refuses a gradient graph holding such a node.
+std::string fused_body_refusal(const Node& n);
 
 // The forward ops whose gradient rules emit each fused op: (forward ai.onnx op, fused op). docs/ops.md lists
 // these; a test checks that every fused op named here has a body and a CPU kernel.

@@ -8,17 +8,21 @@
 // pre-activations) instead of reading saved gates: that keeps the forward op a standard ONNX node with its
 // standard outputs, and costs one extra forward pass, which is small next to the backward pass.
 //
-// Why not standard ONNX: expressing BPTT in ONNX ops needs either a static unroll (only when seq_length is
-// known, and O(S) nodes) or a reverse Loop/Scan carrying dH, dC and the weight-gradient accumulators. The project
-// rule is that fused gradient ops also carry a standard-ONNX function body (gradients/fused.h). These three do
-// NOT have one yet: a Loop-based body is the honest form and is left as follow-up work, so a gradient graph
-// exported with them (TrainingSession::export_gradient_model) runs in onnxtrain but not in another runtime.
-// They are therefore not listed in fused_grad_uses(), which promises a body.
+// Function bodies. The project rule is that fused gradient ops also carry a standard-ONNX function body
+// (gradients/fused.h). RNNGrad has one for the common case (gradients/fused_recurrent.cpp: one forward
+// direction, Tanh, no clip, layout 0, no sequence_lens): the forward RNN rerun for the states, then BPTT as a
+// reverse Scan carrying dH; the body cannot tell absent inputs, so this rule passes zeros for an absent
+// initial_h and for the gradient of an unread output. Outside that case, export_gradient_model refuses the node
+// naming the attribute (fused_body_refusal). GRUGrad and LSTMGrad have NO body yet (the same pattern, with the
+// gates, is follow-up work), so a gradient graph exported with them runs in onnxtrain but not in another
+// runtime, and they are not listed in fused_grad_uses(), which promises a body.
 //
 // Correctness conditions the kernel implements: every direction (bidirectional sums dX over both), sequence_lens
 // (steps past a batch entry's length contribute nothing; Y is zero there and Y_h is the last active step's
 // state), clip (zero gradient where a pre-activation was clipped), peepholes and input_forget (LSTM),
 // linear_before_reset (GRU), layout, and the activation functions of the forward kernel.
+#include <optional>
+
 #include "gradients/fused.h"
 #include "gradients/rule.h"
 #include "gradients/rules/util.h"
@@ -27,9 +31,30 @@ namespace onnxtrain {
 
 namespace {
 
+// Zeros of RNN's state shape [D, B, H] (with `steps`: Y's [S, D, B, H]), for RNNGrad's body, which cannot tell
+// an absent input from a present one. nullopt when hidden_size is not set (the body is then refused at export).
+std::optional<Expr> zero_states(RuleContext& c, bool steps) {
+  const Node& n = c.node();
+  if (!n.has_attr("hidden_size") || n.attr_int("layout", 0) != 0) return std::nullopt;
+  GraphBuilder& b = c.builder();
+  const int64_t D = n.attr_string("direction", "forward") == "bidirectional" ? 2 : 1;
+  const TypeInfo xt = rules::input_type(c, 0);
+  const TypeInfo shape_t{DType::Int64, std::nullopt};
+  Expr xs = shape_of(c.X(0));
+  Expr batch = apply(b, "Slice", {xs, int64s(b, {1}), int64s(b, {2})}, shape_t);
+  std::vector<Expr> parts;
+  if (steps) parts.push_back(apply(b, "Slice", {xs, int64s(b, {0}), int64s(b, {1})}, shape_t));
+  parts.push_back(int64s(b, {D}));
+  parts.push_back(batch);
+  parts.push_back(int64s(b, {n.attr_int("hidden_size", 0)}));
+  Expr shape = apply(b, "Concat", parts, shape_t, {{"axis", int64_t{0}}});
+  return expand(scalar(b, xt.dtype, 0.0), shape);
+}
+
 // nf forward inputs, ng outputs (Y, Y_h[, Y_c]).
 void recurrent_rule(RuleContext& c, const std::string& grad_op, size_t nf, size_t ng) {
   const TypeInfo xt = rules::input_type(c, 0);
+  const bool rnn = grad_op == "RNNGrad";
   std::vector<Expr> ins;
   std::vector<TypeInfo> types;
   for (size_t i = 0; i < nf; ++i) {
@@ -43,6 +68,15 @@ void recurrent_rule(RuleContext& c, const std::string& grad_op, size_t nf, size_
     any = any || present;
   }
   if (!any) return;
+  // RNNGrad's body needs initial_h and both incoming gradients: zeros stand in for absent ones (the kernel
+  // computes the same with them).
+  if (rnn) {
+    if (!c.has_input(5))
+      if (auto z = zero_states(c, false)) ins[5] = *z;
+    for (size_t k = 0; k < ng; ++k)
+      if (!ins[nf + k].valid())
+        if (auto z = zero_states(c, k == 0)) ins[nf + k] = *z;
+  }
   std::vector<Expr> g = apply_n(c.builder(), grad_op, ins, types, c.node().attributes, kFusedGradDomain);
   // Outputs nobody needs (sequence_lens', absent inputs', constants') are left unnamed.
   Node& n = c.builder().graph().nodes.back();

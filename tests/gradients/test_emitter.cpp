@@ -277,10 +277,12 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
     const bool conv = f.name == "ConvGrad";
     // GatherGrad and SumToShape take the target shape (gradients/fused.h).
     const bool gather = f.name == "GatherGrad", sum_to = f.name == "SumToShape";
-    const bool roi = f.name == "MaxRoiPoolGrad", grid = f.name == "GridSampleGrad";
+    const bool roi = f.name == "MaxRoiPoolGrad", grid = f.name == "GridSampleGrad", rnn = f.name == "RNNGrad";
     const std::vector<std::string> ins = ln       ? std::vector<std::string>{"dY", "X", "Scale", "Mean", "InvStdDev"}
                                          : roi    ? std::vector<std::string>{"dY", "X", "rois"}
                                          : grid   ? std::vector<std::string>{"dY", "X", "grid"}
+                                         : rnn    ? std::vector<std::string>{"X", "W", "R", "B", "sequence_lens",
+                                                                             "initial_h", "dY", "dY_h"}
                                          : bn     ? std::vector<std::string>{"dY", "X", "Scale"}
                                          : conv   ? std::vector<std::string>{"dY", "X", "W"}
                                          : from_x ? std::vector<std::string>{"dY", "X"}
@@ -290,6 +292,8 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
     const std::vector<std::string> outs = ln || bn ? std::vector<std::string>{"dX", "dScale", "dBias"}
                                           : conv     ? std::vector<std::string>{"dX", "dW", "dB"}
                                           : grid     ? std::vector<std::string>{"dX", "dGrid"}
+                                          : rnn      ? std::vector<std::string>{"dX", "dW", "dR", "dB", "dsequence_lens",
+                                                                                "dinitial_h"}
                                                      : std::vector<std::string>{"dX"};
     EXPECT_EQ(f.inputs, ins);
     EXPECT_EQ(f.outputs, outs);
@@ -306,7 +310,7 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"AveragePoolGrad", "BatchNormalizationGrad", "ConvGrad", "GatherGrad",
                                               "GeluGrad", "GeluTanhGrad", "GridSampleGrad", "LayerNormalizationGrad", "LogSoftmaxGrad",
-                                              "MaxPoolGrad", "MaxRoiPoolGrad", "ReluGrad", "SigmoidGrad", "SoftmaxGrad", "SumToShape",
+                                              "MaxPoolGrad", "MaxRoiPoolGrad", "RNNGrad", "ReluGrad", "SigmoidGrad", "SoftmaxGrad", "SumToShape",
                                               "TanhGrad"}));
 
   // A model calling each function passes the ONNX checker, and ONNX infers the functions' output types.
@@ -380,6 +384,22 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
       n.attributes = {{"pooled_shape", std::vector<int64_t>{2, 3}}, {"spatial_scale", 0.5f}};
       m.graph.nodes.push_back(n);
       m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(2), d(3), d(5), d(6)}}});
+      continue;
+    } else if (f.name == "RNNGrad") {  // S 4, batch 2, input 3, hidden 5; no B, no sequence_lens
+      m.graph.inputs.push_back({"rnn_x", {DType::Float32, Shape{d(4), d(2), d(3)}}});
+      m.graph.inputs.push_back({"rnn_w", {DType::Float32, Shape{d(1), d(5), d(3)}}});
+      m.graph.inputs.push_back({"rnn_r", {DType::Float32, Shape{d(1), d(5), d(5)}}});
+      m.graph.inputs.push_back({"rnn_h0", {DType::Float32, Shape{d(1), d(2), d(5)}}});
+      m.graph.inputs.push_back({"rnn_dy", {DType::Float32, Shape{d(4), d(1), d(2), d(5)}}});
+      m.graph.inputs.push_back({"rnn_dyh", {DType::Float32, Shape{d(1), d(2), d(5)}}});
+      n.inputs = {"rnn_x", "rnn_w", "rnn_r", "", "", "rnn_h0", "rnn_dy", "rnn_dyh"};
+      n.outputs = {f.name + "_dx", f.name + "_dw", f.name + "_dr", "", "", f.name + "_dh0"};
+      n.attributes = {{"hidden_size", int64_t{5}}};
+      m.graph.nodes.push_back(n);
+      m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(4), d(2), d(3)}}});
+      m.graph.outputs.push_back({n.outputs[1], {DType::Float32, Shape{d(1), d(5), d(3)}}});
+      m.graph.outputs.push_back({n.outputs[2], {DType::Float32, Shape{d(1), d(5), d(5)}}});
+      m.graph.outputs.push_back({n.outputs[5], {DType::Float32, Shape{d(1), d(2), d(5)}}});
       continue;
     } else if (f.name == "GridSampleGrad") {  // [2, 3, 5, 6] sampled at [2, 4, 3] points
       m.graph.inputs.push_back({"gs_dy", {DType::Float32, Shape{d(2), d(3), d(4), d(3)}}});

@@ -164,3 +164,52 @@ def test_layout1_is_layout0_transposed(op):
     np.testing.assert_allclose(y1[0], y0[0].transpose(2, 0, 1, 3), rtol=1e-6)
     for a, b in zip(y1[1:], y0[1:]):
         np.testing.assert_allclose(a, b.transpose(1, 0, 2), rtol=1e-6)
+
+
+# ---- exported gradient graphs: RNNGrad's standard-ONNX body in onnxruntime -----------------------------------
+
+def _export_gradients(model_path, feeds):
+    s = ot.TrainingSession(str(model_path), loss="mse")
+    rng = np.random.default_rng(4)
+    y_shape = s.run_forward(feeds)[0].shape
+    feeds = dict(feeds, **{s.target_name: rng.normal(size=y_shape).astype(np.float32)})
+    _, native = s.gradients(feeds)
+    return s, feeds, native
+
+
+@pytest.mark.parametrize("with_h0", [True, False])
+def test_rnn_gradient_graph_runs_in_onnxruntime(tmp_path, with_h0):
+    """torch's nn.RNN (tanh, one direction, two layers) exported: the gradient graph onnxtrain exports carries
+    RNNGrad as a function (gradients/fused_recurrent.cpp: a reverse Scan), passes the full checker, and gives
+    in onnxruntime the native kernel's gradients of every parameter; without h0 the rule passes zeros."""
+    ort = pytest.importorskip("onnxruntime")
+    torch.manual_seed(5)
+    module = nn.RNN(4, 6, num_layers=2)
+    x, h0 = torch.randn(5, 3, 4), torch.randn(2, 3, 6)
+    path = tmp_path / "rnn.onnx"
+    export(module, (x, h0) if with_h0 else (x,), ["x", "h0"] if with_h0 else ["x"], ["y", "hn"], path)
+    feeds = {"x": x.numpy(), "h0": h0.numpy()} if with_h0 else {"x": x.numpy()}
+    s, feeds, native = _export_gradients(path, feeds)
+    exported = s.export_gradient_model()
+    onnx.checker.check_model(exported, full_check=True)
+    assert "RNNGrad" in {f.name for f in exported.functions}
+    sess = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
+    out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    assert len(native) >= 6
+    for k, v in native.items():
+        assert np.abs(v).max() > 0, k
+        np.testing.assert_allclose(out[k + "_grad"], v, rtol=1e-4, atol=1e-6 * np.abs(v).max(), err_msg=k)
+
+
+def test_rnn_gradient_graph_export_refuses_what_the_body_cannot_do(tmp_path):
+    """A bidirectional RNN trains natively, but RNNGrad's body serves one forward direction: the export names
+    the node and the attribute instead of writing a body that computes something else."""
+    torch.manual_seed(6)
+    module = nn.RNN(3, 4, bidirectional=True)
+    x = torch.randn(4, 2, 3)
+    path = tmp_path / "birnn.onnx"
+    export(module, (x,), ["x"], ["y", "hn"], path)
+    s, _, native = _export_gradients(path, {"x": x.numpy()})
+    assert native
+    with pytest.raises(Exception, match=r"RNNGrad.*attribute 'direction' is 'bidirectional'"):
+        s.export_gradient_model()
