@@ -349,16 +349,18 @@ def test_text_classification_example_fine_tunes_minilm_with_lora(tmp_path, build
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.2], ids=["no_dropout", "dropout"])
 @pytest.mark.parametrize("options", [{"mixed_precision": "float16"}, {"replicas": 2},
                                      {"optimizer": {"kind": "adamw", "gradient_accumulation": 2}}],
                          ids=["mixed_precision", "replicas", "accumulation"])
-def test_lora_combines_with_other_options_and_resumes(options, tmp_path):
+def test_lora_combines_with_other_options_and_resumes(options, dropout, tmp_path):
     torch.manual_seed(0)
     x, y = torch.randn(8, 6), torch.randn(8, 3)
     m = onnx.load_from_string(export(MLP().eval(), x))
     for v in (m.graph.input[0], m.graph.output[0]):  # a symbolic batch, so replicas can split it
         v.type.tensor_type.shape.dim[0].dim_param = "n"
-    kw = {"loss": "mse", "optimizer": "adamw", "learning_rate": 1e-2, "adapter": "lora", **options}
+    kw = {"loss": "mse", "optimizer": "adamw", "learning_rate": 1e-2,
+          "adapter": {"kind": "lora", "dropout": dropout}, **options}
     s = ot.TrainingSession(m.SerializeToString(), **kw)
     feeds = {"x": x.numpy(), s.target_name: y.numpy()}
     losses = [s.train_step(feeds) for _ in range(6)]
@@ -367,3 +369,179 @@ def test_lora_combines_with_other_options_and_resumes(options, tmp_path):
     r = ot.TrainingSession.from_checkpoint(str(tmp_path / "c.onnx"), replicas=options.get("replicas", 1))
     assert sorted(r.trainable) == sorted(s.trainable) and all(w.endswith(("lora_A", "lora_B")) for w in s.trainable)
     assert r.train_step(feeds) == s.train_step(feeds)
+
+
+# ---- Adapter dropout (peft's lora_dropout): dropout(x) A B * alpha / r while training, x A B * alpha / r after ----
+
+def splitmix64(z):
+    """Vectorised over uint64 arrays (wrapping arithmetic)."""
+    z = z + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def dropout_keep(seed, weight, step, shape, ratio, k=0):
+    """The mask docs/lora.md documents: FNV-1a of '<seed>/<weight>/<k>' seeds branch k of the weight; training step
+    `step` (counted from 0) draws u_i = (splitmix64(run + i) >> 11) * 2^-53 with
+    run = splitmix64(splitmix64(branch seed) ^ step), and element i (row-major in x) is kept when u_i >= ratio."""
+    h = 0xCBF29CE484222325
+    for c in f"{seed}/{weight}/{k}".encode():
+        h = ((h ^ c) * 0x100000001B3) % 2**64
+    with np.errstate(over="ignore"):
+        run = splitmix64(splitmix64(np.array([h], dtype=np.uint64)) ^ np.uint64(step))
+        u = (splitmix64(run + np.arange(int(np.prod(shape)), dtype=np.uint64)) >> np.uint64(11)).astype(np.float64)
+    return (u * 2.0**-53 >= float(np.float32(ratio))).reshape(shape)
+
+
+class DropLinear(LoraLinear):
+    """peft's Linear with lora_dropout, the mask given: base(x) + (dropout(x) A B) * scale."""
+
+    def __init__(self, base, a, b, scale, mask_of):
+        super().__init__(base, a, b, scale)
+        self.mask_of = mask_of
+
+    def drop(self, x):
+        keep = torch.tensor(self.mask_of(tuple(x.shape)))
+        return x * torch.where(keep, torch.tensor(self.mask_of.scale), torch.tensor(0.0))
+
+    def forward(self, x):
+        return self.base(x) + (self.drop(x) @ self.A @ self.B) * self.scale
+
+
+class DropConv(DropLinear):
+    def forward(self, x):
+        c = self.base
+        h = F.conv2d(self.drop(x), self.A, stride=c.stride, padding=c.padding, dilation=c.dilation)
+        return self.base(x) + F.conv2d(h, self.B) * self.scale
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_lora_dropout_matches_torch_with_the_same_masks(case):
+    """The strongest check a random mask allows: torch's LoRA with dropout, fed the masks the documented draw
+    gives (recomputed here in numpy), trains to the same losses, adapters and outputs step by step; the masks
+    drop about the ratio and scale the kept inputs by 1 / (1 - p) (torch.nn.Dropout's rule)."""
+    make, shape, target, expected = CASES[case]
+    torch.manual_seed(0)
+    base = make().eval()
+    x = torch.randn(*shape)
+    y = torch.randn_like(base(x))
+    onnx_bytes = export(base, x)
+    rank, alpha, p, seed = 4, 8.0, 0.3, 7
+    spec = ot.make_adapter({"kind": "lora", "rank": rank, "alpha": alpha, "target": target, "seed": seed, "dropout": p})
+    assert spec.dropout == p
+    s = ot.TrainingSession(onnx_bytes, loss="mse", optimizer="adamw", learning_rate=LR, adapter=spec)
+
+    ref = make()
+    ref.load_state_dict(base.state_dict())
+    for q in ref.parameters():
+        q.requires_grad_(False)
+    step = [0]
+    params, wrappers = [], {}
+    for w in expected:
+        a, b = s.get_weight(f"{w}.lora_A"), s.get_weight(f"{w}.lora_B")
+
+        def mask_of(shape, w=w):
+            return dropout_keep(seed, w, step[0], shape, p)
+        mask_of.scale = np.float32(1 / (1 - p))
+        wrapper = (DropConv if a.ndim == 4 else DropLinear)(module(ref, w), a, b, alpha / rank, mask_of)
+        replace(ref, w, wrapper)
+        wrappers[w] = wrapper
+        params += [wrapper.A, wrapper.B]
+    opt = torch.optim.AdamW(params, lr=LR)
+    keep_fraction = []
+    for step[0] in range(STEPS):
+        keep_fraction.append(dropout_keep(seed, expected[0], step[0], shape, p).mean())
+        opt.zero_grad()
+        loss = F.mse_loss(ref(x), y)
+        loss.backward()
+        opt.step()
+        ours = s.train_step({"x": x.numpy(), s.target_name: y.numpy()})
+        assert abs(ours - loss.item()) <= 1e-4 * max(1.0, abs(loss.item())), f"step {step[0]}"
+    assert abs(1 - np.mean(keep_fraction) - p) < 0.05, keep_fraction
+    for w, wrapper in wrappers.items():
+        np.testing.assert_allclose(s.get_weight(f"{w}.lora_A"), wrapper.A.detach().numpy(), atol=1e-4, rtol=1e-4)
+        np.testing.assert_allclose(s.get_weight(f"{w}.lora_B"), wrapper.B.detach().numpy(), atol=1e-4, rtol=1e-4)
+    # Inference has no dropout: torch's forward without it (peft's eval mode) is what infer computes.
+    for wrapper in wrappers.values():
+        wrapper.drop = lambda v: v
+    (after,) = s.infer({"x": x.numpy()})
+    np.testing.assert_allclose(after, ref(x).detach().numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_lora_dropout_trains_only_and_resumes_bit_for_bit(tmp_path, build_dir):
+    torch.manual_seed(1)
+    x = torch.randn(8, 6)
+    y = torch.randn(8, 3)
+    onnx_bytes = export(MLP().eval(), x)
+    feeds = lambda s: {"x": x.numpy(), s.target_name: y.numpy()}  # noqa: E731
+    adapter = {"kind": "lora", "rank": 2, "alpha": 4, "target": ["fc1.*", "fc3.weight"], "dropout": 0.5}
+    make = lambda a: ot.TrainingSession(onnx_bytes, loss="mse", optimizer="adamw", learning_rate=LR, adapter=a)  # noqa: E731
+    s, twin = make(adapter), make(adapter)
+    straight = [s.train_step(feeds(s)) for _ in range(6)]
+    assert [twin.train_step(feeds(twin)) for _ in range(6)] == straight, "seeded: the same config trains the same bits"
+    other = make({**adapter, "dropout": 0.0})
+    assert [other.train_step(feeds(other)) for _ in range(6)][1:] != straight[1:]
+
+    # Eval, infer and export compute the adapters without dropout: the same weights without dropout agree exactly.
+    same = make({**adapter, "dropout": 0.0})
+    for name in s.trainable:
+        same.set_weight(name, s.get_weight(name))
+    np.testing.assert_array_equal(s.infer({"x": x.numpy()})[0], same.infer({"x": x.numpy()})[0])
+    exported = s.export_inference()
+    assert not any(n.op_type == "DropoutMask" for n in exported.graph.node)
+    # The backward graph has the same products as without dropout: no dW for a frozen weight.
+    g, g0 = s.export_gradient_model().graph, same.export_gradient_model().graph
+    count = lambda gr: sum(n.op_type in ("MatMul", "Gemm") for n in gr.node)  # noqa: E731
+    assert count(g) == count(g0)
+    assert not any(o.endswith("weight_grad") and "lora" not in o for n in g.node for o in n.output)
+
+    # Resume: 3 steps, a checkpoint, 3 more == 6 straight, to the bit.
+    r0 = make(adapter)
+    for _ in range(3):
+        r0.train_step(feeds(r0))
+    ckpt = tmp_path / "ckpt.onnx"
+    r0.save_checkpoint(ckpt)
+    r = ot.TrainingSession.from_checkpoint(str(ckpt))
+    assert [r.train_step(feeds(r)) for _ in range(3)] == straight[3:]
+    for name in s.trainable:
+        np.testing.assert_array_equal(r.get_weight(name), s.get_weight(name))
+    # The CLI's export of such a checkpoint is the merged base architecture, without dropout.
+    r.save_checkpoint(ckpt)
+    merged = tmp_path / "merged.onnx"
+    subprocess.run([str(build_dir / "cli" / "onnxtrain"), "export", str(ckpt), "-o", str(merged)], check=True,
+                   capture_output=True)
+    m = onnx.load(str(merged))
+    assert [n.op_type for n in m.graph.node] == [n.op_type for n in onnx.load_from_string(onnx_bytes).graph.node]
+    ort = pytest.importorskip("onnxruntime")
+    (theirs,) = ort.InferenceSession(str(merged)).run(None, {"x": x.numpy()})
+    np.testing.assert_allclose(theirs, r.infer({"x": x.numpy()})[0], atol=1e-5, rtol=1e-5)
+
+
+def test_example_config_fine_tunes_with_adapter_dropout(tmp_path, build_dir):
+    """examples/lora/config.yaml with adapter.dropout 0.1 through the CLI: the loss goes down and it still learns."""
+    import pathlib
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    data, run = tmp_path / "data", tmp_path / "run"
+    subprocess.run([sys.executable, root / "examples" / "digits" / "make_digits.py", data], check=True,
+                   capture_output=True)
+    sets = [f"model={data / 'digits.onnx'}", f"data.train={data / 'train.npz'}",
+            f"data.validation={data / 'val.npz'}", f"output={run}", "log.progress=none", "adapter.dropout=0.1"]
+    out = subprocess.run([str(build_dir / "cli" / "onnxtrain"), "train", str(root / "examples" / "lora" / "config.yaml")]
+                         + [a for s in sets for a in ("--set", s)], check=True, capture_output=True, text=True).stdout
+    accuracy = float(out.split("validation accuracy:")[1].split()[0])
+    assert accuracy > 0.9, out
+    # The epochs' mean training loss (metrics.csv) goes down: first epoch against the last.
+    rows = [line.split(",") for line in (run / "metrics.csv").read_text().splitlines()[1:]]
+    epochs = [float(r[3]) for r in rows if r[0] == "epoch"]
+    assert len(epochs) == 10 and epochs[-1] < 0.5 * epochs[0], epochs
+    # Dropout is in the training graph only: the exported model runs in onnxruntime as the plain LoRA model does.
+    (ckpt,) = (run / "checkpoints").glob("step-*.onnx")
+    ckpt_model = onnx.load(str(ckpt))
+    assert any(n.op_type == "DropoutMask" for n in ckpt_model.graph.node), "the checkpoint holds the training forward"
+    assert not any(n.op_type == "DropoutMask" for n in onnx.load(str(run / "model.onnx")).graph.node)
+    ort = pytest.importorskip("onnxruntime")
+    xv = np.load(data / "val.npz")["pixels"][:50]
+    ort.InferenceSession(str(run / "model.onnx")).run(None, {"pixels": xv})
