@@ -41,7 +41,11 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
       store_(std::make_shared<TensorStore>()) {
   // A checkpoint's model is the training forward, adapter dropout included: the session keeps the model without
   // it and adds it to its training graphs below, continuing from the steps drawn so far.
+  const size_t nodes_before = model_.graph.nodes.size();
   const int64_t dropout_steps = remove_lora_dropout(model_.graph);
+  if (model_.graph.nodes.size() != nodes_before &&
+      std::none_of(model_.graph.nodes.begin(), model_.graph.nodes.end(), [](const Node& n) { return n.domain == "onnxtrain"; }))
+    model_.opset_imports.erase("onnxtrain");  // imported for DropoutMask alone: the exports do not need it
   fold_static_shapes(model_);  // exported slice bounds and pads become the constants gradient rules need
   validate_adapter(config_.adapter);
   std::vector<std::string> adapter_weights;
@@ -467,6 +471,7 @@ Model TrainingSession::export_shell() const {
   // nodes and the counter at its current value (from_checkpoint removes them again).
   add_lora_dropout(m.graph, config_.adapter);
   m.graph.initializers[dropout_counter_] = stored_or_hollow(dropout_counter_);
+  m.opset_imports.emplace("onnxtrain", 1);  // DropoutMask's domain
   return m;
 }
 

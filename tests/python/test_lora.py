@@ -512,7 +512,10 @@ def test_lora_dropout_trains_only_and_resumes_bit_for_bit(tmp_path, build_dir):
     subprocess.run([str(build_dir / "cli" / "onnxtrain"), "export", str(ckpt), "-o", str(merged)], check=True,
                    capture_output=True)
     m = onnx.load(str(merged))
+    onnx.checker.check_model(m)
     assert [n.op_type for n in m.graph.node] == [n.op_type for n in onnx.load_from_string(onnx_bytes).graph.node]
+    assert [o.domain for o in m.opset_import] == [""]
+    onnx.checker.check_model(onnx.load(str(ckpt)))  # the training forward, DropoutMask's domain imported
     ort = pytest.importorskip("onnxruntime")
     (theirs,) = ort.InferenceSession(str(merged)).run(None, {"x": x.numpy()})
     np.testing.assert_allclose(theirs, r.infer({"x": x.numpy()})[0], atol=1e-5, rtol=1e-5)
@@ -541,6 +544,7 @@ def test_example_config_fine_tunes_with_adapter_dropout(tmp_path, build_dir):
     (ckpt,) = (run / "checkpoints").glob("step-*.onnx")
     ckpt_model = onnx.load(str(ckpt))
     assert any(n.op_type == "DropoutMask" for n in ckpt_model.graph.node), "the checkpoint holds the training forward"
+    onnx.checker.check_model(ckpt_model)
     assert not any(n.op_type == "DropoutMask" for n in onnx.load(str(run / "model.onnx")).graph.node)
     ort = pytest.importorskip("onnxruntime")
     xv = np.load(data / "val.npz")["pixels"][:50]
