@@ -190,7 +190,8 @@ std::vector<std::pair<std::string, std::string>> fused_grad_uses() {
           {"Gather", "GatherGrad"},
           {"MaxRoiPool", "MaxRoiPoolGrad"},
           {"GridSample", "GridSampleGrad"},
-          {"RNN", "RNNGrad"}};
+          {"RNN", "RNNGrad"},
+          {"GRU", "GRUGrad"}};
 }
 
 }  // namespace onnxtrain

@@ -37,8 +37,9 @@
 //   every rank, mode and padding; needs opset 16, as GridSample.
 //   RNNGrad(X, W, R, B, sequence_lens, initial_h, dY, dY_h) -> (dX, dW, dR, dB, -, dinitial_h), attribute
 //   hidden_size (and RNN's others): body in gradients/fused_recurrent.cpp for one forward direction, Tanh, no
-//   clip, layout 0, no sequence_lens; fused_body_refusal() names what falls outside. GRUGrad and LSTMGrad have
-//   no body (native kernels only, not in fused_grad_uses(); gradients/rules/recurrent.cpp).
+//   clip, layout 0, no sequence_lens; fused_body_refusal() names what falls outside. GRUGrad, the same inputs and
+//   outputs, likewise (default Sigmoid/Tanh, linear_before_reset read by reference, B required). LSTMGrad has no
+//   body (native kernel only, not in fused_grad_uses(); gradients/rules/recurrent.cpp).
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,7 +59,8 @@ std::vector<Function> fused_conv_functions();
 
 // Why the standard-ONNX function body of fused op node `n` would not compute what its native kernel computes,
 // naming the attribute or input at fault; "" when it would (and for ops with no body). RNNGrad's body serves
-// one forward direction with Tanh, no clip, layout 0 and no sequence_lens (gradients/fused_recurrent.cpp);
+// (and GRUGrad's) one forward direction with default activations, no clip, layout 0 and no sequence_lens
+// (gradients/fused_recurrent.cpp);
 // GridSampleGrad's and MaxRoiPoolGrad's need the attributes their rules always write.
 // TrainingSession::export_gradient_model refuses a gradient graph holding such a node.
 std::string fused_body_refusal(const Node& n);

@@ -1,16 +1,19 @@
-// Standard-ONNX body of onnxtrain.RNNGrad (native kernel: executor/cpu/recurrent.cpp; the design is in
-// gradients/rules/recurrent.cpp). The body serves the common case only: one forward direction, the default
-// activation (Tanh), no clip, layout 0, no sequence_lens, and initial_h, Y and Y_h present (the rule passes
-// zeros for an absent initial_h and for the incoming gradient of an output nobody reads).
-// rnn_body_refusal() names what a node has outside that case; TrainingSession::export_gradient_model refuses
+// Standard-ONNX bodies of onnxtrain.RNNGrad and GRUGrad (native kernels: executor/cpu/recurrent.cpp; the
+// design is in gradients/rules/recurrent.cpp). They serve the common case only: one forward direction, the
+// default activations, no clip, layout 0, no sequence_lens, and initial_h, Y and Y_h (and GRU's B) present (the
+// rule passes zeros for an absent initial_h or B and for the incoming gradient of an output nobody reads).
+// fused_body_refusal() names what a node has outside that case; TrainingSession::export_gradient_model refuses
 // such a node rather than export a body that would compute something else.
 //
+// RNNGrad:
 // The body reruns the forward RNN (the standard op, with the caller's hidden_size) for the states h_t, then
 // runs backpropagation through time as a reverse Scan carrying dH (R rides along as a second state, so the
 // Scan body reads nothing from the enclosing scope) and emitting da_t = (dY_t + dH) * (1 - h_t^2); dH becomes
 // da_t R. The weight gradients come after the Scan from the stacked da: dW = da^T X, dR = da^T h_{t-1},
 // dB = (sum da, sum da), dX = da W, d initial_h the final dH. The Scan and the products run in float64 (cast
 // in and out), so its body has one concrete type whatever the caller's, as ONNX requires of a graph's inputs.
+#include <cctype>
+#include <limits>
 #include <memory>
 #include <string>
 #include <variant>
@@ -107,27 +110,206 @@ Function rnn_grad() {
   return f;
 }
 
+// GRUGrad, the same common case (linear_before_reset 0 or 1, read by reference; the rule always writes it): the
+// forward GRU rerun for the states h_t, the input projections X W^T + Wb once for all steps, then a reverse
+// Scan (float64) whose body recomputes the step's gates z, r and h~ from h_{t-1} and carries dH. Per step it
+// emits the gates' pre-activation gradients (da_z, da_r, da_h) and the two factors of R_h's gradient (da_h and
+// r h_{t-1} without linear_before_reset; r da_h and h_{t-1} with it), whose products after the Scan give dW,
+// dR, dB and dX. Gemm with transB rather than Transpose + MatMul (which onnxruntime fuses into a FusedMatMul
+// without a float64 kernel).
+Function gru_grad() {
+  Function f = fused_body::function(
+      "GRUGrad", {"X", "W", "R", "B", "sequence_lens", "initial_h", "dY", "dY_h"},
+      {"dX", "dW", "dR", "dB", "dsequence_lens", "dinitial_h"},
+      "Gradient of GRU (one forward direction, default activations Sigmoid/Tanh, no clip, layout 0, no "
+      "sequence_lens; B, initial_h, dY and dY_h given; linear_before_reset 0 or 1) with respect to X, W, R, B and "
+      "initial_h: the forward GRU rerun for the states, then a reverse Scan in float64 that recomputes each "
+      "step's gates and carries dH.",
+      {"hidden_size", "linear_before_reset"});
+  Node gru = fused_body::op("gru", "GRU", {"X", "W", "R", "B", "sequence_lens", "initial_h"}, "Y_all");
+  gru.attribute_refs["hidden_size"] = {"hidden_size", fused_body::kInt};
+  gru.attribute_refs["linear_before_reset"] = {"linear_before_reset", fused_body::kInt};
+  f.nodes.push_back(std::move(gru));
+  fused_body::caller_attribute(f, "lbr_i", "linear_before_reset", fused_body::kInt);
+  add(f, "Constant", {}, "one_i", {{"value", TensorData::scalar<int64_t>(1)}});
+  add(f, "Equal", {"lbr_i", "one_i"}, "lbr");
+  int64s(f, "ax0", {0});
+  int64s(f, "ax1", {1});
+  int64s(f, "ax2", {2});
+  int64s(f, "big", {std::numeric_limits<int64_t>::max()});
+  int64s(f, "minus1", {-1});
+  const auto dbl = [&](const std::string& in, const std::string& out) {
+    return add(f, "Cast", {in}, out, {{"to", kDouble}});
+  };
+  dbl(add(f, "Squeeze", {"Y_all", "ax1"}, "y3"), "y_d");
+  dbl(add(f, "Squeeze", {"dY", "ax1"}, "dy3"), "dy_d");
+  dbl(add(f, "Squeeze", {"dY_h", "ax0"}, "dyh2"), "dyh_d");
+  dbl(add(f, "Squeeze", {"R", "ax0"}, "r2"), "r_d");            // [3H, H]
+  dbl(add(f, "Squeeze", {"W", "ax0"}, "w2"), "w_d");            // [3H, I]
+  dbl(add(f, "Squeeze", {"B", "ax0"}, "b2"), "b_d");            // [6H]
+  dbl(add(f, "Squeeze", {"initial_h", "ax0"}, "h02"), "h0_d");  // [B, H]
+  dbl("X", "x_d");
+  // Gate blocks: rows [k H, (k + 1) H) of W, R and the biases.
+  add(f, "Shape", {"r_d"}, "r_shape");
+  add(f, "Slice", {"r_shape", "ax1", "ax2"}, "H1");  // [H]
+  add(f, "Add", {"H1", "H1"}, "H2");
+  add(f, "Add", {"H2", "H1"}, "H3");
+  add(f, "Add", {"H3", "H1"}, "H4");
+  add(f, "Add", {"H4", "H1"}, "H5");
+  const char* starts[] = {"ax0", "H1", "H2", "H3", "H4", "H5"};
+  const char* ends[] = {"H1", "H2", "H3", "H4", "H5", "big"};
+  for (int k = 0; k < 3; ++k) {
+    add(f, "Slice", {"r_d", starts[k], ends[k], "ax0"}, std::string("r_") + "zrh"[k]);
+    add(f, "Slice", {"b_d", starts[3 + k], ends[3 + k], "ax0"}, std::string("rb_") + "zrh"[k]);
+  }
+  add(f, "Slice", {"b_d", "ax0", "H3", "ax0"}, "wb");
+  // Input projections for every step: [S, B, 3H], split by gate.
+  add(f, "Flatten", {"x_d"}, "x2", {{"axis", int64_t{2}}});
+  add(f, "Gemm", {"x2", "w_d", "wb"}, "xw2", {{"transB", int64_t{1}}});
+  add(f, "Shape", {"x_d"}, "x_shape");
+  add(f, "Slice", {"x_shape", "ax0", "ax2"}, "sb");
+  add(f, "Concat", {"sb", "minus1"}, "sb_1", {{"axis", int64_t{0}}});
+  add(f, "Reshape", {"xw2", "sb_1"}, "xw");
+  for (int k = 0; k < 3; ++k)
+    add(f, "Slice", {"xw", starts[k], ends[k], "ax2"}, std::string("x_") + "zrh"[k]);
+  add(f, "Slice", {"y_d", "ax0", "minus1", "ax0"}, "y_head");
+  add(f, "Unsqueeze", {"h0_d", "ax0"}, "h0_3");
+  add(f, "Concat", {"h0_3", "y_head"}, "h_prev", {{"axis", int64_t{0}}});
+
+  auto body = std::make_shared<Graph>();
+  body->name = "gru_bptt_step";
+  const TypeInfo d{DType::Float64, std::nullopt};
+  body->inputs = {{"dh_in", d},  {"rz_in", d}, {"rr_in", d}, {"rh_in", d}, {"bz_in", d},
+                  {"br_in", d},  {"bh_in", d}, {"lbr_in", {DType::Bool, std::nullopt}},
+                  {"dy_t", d},   {"xz_t", d},  {"xr_t", d},  {"xh_t", d},  {"hp", d}};
+  body->outputs = {{"dh_out", d}, {"rz_out", d}, {"rr_out", d}, {"rh_out", d}, {"bz_out", d},
+                   {"br_out", d}, {"bh_out", d}, {"lbr_out", {DType::Bool, std::nullopt}},
+                   {"daz", d},    {"dar", d},    {"dah", d},    {"left", d},   {"right", d}};
+  const auto step = [&](std::string type, std::vector<std::string> in, std::string out,
+                        std::map<std::string, Attribute> attrs = {}) {
+    body->nodes.push_back(fused_body::op(out, std::move(type), std::move(in), out, std::move(attrs)));
+  };
+  const std::map<std::string, Attribute> tb{{"transB", int64_t{1}}};
+  step("Constant", {}, "one", {{"value", TensorData::scalar<double>(1.0)}});
+  step("Add", {"dy_t", "dh_in"}, "g");
+  step("Gemm", {"hp", "rz_in", "bz_in"}, "hz", tb);
+  step("Add", {"xz_t", "hz"}, "az");
+  step("Sigmoid", {"az"}, "z");
+  step("Gemm", {"hp", "rr_in", "br_in"}, "hr", tb);
+  step("Add", {"xr_t", "hr"}, "ar");
+  step("Sigmoid", {"ar"}, "r");
+  step("Gemm", {"hp", "rh_in", "bh_in"}, "u", tb);  // linear_before_reset: h_{t-1} R_h^T + Rb_h
+  step("Mul", {"r", "u"}, "ru");
+  step("Mul", {"r", "hp"}, "q");                      // otherwise: (r h_{t-1}) R_h^T + Rb_h
+  step("Gemm", {"q", "rh_in", "bh_in"}, "qh", tb);
+  step("Where", {"lbr_in", "ru", "qh"}, "hh_rec");
+  step("Add", {"xh_t", "hh_rec"}, "ah");
+  step("Tanh", {"ah"}, "ht");
+  step("Sub", {"one", "z"}, "one_z");
+  step("Mul", {"g", "one_z"}, "dht");
+  step("Sub", {"hp", "ht"}, "hp_ht");
+  step("Mul", {"g", "hp_ht"}, "dz");
+  step("Mul", {"g", "z"}, "dhp_direct");
+  step("Mul", {"ht", "ht"}, "ht2");
+  step("Sub", {"one", "ht2"}, "tanh_slope");
+  step("Mul", {"dht", "tanh_slope"}, "dah");
+  step("Mul", {"z", "one_z"}, "z_slope");
+  step("Mul", {"dz", "z_slope"}, "daz");
+  step("Mul", {"dah", "u"}, "dr1");
+  step("Mul", {"dah", "r"}, "du");
+  step("MatMul", {"du", "rh_in"}, "dhp1");
+  step("MatMul", {"dah", "rh_in"}, "dq");
+  step("Mul", {"dq", "hp"}, "dr0");
+  step("Mul", {"dq", "r"}, "dhp0");
+  step("Where", {"lbr_in", "dr1", "dr0"}, "dr");
+  step("Sub", {"one", "r"}, "one_r");
+  step("Mul", {"r", "one_r"}, "r_slope");
+  step("Mul", {"dr", "r_slope"}, "dar");
+  step("Where", {"lbr_in", "du", "dah"}, "left");
+  step("Where", {"lbr_in", "hp", "q"}, "right");
+  step("Where", {"lbr_in", "dhp1", "dhp0"}, "dhp_h");
+  step("MatMul", {"daz", "rz_in"}, "dhp_z");
+  step("MatMul", {"dar", "rr_in"}, "dhp_r");
+  step("Sum", {"dhp_direct", "dhp_h", "dhp_z", "dhp_r"}, "dh_out");
+  for (const char* st : {"rz", "rr", "rh", "bz", "br", "bh", "lbr"})
+    step("Identity", {std::string(st) + "_in"}, std::string(st) + "_out");
+  Node scan = fused_body::op("bptt", "Scan",
+                             {"dyh_d", "r_z", "r_r", "r_h", "rb_z", "rb_r", "rb_h", "lbr", "dy_d", "x_z", "x_r",
+                              "x_h", "h_prev"},
+                             "dh0_d");
+  scan.outputs = {"dh0_d", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "DZ", "DR", "DH", "L", "RT"};
+  scan.attributes = {{"body", body},
+                     {"num_scan_inputs", int64_t{5}},
+                     {"scan_input_directions", std::vector<int64_t>{1, 1, 1, 1, 1}},
+                     {"scan_output_directions", std::vector<int64_t>{1, 1, 1, 1, 1}}};
+  f.nodes.push_back(std::move(scan));
+
+  add(f, "Concat", {"DZ", "DR", "DH"}, "da", {{"axis", int64_t{2}}});  // [S, B, 3H]
+  const auto flat = [&](const std::string& v) { return add(f, "Flatten", {v}, v + "_2", {{"axis", int64_t{2}}}); };
+  flat("da");
+  flat("DZ");
+  flat("DR");
+  flat("L");
+  flat("RT");
+  flat("h_prev");
+  const std::map<std::string, Attribute> ta{{"transA", int64_t{1}}};
+  add(f, "Gemm", {"da_2", "x2"}, "dw_d", ta);
+  add(f, "Gemm", {"DZ_2", "h_prev_2"}, "drz", ta);
+  add(f, "Gemm", {"DR_2", "h_prev_2"}, "drr", ta);
+  add(f, "Gemm", {"L_2", "RT_2"}, "drh", ta);
+  add(f, "Concat", {"drz", "drr", "drh"}, "dr_d", {{"axis", int64_t{0}}});
+  add(f, "ReduceSum", {"da_2", "ax0"}, "dwb", {{"keepdims", int64_t{0}}});
+  add(f, "ReduceSum", {"DZ_2", "ax0"}, "drbz", {{"keepdims", int64_t{0}}});
+  add(f, "ReduceSum", {"DR_2", "ax0"}, "drbr", {{"keepdims", int64_t{0}}});
+  add(f, "ReduceSum", {"L_2", "ax0"}, "drbh", {{"keepdims", int64_t{0}}});
+  add(f, "Concat", {"dwb", "drbz", "drbr", "drbh"}, "db_d", {{"axis", int64_t{0}}});
+  add(f, "MatMul", {"da", "w_d"}, "dx_d");
+  const auto out = [&](const std::string& v, const std::string& name, bool unsqueeze) {
+    const std::string cast = add(f, "CastLike", {v, "X"}, name + (unsqueeze ? "_2" : ""));
+    if (unsqueeze) add(f, "Unsqueeze", {cast, "ax0"}, name);
+  };
+  out("dx_d", "dX", false);
+  out("dw_d", "dW", true);
+  out("dr_d", "dR", true);
+  out("db_d", "dB", true);
+  out("dh0_d", "dinitial_h", true);
+  add(f, "Constant", {}, "dsequence_lens", {{"value", TensorData::from<int64_t>({0}, std::span<const int64_t>())}});
+  return f;
+}
+
 }  // namespace
 
 std::string fused_body_refusal(const Node& n) {
   if (n.domain != kFusedGradDomain) return "";
-  if (n.op_type == "RNNGrad") {
+  if (n.op_type == "RNNGrad" || n.op_type == "GRUGrad") {
+    const bool gru = n.op_type == "GRUGrad";
+    const std::string op = n.op_type;
     const std::string direction = n.attr_string("direction", "forward");
     if (direction != "forward")
-      return "attribute 'direction' is '" + direction + "': RNNGrad's function body serves direction 'forward' "
+      return "attribute 'direction' is '" + direction + "': " + op + "'s function body serves direction 'forward' "
              "only (the native kernel serves every direction)";
     if (n.has_attr("activations")) {
-      const auto acts = std::get<std::vector<std::string>>(n.attributes.at("activations"));
-      if (acts.size() != 1 || (acts[0] != "Tanh" && acts[0] != "tanh"))
-        return "attribute 'activations' is not ['Tanh']: RNNGrad's function body serves the default activation only";
+      std::vector<std::string> acts = std::get<std::vector<std::string>>(n.attributes.at("activations"));
+      for (std::string& a : acts)
+        for (char& ch : a) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      const std::vector<std::string> fine = gru ? std::vector<std::string>{"sigmoid", "tanh"}
+                                                : std::vector<std::string>{"tanh"};
+      if (acts != fine)
+        return "attribute 'activations' is not the default (" + std::string(gru ? "Sigmoid, Tanh" : "Tanh") + "): " +
+               op + "'s function body serves the default activations only";
     }
-    if (n.has_attr("clip")) return "attribute 'clip' is set: RNNGrad's function body has no clip";
-    if (n.attr_int("layout", 0) != 0) return "attribute 'layout' is 1: RNNGrad's function body serves layout 0 only";
-    if (!n.has_attr("hidden_size")) return "attribute 'hidden_size' is not set (RNNGrad's function body reruns RNN with it)";
+    if (n.has_attr("clip")) return "attribute 'clip' is set: " + op + "'s function body has no clip";
+    if (n.attr_int("layout", 0) != 0) return "attribute 'layout' is 1: " + op + "'s function body serves layout 0 only";
+    if (!n.has_attr("hidden_size"))
+      return "attribute 'hidden_size' is not set (" + op + "'s function body reruns the forward op with it)";
+    if (gru && !n.has_attr("linear_before_reset"))
+      return "attribute 'linear_before_reset' is not set (GRUGrad's function body reads it; the GRU rule writes it)";
     const auto given = [&](size_t i) { return i < n.inputs.size() && !n.inputs[i].empty(); };
-    if (given(4)) return "input 'sequence_lens' is given: RNNGrad's function body serves full-length sequences only";
+    if (given(4))
+      return "input 'sequence_lens' is given: " + op + "'s function body serves full-length sequences only";
+    if (gru && !given(3)) return "B is absent (GRUGrad's function body needs it; the GRU rule passes zeros)";
     if (!given(5) || !given(6) || !given(7))
-      return "initial_h, dY or dY_h is absent (RNNGrad's function body needs all three; the rule passes zeros)";
+      return "initial_h, dY or dY_h is absent (" + op + "'s function body needs all three; the rule passes zeros)";
   }
   if (n.op_type == "GridSampleGrad" && (!n.has_attr("interpolation") || !n.has_attr("padding") ||
                                        !n.has_attr("align_corners")))
@@ -138,6 +320,6 @@ std::string fused_body_refusal(const Node& n) {
   return "";
 }
 
-std::vector<Function> fused_recurrent_functions() { return {rnn_grad()}; }
+std::vector<Function> fused_recurrent_functions() { return {rnn_grad(), gru_grad()}; }
 
 }  // namespace onnxtrain

@@ -9,19 +9,22 @@
 // standard outputs, and costs one extra forward pass, which is small next to the backward pass.
 //
 // Function bodies. The project rule is that fused gradient ops also carry a standard-ONNX function body
-// (gradients/fused.h). RNNGrad has one for the common case (gradients/fused_recurrent.cpp: one forward
-// direction, Tanh, no clip, layout 0, no sequence_lens): the forward RNN rerun for the states, then BPTT as a
-// reverse Scan carrying dH; the body cannot tell absent inputs, so this rule passes zeros for an absent
-// initial_h and for the gradient of an unread output. Outside that case, export_gradient_model refuses the node
-// naming the attribute (fused_body_refusal). GRUGrad and LSTMGrad have NO body yet (the same pattern, with the
-// gates, is follow-up work), so a gradient graph exported with them runs in onnxtrain but not in another
-// runtime, and they are not listed in fused_grad_uses(), which promises a body.
+// (gradients/fused.h). RNNGrad and GRUGrad have one for the common case (gradients/fused_recurrent.cpp: one
+// forward direction, default activations, no clip, layout 0, no sequence_lens): the forward op rerun for the
+// states, then BPTT as a reverse Scan carrying dH (GRU's recomputes each step's gates); the bodies cannot tell
+// absent inputs, so this rule passes zeros for an absent initial_h (and B, for GRU) and for the gradient of an
+// unread output, and always writes GRU's linear_before_reset. Outside that case, export_gradient_model refuses
+// the node naming the attribute (fused_body_refusal). LSTMGrad has NO body yet (the same pattern, carrying dC
+// too, is follow-up work), so a gradient graph exported with it runs in onnxtrain but not in another runtime,
+// and it is not listed in fused_grad_uses(), which promises a body.
 //
 // Correctness conditions the kernel implements: every direction (bidirectional sums dX over both), sequence_lens
 // (steps past a batch entry's length contribute nothing; Y is zero there and Y_h is the last active step's
 // state), clip (zero gradient where a pre-activation was clipped), peepholes and input_forget (LSTM),
 // linear_before_reset (GRU), layout, and the activation functions of the forward kernel.
+#include <map>
 #include <optional>
+#include <string>
 
 #include "gradients/fused.h"
 #include "gradients/rule.h"
@@ -54,7 +57,7 @@ std::optional<Expr> zero_states(RuleContext& c, bool steps) {
 // nf forward inputs, ng outputs (Y, Y_h[, Y_c]).
 void recurrent_rule(RuleContext& c, const std::string& grad_op, size_t nf, size_t ng) {
   const TypeInfo xt = rules::input_type(c, 0);
-  const bool rnn = grad_op == "RNNGrad";
+  const bool rnn = grad_op == "RNNGrad" || grad_op == "GRUGrad";
   std::vector<Expr> ins;
   std::vector<TypeInfo> types;
   for (size_t i = 0; i < nf; ++i) {
@@ -71,13 +74,20 @@ void recurrent_rule(RuleContext& c, const std::string& grad_op, size_t nf, size_
   // RNNGrad's body needs initial_h and both incoming gradients: zeros stand in for absent ones (the kernel
   // computes the same with them).
   if (rnn) {
+    const Node& n = c.node();
+    if (grad_op == "GRUGrad" && !c.has_input(3) && n.has_attr("hidden_size")) {  // B: [D, 6H] zeros
+      const int64_t D = n.attr_string("direction", "forward") == "bidirectional" ? 2 : 1;
+      ins[3] = expand(scalar(c.builder(), xt.dtype, 0.0), int64s(c.builder(), {D, 6 * n.attr_int("hidden_size", 0)}));
+    }
     if (!c.has_input(5))
       if (auto z = zero_states(c, false)) ins[5] = *z;
     for (size_t k = 0; k < ng; ++k)
       if (!ins[nf + k].valid())
         if (auto z = zero_states(c, k == 0)) ins[nf + k] = *z;
   }
-  std::vector<Expr> g = apply_n(c.builder(), grad_op, ins, types, c.node().attributes, kFusedGradDomain);
+  std::map<std::string, Attribute> attrs = c.node().attributes;
+  if (grad_op == "GRUGrad") attrs.emplace("linear_before_reset", int64_t{0});  // GRUGrad's body reads it
+  std::vector<Expr> g = apply_n(c.builder(), grad_op, ins, types, attrs, kFusedGradDomain);
   // Outputs nobody needs (sequence_lens', absent inputs', constants') are left unnamed.
   Node& n = c.builder().graph().nodes.back();
   for (size_t i = 0; i < g.size(); ++i) {

@@ -277,7 +277,7 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
     const bool conv = f.name == "ConvGrad";
     // GatherGrad and SumToShape take the target shape (gradients/fused.h).
     const bool gather = f.name == "GatherGrad", sum_to = f.name == "SumToShape";
-    const bool roi = f.name == "MaxRoiPoolGrad", grid = f.name == "GridSampleGrad", rnn = f.name == "RNNGrad";
+    const bool roi = f.name == "MaxRoiPoolGrad", grid = f.name == "GridSampleGrad", rnn = f.name == "RNNGrad" || f.name == "GRUGrad";
     const std::vector<std::string> ins = ln       ? std::vector<std::string>{"dY", "X", "Scale", "Mean", "InvStdDev"}
                                          : roi    ? std::vector<std::string>{"dY", "X", "rois"}
                                          : grid   ? std::vector<std::string>{"dY", "X", "grid"}
@@ -308,10 +308,11 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
     EXPECT_TRUE(std::count(defined.begin(), defined.end(), "dX")) << f.name;
   }
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"AveragePoolGrad", "BatchNormalizationGrad", "ConvGrad", "GatherGrad",
-                                              "GeluGrad", "GeluTanhGrad", "GridSampleGrad", "LayerNormalizationGrad", "LogSoftmaxGrad",
-                                              "MaxPoolGrad", "MaxRoiPoolGrad", "RNNGrad", "ReluGrad", "SigmoidGrad", "SoftmaxGrad", "SumToShape",
-                                              "TanhGrad"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"AveragePoolGrad", "BatchNormalizationGrad", "ConvGrad", "GRUGrad",
+                                              "GatherGrad", "GeluGrad", "GeluTanhGrad", "GridSampleGrad",
+                                              "LayerNormalizationGrad", "LogSoftmaxGrad", "MaxPoolGrad",
+                                              "MaxRoiPoolGrad", "RNNGrad", "ReluGrad", "SigmoidGrad", "SoftmaxGrad",
+                                              "SumToShape", "TanhGrad"}));
 
   // A model calling each function passes the ONNX checker, and ONNX infers the functions' output types.
   Model m;
@@ -384,6 +385,24 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
       n.attributes = {{"pooled_shape", std::vector<int64_t>{2, 3}}, {"spatial_scale", 0.5f}};
       m.graph.nodes.push_back(n);
       m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(2), d(3), d(5), d(6)}}});
+      continue;
+    } else if (f.name == "GRUGrad") {  // S 4, batch 2, input 3, hidden 5, with B
+      m.graph.inputs.push_back({"gru_x", {DType::Float32, Shape{d(4), d(2), d(3)}}});
+      m.graph.inputs.push_back({"gru_w", {DType::Float32, Shape{d(1), d(15), d(3)}}});
+      m.graph.inputs.push_back({"gru_r", {DType::Float32, Shape{d(1), d(15), d(5)}}});
+      m.graph.inputs.push_back({"gru_b", {DType::Float32, Shape{d(1), d(30)}}});
+      m.graph.inputs.push_back({"gru_h0", {DType::Float32, Shape{d(1), d(2), d(5)}}});
+      m.graph.inputs.push_back({"gru_dy", {DType::Float32, Shape{d(4), d(1), d(2), d(5)}}});
+      m.graph.inputs.push_back({"gru_dyh", {DType::Float32, Shape{d(1), d(2), d(5)}}});
+      n.inputs = {"gru_x", "gru_w", "gru_r", "gru_b", "", "gru_h0", "gru_dy", "gru_dyh"};
+      n.outputs = {f.name + "_dx", f.name + "_dw", f.name + "_dr", f.name + "_db", "", f.name + "_dh0"};
+      n.attributes = {{"hidden_size", int64_t{5}}, {"linear_before_reset", int64_t{1}}};
+      m.graph.nodes.push_back(n);
+      m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(4), d(2), d(3)}}});
+      m.graph.outputs.push_back({n.outputs[1], {DType::Float32, Shape{d(1), d(15), d(3)}}});
+      m.graph.outputs.push_back({n.outputs[2], {DType::Float32, Shape{d(1), d(15), d(5)}}});
+      m.graph.outputs.push_back({n.outputs[3], {DType::Float32, Shape{d(1), d(30)}}});
+      m.graph.outputs.push_back({n.outputs[5], {DType::Float32, Shape{d(1), d(2), d(5)}}});
       continue;
     } else if (f.name == "RNNGrad") {  // S 4, batch 2, input 3, hidden 5; no B, no sequence_lens
       m.graph.inputs.push_back({"rnn_x", {DType::Float32, Shape{d(4), d(2), d(3)}}});

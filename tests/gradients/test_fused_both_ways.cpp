@@ -85,7 +85,7 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
     if (f.name == "ConvGrad" || f.name == "AveragePoolGrad") continue;  // ConvolutionFamilyTable below
     if (f.name == "MaxRoiPoolGrad") continue;                           // MaxRoiPoolGradBins below
     if (f.name == "GridSampleGrad") continue;                           // GridSampleGradEveryMode below
-    if (f.name == "RNNGrad") continue;                                  // RNNGradForward below
+    if (f.name == "RNNGrad" || f.name == "GRUGrad") continue;           // RNNGradForward, GRUGradForward
     SCOPED_TRACE(f.name);
     // MaxPoolGrad carries MaxPool's attributes (its body reads them by reference): overlapping windows with
     // asymmetric padding, so the body's scatter must add. X [2, 3, 7, 6] pools to dY [2, 3, 4, 6]. The
@@ -328,57 +328,69 @@ TEST(FusedBothWays, GridSampleGradIntsMustAgreeWithTheStrings) {
             std::string::npos);
 }
 
-// RNNGrad's body (the common case: forward, Tanh, no clip, layout 0; gradients/fused_recurrent.cpp) against
-// the native BPTT kernel, float64 and float32, with and without B.
-TEST(FusedBothWays, RNNGradForward) {
+// The recurrent grads' bodies (the common case: forward, default activations, no clip, layout 0;
+// gradients/fused_recurrent.cpp) against the native BPTT kernels, float64 and float32. `gates`: 1 for RNN, 3
+// for GRU; with_bias false leaves B out (RNN only: GRU's rule always passes one).
+void expect_recurrent_body_equals_kernel(const std::string& op, int64_t gates, bool with_bias,
+                                         std::map<std::string, Attribute> attrs, uint32_t seed) {
   const std::vector<Function> fns = fused_grad_functions();
-  std::mt19937 rng(41);
+  std::mt19937 rng(seed);
   const int64_t S = 5, Bn = 3, I = 4, H = 6;
+  attrs["hidden_size"] = H;
+  std::map<std::string, Tensor> feeds{{"X", random_tensor({S, Bn, I}, rng, -1, 1)},
+                                      {"W", random_tensor({1, gates * H, I}, rng, -0.6, 0.6)},
+                                      {"R", random_tensor({1, gates * H, H}, rng, -0.6, 0.6)},
+                                      {"initial_h", random_tensor({1, Bn, H}, rng, -1, 1)},
+                                      {"dY", random_tensor({S, 1, Bn, H}, rng, -1, 1)},
+                                      {"dY_h", random_tensor({1, Bn, H}, rng, -1, 1)}};
+  if (with_bias) feeds["B"] = random_tensor({1, 2 * gates * H}, rng, -0.5, 0.5);
+  const std::vector<std::string> inputs{"X", "W", "R", with_bias ? "B" : "", "", "initial_h", "dY", "dY_h"};
+  const std::vector<std::string> outputs{"dX", "dW", "dR", with_bias ? "dB" : "", "", "dinitial_h"};
+  std::vector<std::string> named;
+  for (const std::string& i : inputs)
+    if (!i.empty()) named.push_back(i);
+  const auto graph_of = [&](const std::map<std::string, Tensor>& fs, DType t) {
+    Graph g = fused_op_graph(op, attrs, named, types_of(fs), {}, t);
+    g.nodes[0].inputs = inputs;
+    g.nodes[0].outputs = outputs;
+    for (const std::string& o : outputs)
+      if (!o.empty()) g.outputs.push_back({o, {t, std::nullopt}});
+    return g;
+  };
+  expect_native_equals_body(graph_of(feeds, DType::Float64), feeds, fns, true);
+  std::map<std::string, Tensor> feeds32;
+  for (const auto& [name, t] : feeds) {
+    Tensor x = Tensor::empty(DType::Float32, t.shape);
+    for (int64_t i = 0; i < t.numel(); ++i) x.ptr<float>()[i] = static_cast<float>(t.ptr<double>()[i]);
+    feeds32[name] = std::move(x);
+  }
+  const Graph g32 = graph_of(feeds32, DType::Float32);
+  ExecutorOptions native, body;
+  native.functions = body.functions = fns;
+  body.prefer_function_bodies = true;
+  const std::map<std::string, int64_t> opsets{{"", 17}, {kFusedGradDomain, 1}};
+  const std::vector<Tensor> a = Executor(g32, opsets, std::make_shared<TensorStore>(), native).run(feeds32);
+  const std::vector<Tensor> b = Executor(g32, opsets, std::make_shared<TensorStore>(), body).run(feeds32);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t o = 0; o < a.size(); ++o) {
+    ASSERT_EQ(a[o].shape, b[o].shape);
+    for (int64_t i = 0; i < a[o].numel(); ++i)
+      EXPECT_NEAR(a[o].ptr<float>()[i], b[o].ptr<float>()[i], 2e-5 * (1 + std::abs(a[o].ptr<float>()[i])))
+          << "float32 " << g32.outputs[o].name << " at " << i;
+  }
+}
+
+TEST(FusedBothWays, RNNGradForward) {
   for (bool with_bias : {true, false}) {
     SCOPED_TRACE(with_bias ? "with B" : "without B");
-    std::map<std::string, Tensor> feeds{{"X", random_tensor({S, Bn, I}, rng, -1, 1)},
-                                        {"W", random_tensor({1, H, I}, rng, -0.6, 0.6)},
-                                        {"R", random_tensor({1, H, H}, rng, -0.6, 0.6)},
-                                        {"initial_h", random_tensor({1, Bn, H}, rng, -1, 1)},
-                                        {"dY", random_tensor({S, 1, Bn, H}, rng, -1, 1)},
-                                        {"dY_h", random_tensor({1, Bn, H}, rng, -1, 1)}};
-    if (with_bias) feeds["B"] = random_tensor({1, 2 * H}, rng, -0.5, 0.5);
-    const std::vector<std::string> inputs{"X", "W", "R", with_bias ? "B" : "", "", "initial_h", "dY", "dY_h"};
-    const std::vector<std::string> outputs{"dX", "dW", "dR", with_bias ? "dB" : "", "", "dinitial_h"};
-    const std::map<std::string, Attribute> attrs{{"hidden_size", H}};
-    std::vector<std::string> named;
-    for (const std::string& i : inputs)
-      if (!i.empty()) named.push_back(i);
-    Graph g = fused_op_graph("RNNGrad", attrs, named, types_of(feeds), {}, DType::Float64);
-    g.nodes[0].inputs = inputs;
-    for (const std::string& o : outputs)
-      if (!o.empty()) g.outputs.push_back({o, {DType::Float64, std::nullopt}});
-    g.nodes[0].outputs = outputs;
-    expect_native_equals_body(g, feeds, fns, true);
-    std::map<std::string, Tensor> feeds32;
-    for (const auto& [name, t] : feeds) {
-      Tensor x = Tensor::empty(DType::Float32, t.shape);
-      for (int64_t i = 0; i < t.numel(); ++i) x.ptr<float>()[i] = static_cast<float>(t.ptr<double>()[i]);
-      feeds32[name] = std::move(x);
-    }
-    Graph g32 = fused_op_graph("RNNGrad", attrs, named, types_of(feeds32), {}, DType::Float32);
-    g32.nodes[0].inputs = inputs;
-    g32.nodes[0].outputs = outputs;
-    for (const std::string& o : outputs)
-      if (!o.empty()) g32.outputs.push_back({o, {DType::Float32, std::nullopt}});
-    ExecutorOptions native, body;
-    native.functions = body.functions = fns;
-    body.prefer_function_bodies = true;
-    const std::map<std::string, int64_t> opsets{{"", 17}, {kFusedGradDomain, 1}};
-    const std::vector<Tensor> a = Executor(g32, opsets, std::make_shared<TensorStore>(), native).run(feeds32);
-    const std::vector<Tensor> b = Executor(g32, opsets, std::make_shared<TensorStore>(), body).run(feeds32);
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t o = 0; o < a.size(); ++o) {
-      ASSERT_EQ(a[o].shape, b[o].shape);
-      for (int64_t i = 0; i < a[o].numel(); ++i)
-        EXPECT_NEAR(a[o].ptr<float>()[i], b[o].ptr<float>()[i], 2e-5 * (1 + std::abs(a[o].ptr<float>()[i])))
-            << "float32 " << g32.outputs[o].name << " at " << i;
-    }
+    expect_recurrent_body_equals_kernel("RNNGrad", 1, with_bias, {}, 41);
+  }
+}
+
+TEST(FusedBothWays, GRUGradForward) {
+  for (int64_t lbr : {0, 1}) {
+    SCOPED_TRACE("linear_before_reset " + std::to_string(lbr));
+    expect_recurrent_body_equals_kernel("GRUGrad", 3, true, {{"linear_before_reset", lbr}}, 43 + lbr);
   }
 }
 

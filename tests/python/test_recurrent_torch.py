@@ -177,14 +177,16 @@ def _export_gradients(model_path, feeds):
     return s, feeds, native
 
 
+@pytest.mark.parametrize("kind", ["RNN", "GRU"])
 @pytest.mark.parametrize("with_h0", [True, False])
-def test_rnn_gradient_graph_runs_in_onnxruntime(tmp_path, with_h0):
-    """torch's nn.RNN (tanh, one direction, two layers) exported: the gradient graph onnxtrain exports carries
-    RNNGrad as a function (gradients/fused_recurrent.cpp: a reverse Scan), passes the full checker, and gives
-    in onnxruntime the native kernel's gradients of every parameter; without h0 the rule passes zeros."""
+def test_rnn_gradient_graph_runs_in_onnxruntime(tmp_path, kind, with_h0):
+    """torch's nn.RNN (tanh) and nn.GRU (exported with linear_before_reset=1), one direction, two layers: the
+    gradient graph onnxtrain exports carries RNNGrad / GRUGrad as functions (gradients/fused_recurrent.cpp: a
+    reverse Scan), passes the full checker, and gives in onnxruntime the native kernels' gradients of every
+    parameter; without h0 the rule passes zeros."""
     ort = pytest.importorskip("onnxruntime")
     torch.manual_seed(5)
-    module = nn.RNN(4, 6, num_layers=2)
+    module = getattr(nn, kind)(4, 6, num_layers=2)
     x, h0 = torch.randn(5, 3, 4), torch.randn(2, 3, 6)
     path = tmp_path / "rnn.onnx"
     export(module, (x, h0) if with_h0 else (x,), ["x", "h0"] if with_h0 else ["x"], ["y", "hn"], path)
@@ -192,7 +194,7 @@ def test_rnn_gradient_graph_runs_in_onnxruntime(tmp_path, with_h0):
     s, feeds, native = _export_gradients(path, feeds)
     exported = s.export_gradient_model()
     onnx.checker.check_model(exported, full_check=True)
-    assert "RNNGrad" in {f.name for f in exported.functions}
+    assert kind + "Grad" in {f.name for f in exported.functions}
     sess = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
     out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
     assert len(native) >= 6
@@ -201,15 +203,16 @@ def test_rnn_gradient_graph_runs_in_onnxruntime(tmp_path, with_h0):
         np.testing.assert_allclose(out[k + "_grad"], v, rtol=1e-4, atol=1e-6 * np.abs(v).max(), err_msg=k)
 
 
-def test_rnn_gradient_graph_export_refuses_what_the_body_cannot_do(tmp_path):
-    """A bidirectional RNN trains natively, but RNNGrad's body serves one forward direction: the export names
+@pytest.mark.parametrize("kind", ["RNN", "GRU"])
+def test_rnn_gradient_graph_export_refuses_what_the_body_cannot_do(tmp_path, kind):
+    """A bidirectional RNN or GRU trains natively, but the bodies serve one forward direction: the export names
     the node and the attribute instead of writing a body that computes something else."""
     torch.manual_seed(6)
-    module = nn.RNN(3, 4, bidirectional=True)
+    module = getattr(nn, kind)(3, 4, bidirectional=True)
     x = torch.randn(4, 2, 3)
     path = tmp_path / "birnn.onnx"
     export(module, (x,), ["x"], ["y", "hn"], path)
     s, _, native = _export_gradients(path, {"x": x.numpy()})
     assert native
-    with pytest.raises(Exception, match=r"RNNGrad.*attribute 'direction' is 'bidirectional'"):
+    with pytest.raises(Exception, match=kind + r"Grad.*attribute 'direction' is 'bidirectional'"):
         s.export_gradient_model()
