@@ -480,6 +480,9 @@ def test_lora_dropout_trains_only_and_resumes_bit_for_bit(tmp_path, build_dir):
     s, twin = make(adapter), make(adapter)
     straight = [s.train_step(feeds(s)) for _ in range(6)]
     assert [twin.train_step(feeds(twin)) for _ in range(6)] == straight, "seeded: the same config trains the same bits"
+    recomputing = ot.TrainingSession(onnx_bytes, loss="mse", optimizer="adamw", learning_rate=LR, adapter=adapter,
+                                     memory="auto")
+    assert [recomputing.train_step(feeds(recomputing)) for _ in range(6)] == straight, "a recomputed mask is the same"
     other = make({**adapter, "dropout": 0.0})
     assert [other.train_step(feeds(other)) for _ in range(6)][1:] != straight[1:]
 
