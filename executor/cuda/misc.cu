@@ -1,11 +1,12 @@
-// Resize, Einsum and Dropout on CUDA.
+// Resize, Einsum, Dropout and onnxtrain.DropoutMask on CUDA.
 //
 // Resize and Einsum run their CPU factory at plan time and take its plan (executor/cpu/resize_taps.h,
 // executor/cpu/einsum_plan.h), so the equation, coordinate modes and interpolation weights have one source.
 // Resize applies the tap tables axis by axis, innermost first, accumulating in double like the CPU kernel;
 // Einsum runs one thread per output element over the summed indices, in the CPU's order.
 // Dropout draws from a counter-based stream of its own (a splitmix64 hash of seed, run and element), not the
-// CPU's sequential MT19937 stream, so masks differ between the devices; see docs/gpu.md.
+// CPU's sequential MT19937 stream, so masks differ between the devices; see docs/gpu.md. DropoutMask (LoRA's
+// adapter dropout) is counter-based on both devices, with the same formula: the same masks.
 #include <algorithm>
 #include <memory>
 #include <random>
@@ -267,12 +268,45 @@ std::unique_ptr<Kernel> make_dropout(PrepareContext& ctx, const KernelFactory& h
   return std::make_unique<DropoutKernel<float>>(has_ratio, has_mode, seeded, key);
 }
 
+// ---- onnxtrain.DropoutMask (LoRA's adapter dropout) --------------------------------------------------------
+// The CPU kernel's formula (executor/cpu/misc.cpp), one thread per element, the counter read on the device: a
+// function of (seed, counter, element) alone, so both devices draw the same masks.
+
+__global__ void dropout_mask_kernel(int64_t n, uint64_t key, double ratio, const int64_t* counter, bool* mask) {
+  const uint64_t run = splitmix64(key ^ static_cast<uint64_t>(*counter));
+  for (int64_t i = global_index(); i < n; i += grid_stride())
+    mask[i] = static_cast<double>(splitmix64(run + static_cast<uint64_t>(i)) >> 11) * 0x1.0p-53 >= ratio;
+}
+
+class DropoutMaskKernel final : public Kernel {
+ public:
+  DropoutMaskKernel(uint64_t key, double ratio) : key_(key), ratio_(ratio) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const int64_t n = out[0]->numel();
+    if (n == 0) return;
+    dropout_mask_kernel<<<blocks_for(n), kBlock, 0, stream()>>>(n, key_, ratio_, in[1]->ptr<int64_t>(),
+                                                                out[0]->ptr<bool>());
+    check_launch("DropoutMask kernel");
+  }
+
+ private:
+  uint64_t key_;
+  double ratio_;
+};
+
+std::unique_ptr<Kernel> make_dropout_mask(PrepareContext& ctx, const KernelFactory& host) {
+  host_prepare(ctx, host);  // the CPU factory checks the counter, ratio and seed and sets the output
+  return std::make_unique<DropoutMaskKernel>(splitmix64(static_cast<uint64_t>(ctx.node.attr_int("seed", 0))),
+                                             static_cast<double>(ctx.node.attr_float("ratio", 0.0f)));
+}
+
 }  // namespace
 
 void register_cuda_misc(KernelRegistry& r) {
   twin(r, "Resize", make_resize);
   twin(r, "Einsum", make_einsum);
   twin(r, "Dropout", make_dropout);
+  twin(r, "onnxtrain", "DropoutMask", make_dropout_mask);
 }
 
 }  // namespace onnxtrain::cuda

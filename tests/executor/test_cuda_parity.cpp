@@ -263,6 +263,9 @@ std::vector<Case> cases() {
 
   // Dropout outside training is the identity with an all-true mask on both devices (training: see below).
   v.push_back({"DropoutInference", node("Dropout", {"x0"}, 2), 13, {randn({40}, 82)}, {}});
+  // LoRA's adapter dropout mask: counter-based with one formula, so the same mask on both devices.
+  v.push_back({"DropoutMask", node("DropoutMask", {"x0", "step"}, 1, {{"ratio", 0.3f}, {"seed", int64_t{11}}}, "onnxtrain"),
+               17, {randn({3, 333}, 87)}, {{"step", TensorData::from<int64_t>({}, std::vector<int64_t>{5})}}});
 
   // The GELU gradients from the shared functors.
   v.push_back({"GeluGrad", node("GeluGrad", {"x0", "x1"}, 1, {}, "onnxtrain"), 17, {randn({50}, 83), randn({50}, 84)}, {}});

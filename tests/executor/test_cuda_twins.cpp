@@ -27,8 +27,7 @@ std::string key(const KernelDef& d) {
 }
 
 // Ops that have CPU kernels only, for now: those issue 24 added (recurrent networks, the spatial and
-// normalization ops, control flow) and LoRA's DropoutMask (issue 26) landed on the CPU first, with no GPU at
-// hand to test CUDA kernels on. A CUDA
+// normalization ops, control flow) landed on the CPU first, with no GPU at hand to test CUDA kernels on. A CUDA
 // plan that meets one fails at plan time naming the node and op ("no cuda kernel for op 'LSTM'"). The list must
 // be exact: giving one of these a CUDA kernel fails the test until its name goes from here too.
 const std::set<std::string> kCpuOnlyOps = {
@@ -37,7 +36,6 @@ const std::set<std::string> kCpuOnlyOps = {
     "onnxtrain.GridSampleGrad", "onnxtrain.MaxRoiPoolGrad",
     "LRN", "LpNormalization", "MeanVarianceNormalization", "Det", "Shrink", "CenterCropPad", "Compress",
     "If", "Loop", "Scan",
-    "onnxtrain.DropoutMask",  // LoRA's adapter dropout (issue 26): its counter-based stream needs no CPU state
 };
 
 std::string op_of(const KernelDef& d) { return (d.domain.empty() ? std::string() : d.domain + ".") + d.op_type; }
