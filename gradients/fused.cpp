@@ -191,7 +191,8 @@ std::vector<std::pair<std::string, std::string>> fused_grad_uses() {
           {"MaxRoiPool", "MaxRoiPoolGrad"},
           {"GridSample", "GridSampleGrad"},
           {"RNN", "RNNGrad"},
-          {"GRU", "GRUGrad"}};
+          {"GRU", "GRUGrad"},
+          {"LSTM", "LSTMGrad"}};
 }
 
 }  // namespace onnxtrain

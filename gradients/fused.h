@@ -38,8 +38,9 @@
 //   RNNGrad(X, W, R, B, sequence_lens, initial_h, dY, dY_h) -> (dX, dW, dR, dB, -, dinitial_h), attribute
 //   hidden_size (and RNN's others): body in gradients/fused_recurrent.cpp for one forward direction, Tanh, no
 //   clip, layout 0, no sequence_lens; fused_body_refusal() names what falls outside. GRUGrad, the same inputs and
-//   outputs, likewise (default Sigmoid/Tanh, linear_before_reset read by reference, B required). LSTMGrad has no
-//   body (native kernel only, not in fused_grad_uses(); gradients/rules/recurrent.cpp).
+//   outputs, likewise (default Sigmoid/Tanh, linear_before_reset read by reference, B required), and
+//   LSTMGrad(X, W, R, B, sequence_lens, initial_h, initial_c, P, dY, dY_h, dY_c) -> (dX, dW, dR, dB, -,
+//   dinitial_h, dinitial_c, dP) (default activations, no peepholes, input_forget 0).
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,7 +60,7 @@ std::vector<Function> fused_conv_functions();
 
 // Why the standard-ONNX function body of fused op node `n` would not compute what its native kernel computes,
 // naming the attribute or input at fault; "" when it would (and for ops with no body). RNNGrad's body serves
-// (and GRUGrad's) one forward direction with default activations, no clip, layout 0 and no sequence_lens
+// (and GRUGrad's and LSTMGrad's) one forward direction with default activations, no clip, layout 0 and no sequence_lens
 // (gradients/fused_recurrent.cpp);
 // GridSampleGrad's and MaxRoiPoolGrad's need the attributes their rules always write.
 // TrainingSession::export_gradient_model refuses a gradient graph holding such a node.

@@ -86,6 +86,6 @@ namespace onnxtrain {
 std::vector<Function> fused_norm_functions();
 // MaxRoiPoolGrad and GridSampleGrad (gradients/fused_spatial.cpp).
 std::vector<Function> fused_spatial_functions();
-// RNNGrad and GRUGrad (gradients/fused_recurrent.cpp).
+// RNNGrad, GRUGrad and LSTMGrad (gradients/fused_recurrent.cpp).
 std::vector<Function> fused_recurrent_functions();
 }  // namespace onnxtrain

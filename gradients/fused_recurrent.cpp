@@ -1,7 +1,7 @@
-// Standard-ONNX bodies of onnxtrain.RNNGrad and GRUGrad (native kernels: executor/cpu/recurrent.cpp; the
+// Standard-ONNX bodies of onnxtrain.RNNGrad, GRUGrad and LSTMGrad (native kernels: executor/cpu/recurrent.cpp; the
 // design is in gradients/rules/recurrent.cpp). They serve the common case only: one forward direction, the
-// default activations, no clip, layout 0, no sequence_lens, and initial_h, Y and Y_h (and GRU's B) present (the
-// rule passes zeros for an absent initial_h or B and for the incoming gradient of an output nobody reads).
+// default activations, no clip, layout 0, no sequence_lens, no peepholes, and B (GRU, LSTM), the initial states
+// and every incoming gradient present (the rule passes zeros for absent ones).
 // fused_body_refusal() names what a node has outside that case; TrainingSession::export_gradient_model refuses
 // such a node rather than export a body that would compute something else.
 //
@@ -277,12 +277,173 @@ Function gru_grad() {
   return f;
 }
 
+// LSTMGrad, the same common case (default activations Sigmoid/Tanh/Tanh, no peepholes, input_forget 0, B given):
+// the standard LSTM outputs no per-step cell states, so a forward Scan (float64) reruns the cell from the input
+// projections and emits the states entering each step (h_{t-1}, c_{t-1}); the reverse Scan recomputes each
+// step's gates from them and carries dH and dC, emitting the gates' pre-activation gradients [B, 4H] (order
+// i, o, f, c, as W's rows), whose products after the Scan give dW, dR, dB and dX.
+Function lstm_grad() {
+  Function f = fused_body::function(
+      "LSTMGrad",
+      {"X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P", "dY", "dY_h", "dY_c"},
+      {"dX", "dW", "dR", "dB", "dsequence_lens", "dinitial_h", "dinitial_c", "dP"},
+      "Gradient of LSTM (one forward direction, default activations, no clip, layout 0, no sequence_lens, no "
+      "peepholes, input_forget 0; B, initial_h, initial_c, dY, dY_h and dY_c given) with respect to X, W, R, B, "
+      "initial_h and initial_c: a forward Scan in float64 reruns the cell for the states entering each step, a "
+      "reverse Scan recomputes the gates and carries dH and dC.");
+  int64s(f, "ax0", {0});
+  int64s(f, "ax1", {1});
+  int64s(f, "ax2", {2});
+  int64s(f, "minus1", {-1});
+  int64s(f, "big", {std::numeric_limits<int64_t>::max()});
+  const auto dbl = [&](const std::string& in, const std::string& out) {
+    return add(f, "Cast", {in}, out, {{"to", kDouble}});
+  };
+  dbl(add(f, "Squeeze", {"dY", "ax1"}, "dy3"), "dy_d");
+  dbl(add(f, "Squeeze", {"dY_h", "ax0"}, "dyh2"), "dyh_d");
+  dbl(add(f, "Squeeze", {"dY_c", "ax0"}, "dyc2"), "dyc_d");
+  dbl(add(f, "Squeeze", {"R", "ax0"}, "r2"), "r_d");            // [4H, H]
+  dbl(add(f, "Squeeze", {"W", "ax0"}, "w2"), "w_d");            // [4H, I]
+  dbl(add(f, "Squeeze", {"B", "ax0"}, "b2"), "b_d");            // [8H]
+  dbl(add(f, "Squeeze", {"initial_h", "ax0"}, "h02"), "h0_d");  // [B, H]
+  dbl(add(f, "Squeeze", {"initial_c", "ax0"}, "c02"), "c0_d");  // [B, H]
+  dbl("X", "x_d");
+  add(f, "Shape", {"w_d"}, "w_shape");
+  add(f, "Slice", {"w_shape", "ax0", "ax1"}, "H4");  // [4H]
+  add(f, "Slice", {"b_d", "ax0", "H4", "ax0"}, "wb");
+  add(f, "Slice", {"b_d", "H4", "big", "ax0"}, "rb");
+  add(f, "Flatten", {"x_d"}, "x2", {{"axis", int64_t{2}}});
+  add(f, "Gemm", {"x2", "w_d", "wb"}, "xw2", {{"transB", int64_t{1}}});
+  add(f, "Shape", {"x_d"}, "x_shape");
+  add(f, "Slice", {"x_shape", "ax0", "ax2"}, "sb");
+  add(f, "Concat", {"sb", "minus1"}, "sb_1", {{"axis", int64_t{0}}});
+  add(f, "Reshape", {"xw2", "sb_1"}, "xw");  // [S, B, 4H]
+
+  const TypeInfo d{DType::Float64, std::nullopt};
+  // The cell from the states entering a step and the step's projections: gates i, o, f, c~ and the new c.
+  const auto cell = [&](Graph& g) {
+    const auto step = [&](std::string type, std::vector<std::string> in, std::string out,
+                          std::map<std::string, Attribute> attrs = {}) {
+      g.nodes.push_back(fused_body::op(out, std::move(type), std::move(in), out, std::move(attrs)));
+    };
+    step("Constant", {}, "one", {{"value", TensorData::scalar<double>(1.0)}});
+    step("Constant", {}, "c0", {{"value", TensorData::from<int64_t>({1}, std::span<const int64_t>(std::vector<int64_t>{0}))}});
+    step("Constant", {}, "c1", {{"value", TensorData::from<int64_t>({1}, std::span<const int64_t>(std::vector<int64_t>{1}))}});
+    step("Constant", {}, "c2", {{"value", TensorData::from<int64_t>({1}, std::span<const int64_t>(std::vector<int64_t>{2}))}});
+    step("Shape", {"hp"}, "hp_shape");
+    step("Slice", {"hp_shape", "c1", "c2"}, "h1");
+    step("Add", {"h1", "h1"}, "h2");
+    step("Add", {"h2", "h1"}, "h3");
+    step("Add", {"h3", "h1"}, "h4");
+    step("Gemm", {"hp", "r_in", "rb_in"}, "hr", {{"transB", int64_t{1}}});
+    step("Add", {"xw_t", "hr"}, "a");  // [B, 4H]
+    step("Slice", {"a", "c0", "h1", "c1"}, "a_i");
+    step("Slice", {"a", "h1", "h2", "c1"}, "a_o");
+    step("Slice", {"a", "h2", "h3", "c1"}, "a_f");
+    step("Slice", {"a", "h3", "h4", "c1"}, "a_c");
+    step("Sigmoid", {"a_i"}, "gi");
+    step("Sigmoid", {"a_o"}, "go");
+    step("Sigmoid", {"a_f"}, "gf");
+    step("Tanh", {"a_c"}, "gc");
+    step("Mul", {"gf", "cp"}, "f_cp");
+    step("Mul", {"gi", "gc"}, "i_gc");
+    step("Add", {"f_cp", "i_gc"}, "ct");
+    step("Tanh", {"ct"}, "tct");
+    return step;
+  };
+  // Forward: states h, c (and R, Rb riding along); emits the states entering each step.
+  auto fwd = std::make_shared<Graph>();
+  fwd->name = "lstm_states";
+  fwd->inputs = {{"hp", d}, {"cp", d}, {"r_in", d}, {"rb_in", d}, {"xw_t", d}};
+  fwd->outputs = {{"h_out", d}, {"c_out", d}, {"r_out", d}, {"rb_out", d}, {"hp_out", d}, {"cp_out", d}};
+  {
+    auto step = cell(*fwd);
+    step("Mul", {"go", "tct"}, "h_out");
+    step("Identity", {"ct"}, "c_out");
+    step("Identity", {"r_in"}, "r_out");
+    step("Identity", {"rb_in"}, "rb_out");
+    step("Identity", {"hp"}, "hp_out");
+    step("Identity", {"cp"}, "cp_out");
+  }
+  Node fscan = fused_body::op("states", "Scan", {"h0_d", "c0_d", "r_d", "rb", "xw"}, "h_last");
+  fscan.outputs = {"h_last", "c_last", "f_r", "f_rb", "h_prev", "c_prev"};
+  fscan.attributes = {{"body", fwd}, {"num_scan_inputs", int64_t{1}}};
+  f.nodes.push_back(std::move(fscan));
+
+  // Backward: dH, dC carried; emits the gates' pre-activation gradients.
+  auto bwd = std::make_shared<Graph>();
+  bwd->name = "lstm_bptt_step";
+  bwd->inputs = {{"dh_in", d}, {"dc_in", d}, {"r_in", d}, {"rb_in", d},
+                 {"dy_t", d},  {"xw_t", d},  {"hp", d},   {"cp", d}};
+  bwd->outputs = {{"dh_out", d}, {"dc_out", d}, {"r_out", d}, {"rb_out", d}, {"da", d}};
+  {
+    auto step = cell(*bwd);
+    step("Add", {"dy_t", "dh_in"}, "dh");
+    step("Mul", {"dh", "tct"}, "do");
+    step("Mul", {"tct", "tct"}, "tct2");
+    step("Sub", {"one", "tct2"}, "tct_slope");
+    step("Mul", {"dh", "go"}, "dh_o");
+    step("Mul", {"dh_o", "tct_slope"}, "dc_from_h");
+    step("Add", {"dc_in", "dc_from_h"}, "dc");
+    step("Mul", {"dc", "gc"}, "di");
+    step("Mul", {"dc", "cp"}, "df");
+    step("Mul", {"dc", "gi"}, "dgc");
+    step("Mul", {"dc", "gf"}, "dc_out");
+    const auto sig_grad = [&](const std::string& dg, const std::string& g, const std::string& out) {
+      step("Sub", {"one", g}, g + "_1m");
+      step("Mul", {g, g + "_1m"}, g + "_slope");
+      step("Mul", {dg, g + "_slope"}, out);
+    };
+    sig_grad("di", "gi", "da_i");
+    sig_grad("do", "go", "da_o");
+    sig_grad("df", "gf", "da_f");
+    step("Mul", {"gc", "gc"}, "gc2");
+    step("Sub", {"one", "gc2"}, "gc_slope");
+    step("Mul", {"dgc", "gc_slope"}, "da_c");
+    step("Concat", {"da_i", "da_o", "da_f", "da_c"}, "da", {{"axis", int64_t{1}}});
+    step("MatMul", {"da", "r_in"}, "dh_out");
+    step("Identity", {"r_in"}, "r_out");
+    step("Identity", {"rb_in"}, "rb_out");
+  }
+  Node bscan = fused_body::op("bptt", "Scan", {"dyh_d", "dyc_d", "r_d", "rb", "dy_d", "xw", "h_prev", "c_prev"},
+                              "dh0_d");
+  bscan.outputs = {"dh0_d", "dc0_d", "b_r", "b_rb", "DA"};
+  bscan.attributes = {{"body", bwd},
+                      {"num_scan_inputs", int64_t{4}},
+                      {"scan_input_directions", std::vector<int64_t>{1, 1, 1, 1}},
+                      {"scan_output_directions", std::vector<int64_t>{1}}};
+  f.nodes.push_back(std::move(bscan));
+
+  add(f, "Flatten", {"DA"}, "da2", {{"axis", int64_t{2}}});
+  add(f, "Flatten", {"h_prev"}, "hp2", {{"axis", int64_t{2}}});
+  const std::map<std::string, Attribute> ta{{"transA", int64_t{1}}};
+  add(f, "Gemm", {"da2", "x2"}, "dw_d", ta);
+  add(f, "Gemm", {"da2", "hp2"}, "dr_d", ta);
+  add(f, "ReduceSum", {"da2", "ax0"}, "db_half", {{"keepdims", int64_t{0}}});
+  add(f, "Concat", {"db_half", "db_half"}, "db_d", {{"axis", int64_t{0}}});
+  add(f, "MatMul", {"DA", "w_d"}, "dx_d");
+  const auto out = [&](const std::string& v, const std::string& name, bool unsqueeze) {
+    const std::string cast = add(f, "CastLike", {v, "X"}, name + (unsqueeze ? "_2" : ""));
+    if (unsqueeze) add(f, "Unsqueeze", {cast, "ax0"}, name);
+  };
+  out("dx_d", "dX", false);
+  out("dw_d", "dW", true);
+  out("dr_d", "dR", true);
+  out("db_d", "dB", true);
+  out("dh0_d", "dinitial_h", true);
+  out("dc0_d", "dinitial_c", true);
+  add(f, "Constant", {}, "dsequence_lens", {{"value", TensorData::from<int64_t>({0}, std::span<const int64_t>())}});
+  // No peepholes: P is refused at export (fused_body_refusal); its slot gets an empty tensor of X's type.
+  add(f, "Slice", {"dX", "ax0", "ax0", "ax0"}, "dP");
+  return f;
+}
+
 }  // namespace
 
 std::string fused_body_refusal(const Node& n) {
   if (n.domain != kFusedGradDomain) return "";
-  if (n.op_type == "RNNGrad" || n.op_type == "GRUGrad") {
-    const bool gru = n.op_type == "GRUGrad";
+  if (n.op_type == "RNNGrad" || n.op_type == "GRUGrad" || n.op_type == "LSTMGrad") {
+    const bool gru = n.op_type == "GRUGrad", lstm = n.op_type == "LSTMGrad";
     const std::string op = n.op_type;
     const std::string direction = n.attr_string("direction", "forward");
     if (direction != "forward")
@@ -292,10 +453,12 @@ std::string fused_body_refusal(const Node& n) {
       std::vector<std::string> acts = std::get<std::vector<std::string>>(n.attributes.at("activations"));
       for (std::string& a : acts)
         for (char& ch : a) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      const std::vector<std::string> fine = gru ? std::vector<std::string>{"sigmoid", "tanh"}
-                                                : std::vector<std::string>{"tanh"};
+      const std::vector<std::string> fine = lstm  ? std::vector<std::string>{"sigmoid", "tanh", "tanh"}
+                                            : gru ? std::vector<std::string>{"sigmoid", "tanh"}
+                                                  : std::vector<std::string>{"tanh"};
       if (acts != fine)
-        return "attribute 'activations' is not the default (" + std::string(gru ? "Sigmoid, Tanh" : "Tanh") + "): " +
+        return "attribute 'activations' is not the default (" +
+               std::string(lstm ? "Sigmoid, Tanh, Tanh" : gru ? "Sigmoid, Tanh" : "Tanh") + "): " +
                op + "'s function body serves the default activations only";
     }
     if (n.has_attr("clip")) return "attribute 'clip' is set: " + op + "'s function body has no clip";
@@ -307,9 +470,18 @@ std::string fused_body_refusal(const Node& n) {
     const auto given = [&](size_t i) { return i < n.inputs.size() && !n.inputs[i].empty(); };
     if (given(4))
       return "input 'sequence_lens' is given: " + op + "'s function body serves full-length sequences only";
-    if (gru && !given(3)) return "B is absent (GRUGrad's function body needs it; the GRU rule passes zeros)";
-    if (!given(5) || !given(6) || !given(7))
+    if ((gru || lstm) && !given(3))
+      return "B is absent (" + op + "'s function body needs it; the rule passes zeros)";
+    if (lstm) {
+      if (n.attr_int("input_forget", 0) != 0)
+        return "attribute 'input_forget' is 1: LSTMGrad's function body serves input_forget 0 only";
+      if (given(7)) return "input 'P' (peepholes) is given: LSTMGrad's function body has no peepholes";
+      if (!given(5) || !given(6) || !given(8) || !given(9) || !given(10))
+        return "initial_h, initial_c, dY, dY_h or dY_c is absent (LSTMGrad's function body needs them; the rule "
+               "passes zeros)";
+    } else if (!given(5) || !given(6) || !given(7)) {
       return "initial_h, dY or dY_h is absent (" + op + "'s function body needs all three; the rule passes zeros)";
+    }
   }
   if (n.op_type == "GridSampleGrad" && (!n.has_attr("interpolation") || !n.has_attr("padding") ||
                                        !n.has_attr("align_corners")))
@@ -320,6 +492,6 @@ std::string fused_body_refusal(const Node& n) {
   return "";
 }
 
-std::vector<Function> fused_recurrent_functions() { return {rnn_grad(), gru_grad()}; }
+std::vector<Function> fused_recurrent_functions() { return {rnn_grad(), gru_grad(), lstm_grad()}; }
 
 }  // namespace onnxtrain

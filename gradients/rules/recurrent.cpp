@@ -9,14 +9,14 @@
 // standard outputs, and costs one extra forward pass, which is small next to the backward pass.
 //
 // Function bodies. The project rule is that fused gradient ops also carry a standard-ONNX function body
-// (gradients/fused.h). RNNGrad and GRUGrad have one for the common case (gradients/fused_recurrent.cpp: one
-// forward direction, default activations, no clip, layout 0, no sequence_lens): the forward op rerun for the
-// states, then BPTT as a reverse Scan carrying dH (GRU's recomputes each step's gates); the bodies cannot tell
-// absent inputs, so this rule passes zeros for an absent initial_h (and B, for GRU) and for the gradient of an
-// unread output, and always writes GRU's linear_before_reset. Outside that case, export_gradient_model refuses
-// the node naming the attribute (fused_body_refusal). LSTMGrad has NO body yet (the same pattern, carrying dC
-// too, is follow-up work), so a gradient graph exported with it runs in onnxtrain but not in another runtime,
-// and it is not listed in fused_grad_uses(), which promises a body.
+// (gradients/fused.h). All three have one for the common case (gradients/fused_recurrent.cpp: one forward
+// direction, default activations, no clip, layout 0, no sequence_lens, no peepholes or input_forget): the
+// forward states recomputed (the standard op, or a forward Scan for LSTM's cell states), then BPTT as a
+// reverse Scan carrying dH (and dC) that recomputes each step's gates; the bodies cannot tell absent inputs,
+// so this rule passes zeros for an absent B (GRU, LSTM), initial state or unread output's gradient, and always
+// writes GRU's linear_before_reset. Outside that case export_gradient_model refuses the node, naming the
+// attribute (fused_body_refusal): reverse/bidirectional directions, other activations, clip, layout 1,
+// sequence_lens and peepholes have no body yet.
 //
 // Correctness conditions the kernel implements: every direction (bidirectional sums dX over both), sequence_lens
 // (steps past a batch entry's length contribute nothing; Y is zero there and Y_h is the last active step's
@@ -57,7 +57,6 @@ std::optional<Expr> zero_states(RuleContext& c, bool steps) {
 // nf forward inputs, ng outputs (Y, Y_h[, Y_c]).
 void recurrent_rule(RuleContext& c, const std::string& grad_op, size_t nf, size_t ng) {
   const TypeInfo xt = rules::input_type(c, 0);
-  const bool rnn = grad_op == "RNNGrad" || grad_op == "GRUGrad";
   std::vector<Expr> ins;
   std::vector<TypeInfo> types;
   for (size_t i = 0; i < nf; ++i) {
@@ -71,16 +70,19 @@ void recurrent_rule(RuleContext& c, const std::string& grad_op, size_t nf, size_
     any = any || present;
   }
   if (!any) return;
-  // RNNGrad's body needs initial_h and both incoming gradients: zeros stand in for absent ones (the kernel
-  // computes the same with them).
-  if (rnn) {
+  // The bodies need B (GRU, LSTM), the initial states and every incoming gradient: zeros stand in for absent
+  // ones (the kernel computes the same with them).
+  {
     const Node& n = c.node();
-    if (grad_op == "GRUGrad" && !c.has_input(3) && n.has_attr("hidden_size")) {  // B: [D, 6H] zeros
+    if (grad_op != "RNNGrad" && !c.has_input(3) && n.has_attr("hidden_size")) {  // B: [D, 2 gates H] zeros
       const int64_t D = n.attr_string("direction", "forward") == "bidirectional" ? 2 : 1;
-      ins[3] = expand(scalar(c.builder(), xt.dtype, 0.0), int64s(c.builder(), {D, 6 * n.attr_int("hidden_size", 0)}));
+      const int64_t gates = grad_op == "LSTMGrad" ? 4 : 3;
+      ins[3] = expand(scalar(c.builder(), xt.dtype, 0.0),
+                      int64s(c.builder(), {D, 2 * gates * n.attr_int("hidden_size", 0)}));
     }
-    if (!c.has_input(5))
-      if (auto z = zero_states(c, false)) ins[5] = *z;
+    for (size_t i : {size_t{5}, size_t{6}})  // initial_h (and LSTM's initial_c)
+      if (i < nf && (i == 5 || grad_op == "LSTMGrad") && !c.has_input(i))
+        if (auto z = zero_states(c, false)) ins[i] = *z;
     for (size_t k = 0; k < ng; ++k)
       if (!ins[nf + k].valid())
         if (auto z = zero_states(c, k == 0)) ins[nf + k] = *z;

@@ -278,9 +278,13 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
     // GatherGrad and SumToShape take the target shape (gradients/fused.h).
     const bool gather = f.name == "GatherGrad", sum_to = f.name == "SumToShape";
     const bool roi = f.name == "MaxRoiPoolGrad", grid = f.name == "GridSampleGrad", rnn = f.name == "RNNGrad" || f.name == "GRUGrad";
+    const bool lstm = f.name == "LSTMGrad";
     const std::vector<std::string> ins = ln       ? std::vector<std::string>{"dY", "X", "Scale", "Mean", "InvStdDev"}
                                          : roi    ? std::vector<std::string>{"dY", "X", "rois"}
                                          : grid   ? std::vector<std::string>{"dY", "X", "grid"}
+                                         : lstm   ? std::vector<std::string>{"X", "W", "R", "B", "sequence_lens",
+                                                                             "initial_h", "initial_c", "P", "dY",
+                                                                             "dY_h", "dY_c"}
                                          : rnn    ? std::vector<std::string>{"X", "W", "R", "B", "sequence_lens",
                                                                              "initial_h", "dY", "dY_h"}
                                          : bn     ? std::vector<std::string>{"dY", "X", "Scale"}
@@ -292,6 +296,8 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
     const std::vector<std::string> outs = ln || bn ? std::vector<std::string>{"dX", "dScale", "dBias"}
                                           : conv     ? std::vector<std::string>{"dX", "dW", "dB"}
                                           : grid     ? std::vector<std::string>{"dX", "dGrid"}
+                                          : lstm     ? std::vector<std::string>{"dX", "dW", "dR", "dB", "dsequence_lens",
+                                                                                "dinitial_h", "dinitial_c", "dP"}
                                           : rnn      ? std::vector<std::string>{"dX", "dW", "dR", "dB", "dsequence_lens",
                                                                                 "dinitial_h"}
                                                      : std::vector<std::string>{"dX"};
@@ -309,7 +315,7 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
   }
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"AveragePoolGrad", "BatchNormalizationGrad", "ConvGrad", "GRUGrad",
-                                              "GatherGrad", "GeluGrad", "GeluTanhGrad", "GridSampleGrad",
+                                              "GatherGrad", "GeluGrad", "GeluTanhGrad", "GridSampleGrad", "LSTMGrad",
                                               "LayerNormalizationGrad", "LogSoftmaxGrad", "MaxPoolGrad",
                                               "MaxRoiPoolGrad", "RNNGrad", "ReluGrad", "SigmoidGrad", "SoftmaxGrad",
                                               "SumToShape", "TanhGrad"}));
@@ -385,6 +391,29 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
       n.attributes = {{"pooled_shape", std::vector<int64_t>{2, 3}}, {"spatial_scale", 0.5f}};
       m.graph.nodes.push_back(n);
       m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(2), d(3), d(5), d(6)}}});
+      continue;
+    } else if (f.name == "LSTMGrad") {  // S 4, batch 2, input 3, hidden 5, with B, no P
+      m.graph.inputs.push_back({"lstm_x", {DType::Float32, Shape{d(4), d(2), d(3)}}});
+      m.graph.inputs.push_back({"lstm_w", {DType::Float32, Shape{d(1), d(20), d(3)}}});
+      m.graph.inputs.push_back({"lstm_r", {DType::Float32, Shape{d(1), d(20), d(5)}}});
+      m.graph.inputs.push_back({"lstm_b", {DType::Float32, Shape{d(1), d(40)}}});
+      m.graph.inputs.push_back({"lstm_h0", {DType::Float32, Shape{d(1), d(2), d(5)}}});
+      m.graph.inputs.push_back({"lstm_c0", {DType::Float32, Shape{d(1), d(2), d(5)}}});
+      m.graph.inputs.push_back({"lstm_dy", {DType::Float32, Shape{d(4), d(1), d(2), d(5)}}});
+      m.graph.inputs.push_back({"lstm_dyh", {DType::Float32, Shape{d(1), d(2), d(5)}}});
+      m.graph.inputs.push_back({"lstm_dyc", {DType::Float32, Shape{d(1), d(2), d(5)}}});
+      n.inputs = {"lstm_x", "lstm_w", "lstm_r", "lstm_b", "", "lstm_h0", "lstm_c0", "", "lstm_dy", "lstm_dyh",
+                  "lstm_dyc"};
+      n.outputs = {f.name + "_dx", f.name + "_dw", f.name + "_dr", f.name + "_db", "", f.name + "_dh0",
+                   f.name + "_dc0", ""};
+      n.attributes = {{"hidden_size", int64_t{5}}};
+      m.graph.nodes.push_back(n);
+      m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(4), d(2), d(3)}}});
+      m.graph.outputs.push_back({n.outputs[1], {DType::Float32, Shape{d(1), d(20), d(3)}}});
+      m.graph.outputs.push_back({n.outputs[2], {DType::Float32, Shape{d(1), d(20), d(5)}}});
+      m.graph.outputs.push_back({n.outputs[3], {DType::Float32, Shape{d(1), d(40)}}});
+      m.graph.outputs.push_back({n.outputs[5], {DType::Float32, Shape{d(1), d(2), d(5)}}});
+      m.graph.outputs.push_back({n.outputs[6], {DType::Float32, Shape{d(1), d(2), d(5)}}});
       continue;
     } else if (f.name == "GRUGrad") {  // S 4, batch 2, input 3, hidden 5, with B
       m.graph.inputs.push_back({"gru_x", {DType::Float32, Shape{d(4), d(2), d(3)}}});

@@ -85,7 +85,7 @@ TEST(FusedBothWays, NativeKernelEqualsInlinedBody) {
     if (f.name == "ConvGrad" || f.name == "AveragePoolGrad") continue;  // ConvolutionFamilyTable below
     if (f.name == "MaxRoiPoolGrad") continue;                           // MaxRoiPoolGradBins below
     if (f.name == "GridSampleGrad") continue;                           // GridSampleGradEveryMode below
-    if (f.name == "RNNGrad" || f.name == "GRUGrad") continue;           // RNNGradForward, GRUGradForward
+    if (f.name == "RNNGrad" || f.name == "GRUGrad" || f.name == "LSTMGrad") continue;  // *GradForward below
     SCOPED_TRACE(f.name);
     // MaxPoolGrad carries MaxPool's attributes (its body reads them by reference): overlapping windows with
     // asymmetric padding, so the body's scatter must add. X [2, 3, 7, 6] pools to dY [2, 3, 4, 6]. The
@@ -344,8 +344,15 @@ void expect_recurrent_body_equals_kernel(const std::string& op, int64_t gates, b
                                       {"dY", random_tensor({S, 1, Bn, H}, rng, -1, 1)},
                                       {"dY_h", random_tensor({1, Bn, H}, rng, -1, 1)}};
   if (with_bias) feeds["B"] = random_tensor({1, 2 * gates * H}, rng, -0.5, 0.5);
-  const std::vector<std::string> inputs{"X", "W", "R", with_bias ? "B" : "", "", "initial_h", "dY", "dY_h"};
-  const std::vector<std::string> outputs{"dX", "dW", "dR", with_bias ? "dB" : "", "", "dinitial_h"};
+  const bool lstm = gates == 4;
+  std::vector<std::string> inputs{"X", "W", "R", with_bias ? "B" : "", "", "initial_h", "dY", "dY_h"};
+  std::vector<std::string> outputs{"dX", "dW", "dR", with_bias ? "dB" : "", "", "dinitial_h"};
+  if (lstm) {
+    feeds["initial_c"] = random_tensor({1, Bn, H}, rng, -1, 1);
+    feeds["dY_c"] = random_tensor({1, Bn, H}, rng, -1, 1);
+    inputs = {"X", "W", "R", "B", "", "initial_h", "initial_c", "", "dY", "dY_h", "dY_c"};
+    outputs = {"dX", "dW", "dR", "dB", "", "dinitial_h", "dinitial_c", ""};
+  }
   std::vector<std::string> named;
   for (const std::string& i : inputs)
     if (!i.empty()) named.push_back(i);
@@ -386,6 +393,8 @@ TEST(FusedBothWays, RNNGradForward) {
     expect_recurrent_body_equals_kernel("RNNGrad", 1, with_bias, {}, 41);
   }
 }
+
+TEST(FusedBothWays, LSTMGradForward) { expect_recurrent_body_equals_kernel("LSTMGrad", 4, true, {}, 47); }
 
 TEST(FusedBothWays, GRUGradForward) {
   for (int64_t lbr : {0, 1}) {

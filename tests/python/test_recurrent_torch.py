@@ -177,20 +177,24 @@ def _export_gradients(model_path, feeds):
     return s, feeds, native
 
 
-@pytest.mark.parametrize("kind", ["RNN", "GRU"])
+@pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
 @pytest.mark.parametrize("with_h0", [True, False])
 def test_rnn_gradient_graph_runs_in_onnxruntime(tmp_path, kind, with_h0):
-    """torch's nn.RNN (tanh) and nn.GRU (exported with linear_before_reset=1), one direction, two layers: the
-    gradient graph onnxtrain exports carries RNNGrad / GRUGrad as functions (gradients/fused_recurrent.cpp: a
+    """torch's nn.RNN (tanh), nn.GRU (exported with linear_before_reset=1) and nn.LSTM, one direction, two layers:
+    the gradient graph onnxtrain exports carries RNNGrad / GRUGrad / LSTMGrad as functions (gradients/fused_recurrent.cpp: a
     reverse Scan), passes the full checker, and gives in onnxruntime the native kernels' gradients of every
     parameter; without h0 the rule passes zeros."""
     ort = pytest.importorskip("onnxruntime")
     torch.manual_seed(5)
     module = getattr(nn, kind)(4, 6, num_layers=2)
-    x, h0 = torch.randn(5, 3, 4), torch.randn(2, 3, 6)
+    x, h0, c0 = torch.randn(5, 3, 4), torch.randn(2, 3, 6), torch.randn(2, 3, 6)
     path = tmp_path / "rnn.onnx"
-    export(module, (x, h0) if with_h0 else (x,), ["x", "h0"] if with_h0 else ["x"], ["y", "hn"], path)
-    feeds = {"x": x.numpy(), "h0": h0.numpy()} if with_h0 else {"x": x.numpy()}
+    lstm = kind == "LSTM"
+    state = ((h0, c0) if lstm else h0) if with_h0 else None
+    names = (["x", "h0", "c0"] if lstm else ["x", "h0"]) if with_h0 else ["x"]
+    export(module, (x, state) if with_h0 else (x,), names, ["y", "hn", "cn"] if lstm else ["y", "hn"], path)
+    values = {"x": x.numpy(), "h0": h0.numpy(), "c0": c0.numpy()}
+    feeds = {k: values[k] for k in names}
     s, feeds, native = _export_gradients(path, feeds)
     exported = s.export_gradient_model()
     onnx.checker.check_model(exported, full_check=True)
@@ -203,9 +207,9 @@ def test_rnn_gradient_graph_runs_in_onnxruntime(tmp_path, kind, with_h0):
         np.testing.assert_allclose(out[k + "_grad"], v, rtol=1e-4, atol=1e-6 * np.abs(v).max(), err_msg=k)
 
 
-@pytest.mark.parametrize("kind", ["RNN", "GRU"])
+@pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
 def test_rnn_gradient_graph_export_refuses_what_the_body_cannot_do(tmp_path, kind):
-    """A bidirectional RNN or GRU trains natively, but the bodies serve one forward direction: the export names
+    """A bidirectional RNN, GRU or LSTM trains natively, but the bodies serve one forward direction: the export names
     the node and the attribute instead of writing a body that computes something else."""
     torch.manual_seed(6)
     module = getattr(nn, kind)(3, 4, bidirectional=True)
