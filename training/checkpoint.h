@@ -3,7 +3,7 @@
 // TrainingInfoProto with one full training step and the optimizer state, and the session's configuration in
 // metadata_props. The format and every metadata key: docs/checkpoint.md. TrainingSession::save_checkpoint,
 // TrainingSession::from_checkpoint and TrainingSession::checkpoint are the entry points; this header exposes
-// the configuration <-> metadata mapping they use.
+// the configuration <-> metadata mapping they use. Running any TrainingInfoProto: training/training_info_runner.h.
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,36 +29,5 @@ Metadata config_to_metadata(const TrainingConfig& config);
 // The inverse. Keys that are absent keep their defaults (so older checkpoints load); a malformed value is an
 // Error naming `source` and the key.
 TrainingConfig config_from_metadata(const Metadata& metadata, const std::string& source);
-
-}  // namespace onnxtrain
-
-namespace onnxtrain {
-
-// Executes any conforming TrainingInfoProto as the ONNX IR describes it (onnx/docs/IR.md, onnx.proto): the
-// initialization graph once with its initialization_binding, then steps of "main graph followed by the
-// algorithm graph" with update_binding applied after each. Gradient ops of ai.onnx.preview.training are
-// expanded with our gradient builder; Momentum, Adam and Adagrad of that domain run as CPU kernels; model-local
-// functions are inlined where no kernel exists.
-class TrainingInfoRunner {
- public:
-  explicit TrainingInfoRunner(const Model& model, size_t index = 0);
-  // Runs the initialization graph and writes its outputs into the bound initializers.
-  void initialize();
-  // One algorithm step on these feeds (main-graph inputs plus algorithm inputs). Returns the algorithm's
-  // outputs in order, as computed before the update_binding was applied.
-  std::vector<Tensor> step(const std::map<std::string, Tensor>& feeds);
-  // The current value of an initializer (main graph or algorithm).
-  Tensor value(const std::string& name) const;
-  // The model with every initializer replaced by its current value.
-  Model model() const;
-  // The expanded training graph (main + algorithm, Gradient ops replaced by backward nodes), for inspection.
-  const Graph& training_graph() const;
-
- private:
-  Model model_;
-  size_t index_;
-  std::shared_ptr<TensorStore> store_;
-  std::unique_ptr<Executor> algorithm_;
-};
 
 }  // namespace onnxtrain

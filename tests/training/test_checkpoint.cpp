@@ -15,6 +15,7 @@
 #include "graph/error.h"
 #include "graph/model_io.h"
 #include "training/checkpoint.h"
+#include "training/training_info_runner.h"
 #include "training/session.h"
 
 namespace onnxtrain {
