@@ -206,7 +206,9 @@ Function grid_sample_grad() {
   // An auto-named node: returns its output.
   const auto N_ = [&](const std::string& type, std::vector<std::string> in,
                       std::map<std::string, Attribute> attrs = {}) {
-    return add(f, type, std::move(in), "g" + std::to_string(counter++), std::move(attrs));
+    std::string out = "g";  // appended, not "g" + ...: GCC 12 warns falsely (-Wrestrict) on that operator+
+    out += std::to_string(counter++);
+    return add(f, type, std::move(in), out, std::move(attrs));
   };
   const auto dconst = [&](double v) {
     return N_("Constant", {}, {{"value", TensorData::scalar<double>(v)}});
