@@ -5,7 +5,7 @@
 
 #include "cli/config.h"
 #include "cli/run.h"
-#include "distributed/mpi.h"
+#include "cli/setup.h"
 #include "graph/error.h"
 #include "graph/model_io.h"
 #include "training/adapters.h"
@@ -65,14 +65,6 @@ const std::map<std::string, const char*>& usages() {
   return u;
 }
 
-// The ranks of `mpirun -np N onnxtrain train|resume`, or this process alone; made on first use, so commands
-// that do not train never initialize MPI.
-std::shared_ptr<Communicator> g_world;
-const std::shared_ptr<Communicator>& world() {
-  if (!g_world) g_world = communicator_from_environment();
-  return g_world;
-}
-
 // Config errors exit 2; errors found while running exit 1 and are located in the config when they name a key.
 int run_guarded(const std::string& cmd, const RunConfig* cfg, const std::function<int()>& f) {
   try {
@@ -80,7 +72,7 @@ int run_guarded(const std::string& cmd, const RunConfig* cfg, const std::functio
   } catch (const Error& e) {
     const std::string message = "onnxtrain " + cmd + ": " + (cfg ? cfg->locate(e.what()) : std::string(e.what()));
     // The other ranks may be waiting in a collective for this one: end the job now rather than at their timeout.
-    if (g_world && g_world->size() > 1 && !g_world->broken()) g_world->abort(kExitFailure, message);
+    if (Communicator* job = world_if_made(); job && job->size() > 1 && !job->broken()) job->abort(kExitFailure, message);
     std::fprintf(stderr, "%s\n", message.c_str());
     return kExitFailure;
   }
@@ -96,31 +88,32 @@ bool load_config_or_report(const std::string& cmd, const std::function<void()>& 
   }
 }
 
-const std::string* metadata_value(const Model& m, const std::string& key) {
-  for (const auto& [k, v] : m.metadata)
-    if (k == key) return &v;
-  return nullptr;
+// Only keys that leave the steps as they were may change, or the resumed run would not continue the original.
+bool changeable_when_resuming(const std::vector<std::string>& sets) {
+  static const std::vector<std::string> changeable = {"train.epochs", "train.max_steps", "train.max_skipped_steps", "checkpoint.every", "checkpoint.keep_last",
+                                                      "early_stopping.patience", "early_stopping.min_delta", "log.progress",
+                                                      "threads", "replicas", "output", "device",
+                                                      // how the ranks reduce, not what: the same steps
+                                                      "distributed.overlap", "distributed.bucket_bytes"};
+  for (const std::string& kv : sets) {
+    const std::string key = kv.substr(0, kv.find('='));
+    if (std::find(changeable.begin(), changeable.end(), key) == changeable.end()) {
+      std::string all;
+      for (const std::string& c : changeable) all += (all.empty() ? "" : ", ") + c;
+      std::fprintf(stderr, "onnxtrain resume: --set %s: cannot change when resuming (the run would not continue the same way); "
+                           "changeable: %s\n", key.c_str(), all.c_str());
+      return false;
+    }
+  }
+  return true;
 }
 
-// `comm`: a replica's (replicas) or the job's (MPI ranks, or this process alone).
-TrainingSession session_for(const RunConfig& cfg, Model model, int64_t train_rows,
-                            std::shared_ptr<Communicator> comm = world()) {
-  TrainingConfig tc = cfg.training;
-  // With adapters the session trains them; `trainable` then names extra weights only (a fresh head).
-  if (!tc.adapter.active() || !cfg.trainable.empty()) tc.trainable = select_trainable(model, cfg);
-  tc.parallel.communicator = std::move(comm);
-  if ((tc.schedule.kind == "cosine" || tc.schedule.kind == "linear") && tc.schedule.total_steps == 0)
-    tc.schedule.total_steps = std::max<int64_t>(1, planned_steps(cfg, train_rows, world()->size()));
-  return TrainingSession(std::move(model), std::move(tc));
-}
-
-// Replicas split one process's batches; MPI ranks each run their own process. Both at once is not supported.
-void check_replicas(const RunConfig& cfg) {
-  if (world()->size() > 1)
-    fail(cfg.source.string() + ": replicas", std::to_string(cfg.replicas) + " replicas cannot be combined with " +
-                                                 std::to_string(world()->size()) + " MPI ranks; use one or the other");
-  if (!replicas_run_on(cfg.device))
-    fail(cfg.source.string() + ": replicas", "replicas run on the CPU; device is '" + cfg.device + "'");
+// The run config a checkpoint carries (the YAML after the original --set overrides) with these `sets`.
+RunConfig checkpoint_config(const Model& ckpt, const std::string& path, const std::vector<std::string>& sets) {
+  const std::string* text = metadata_value(ckpt, kConfigKey);
+  const std::string* source = metadata_value(ckpt, kConfigPathKey);
+  if (!text || !source) fail(path, "has no run config ('" + std::string(kConfigKey) + "'): not written by onnxtrain train");
+  return parse_config(*text, *source, sets);
 }
 
 }  // namespace
@@ -155,18 +148,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   RunConfig cfg;
   if (!load_config_or_report("train", [&] { cfg = load_config(a.positional[0], a.sets); })) return kExitUsage;
   return run_guarded("train", &cfg, [&] {
-    apply_threads(cfg);
     RunData data = load_run_data(cfg);
-    Model model = load_model(cfg.resolve(cfg.model));
-    if (cfg.replicas > 1) {
-      check_replicas(cfg);
-      ReplicatedSession r(static_cast<int>(cfg.replicas), [&](const DataParallelSpec& spec) {
-        return session_for(cfg, model, data.train_rows, spec.communicator);
-      });
-      return run_training(cfg, r.replica0(), data, nullptr, "", &r);
-    }
-    TrainingSession s = session_for(cfg, std::move(model), data.train_rows);
-    return run_training(cfg, s, data, nullptr, "");
+    Sessions sessions = build_sessions(cfg, data);
+    TrainResult result = run(cfg, sessions, data);
+    return report(cfg, sessions, result);
   });
 }
 
@@ -174,48 +159,22 @@ int cmd_resume(const std::vector<std::string>& argv) {
   Args a = parse_args(argv, {});
   if (a.help) return std::printf("%s", usage_of("resume")), 0;
   if (a.positional.size() != 1) throw UsageError("expected one checkpoint file");
-  static const std::vector<std::string> changeable = {"train.epochs", "train.max_steps", "train.max_skipped_steps", "checkpoint.every", "checkpoint.keep_last",
-                                                      "early_stopping.patience", "early_stopping.min_delta", "log.progress",
-                                                      "threads", "replicas", "output", "device",
-                                                      // how the ranks reduce, not what: the same steps
-                                                      "distributed.overlap", "distributed.bucket_bytes"};
-  for (const std::string& kv : a.sets) {
-    const std::string key = kv.substr(0, kv.find('='));
-    if (std::find(changeable.begin(), changeable.end(), key) == changeable.end()) {
-      std::string all;
-      for (const std::string& c : changeable) all += (all.empty() ? "" : ", ") + c;
-      std::fprintf(stderr, "onnxtrain resume: --set %s: cannot change when resuming (the run would not continue the same way); "
-                           "changeable: %s\n", key.c_str(), all.c_str());
-      return kExitUsage;
-    }
-  }
+  if (!changeable_when_resuming(a.sets)) return kExitUsage;
   const std::string path = a.positional[0];
   Model ckpt;
   RunConfig cfg;
   bool ok = load_config_or_report("resume", [&] {
     ckpt = load_model(path);
-    const std::string* text = metadata_value(ckpt, kConfigKey);
-    const std::string* source = metadata_value(ckpt, kConfigPathKey);
-    if (!text || !source) fail(path, "has no run config ('" + std::string(kConfigKey) + "'): not written by onnxtrain train");
-    cfg = parse_config(*text, *source, a.sets);
+    cfg = checkpoint_config(ckpt, path, a.sets);
   });
   if (!ok) return kExitUsage;
   return run_guarded("resume", &cfg, [&] {
-    apply_threads(cfg);
     RunData data = load_run_data(cfg);
     // The global batch stays the checkpoint's, whatever the number of ranks now (docs/distributed.md).
     cfg.batch_size = resumed_batch_size(ckpt, world()->size(), path);
-    if (cfg.replicas > 1) {
-      check_replicas(cfg);
-      ReplicatedSession r(static_cast<int>(cfg.replicas), [&](const DataParallelSpec& spec) {
-        return TrainingSession::from_checkpoint(ckpt, path, spec, cfg.device);
-      });
-      return run_training(cfg, r.replica0(), data, &ckpt, path, &r);
-    }
-    DataParallelSpec spec = cfg.training.parallel;  // the distributed.* keys
-    spec.communicator = world();
-    TrainingSession s = TrainingSession::from_checkpoint(ckpt, path, spec, cfg.device);
-    return run_training(cfg, s, data, &ckpt, path);
+    Sessions sessions = restore_sessions(cfg, ckpt, path);
+    TrainResult result = run(cfg, sessions, data, Resume{ckpt, path});
+    return report(cfg, sessions, result);
   });
 }
 
@@ -226,7 +185,6 @@ int cmd_eval(const std::vector<std::string>& argv) {
   RunConfig cfg;
   if (!load_config_or_report("eval", [&] { cfg = load_config(a.positional[0], a.sets); })) return kExitUsage;
   return run_guarded("eval", &cfg, [&] {
-    apply_threads(cfg);
     Dataset rows;
     if (a.options.count("--data")) {
       rows = read_data_file(a.options["--data"], {cfg.data.csv_delimiter.at(0), cfg.data.csv_header});
@@ -237,10 +195,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
       rows = std::move(d.validation);
     }
     const std::string model_path = a.options.count("--model") ? a.options["--model"] : cfg.resolve(cfg.model).string();
-    Model m = load_model(model_path);
-    TrainingSession s = metadata_value(m, "onnxtrain.format")
-                            ? TrainingSession::from_checkpoint(m, model_path, {}, cfg.device)
-                            : session_for(cfg, std::move(m), 1);
+    TrainingSession s = evaluation_session(cfg, model_path);
     DataLoader dl(make_feeds(cfg, s, rows, "evaluation"), cfg.eval_batch_size > 0 ? cfg.eval_batch_size : cfg.batch_size);
     Evaluator ev(s, cfg.training.prediction, cfg.training.loss.kind);
     for (const auto& [k, v] : ev.evaluate(s, dl, cfg.metrics)) std::printf("%s %.6g\n", k.c_str(), v);

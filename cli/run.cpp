@@ -1,17 +1,13 @@
 #include "cli/run.h"
 
-#include <omp.h>
-
-#include <algorithm>
-#include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <memory>
 
+#include "cli/commands.h"
 #include "cli/progress.h"
 #include "graph/error.h"
-#include "graph/model_io.h"
-#include "optimizers/optimizer.h"
 
 namespace onnxtrain::cli {
 
@@ -49,206 +45,35 @@ std::shared_ptr<Callback> test_signal_hook(int rank) {
   return std::make_shared<SignalAtStep>(std::atoll(step), sig && std::string(sig) == "KILL" ? SIGKILL : SIGINT);
 }
 
-// "<file>:<line>: <key>" for the key, or for the nearest enclosing key that was set ("data.inputs" for
-// "data.inputs.x").
-std::string where_of(const RunConfig& cfg, const std::string& key) {
-  for (std::string k = key; !k.empty(); k.resize(k.rfind('.') == std::string::npos ? 0 : k.rfind('.')))
-    if (auto it = cfg.locations.find(k); it != cfg.locations.end()) return it->second + ": " + key;
-  return cfg.source.string() + ": " + key;
-}
-
-std::string names(const Dataset& d) {
-  std::string s;
-  for (const auto& [k, v] : d) s += (s.empty() ? "" : ", ") + k + " " + v.describe();
-  return s;
-}
-
-Dataset take_rows(const Dataset& d, const std::vector<int64_t>& rows) {
-  Dataset out;
-  for (const auto& [k, t] : d) {
-    std::vector<int64_t> shape = t.shape;
-    shape[0] = static_cast<int64_t>(rows.size());
-    Tensor o = Tensor::empty(t.dtype, shape);
-    gather_rows(t, rows, o);
-    out[k] = std::move(o);
-  }
-  return out;
-}
-
-}  // namespace
-
-std::vector<std::string> select_trainable(const Model& model, const RunConfig& cfg) {
-  std::vector<std::string> floats;
-  for (const auto& [name, t] : model.graph.initializers)
-    if (is_floating(t.dtype)) floats.push_back(name);
-  auto matching = [&](const std::vector<std::string>& patterns, const std::string& key) {
-    std::vector<std::string> out;
-    for (const std::string& p : patterns) {
-      size_t before = out.size();
-      for (const std::string& n : floats)
-        if (glob_match(p, n) && std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
-      if (out.size() == before) {
-        std::string all;
-        for (const std::string& n : floats) all += (all.empty() ? "" : ", ") + n;
-        fail(where_of(cfg, key), "'" + p + "' matches no floating-point initializer of the model; they are: " + all);
-      }
-    }
-    return out;
-  };
-  std::vector<std::string> chosen = cfg.trainable.empty() ? floats : matching(cfg.trainable, "trainable");
-  std::vector<std::string> frozen = matching(cfg.frozen, "frozen");
-  std::erase_if(chosen, [&](const std::string& n) { return std::find(frozen.begin(), frozen.end(), n) != frozen.end(); });
-  if (chosen.empty()) fail(where_of(cfg, cfg.frozen.empty() ? "trainable" : "frozen"), "leaves no weight to train");
-  std::sort(chosen.begin(), chosen.end());
-  return chosen;
-}
-
-Dataset read_sources(const RunConfig& cfg, const std::vector<std::string>& files, const std::string& key) {
-  CsvOptions csv{cfg.data.csv_delimiter.at(0), cfg.data.csv_header};
-  Dataset all;
-  for (const std::string& f : files) {
-    Dataset d;
-    try {
-      d = read_data_file(cfg.resolve(f), csv);
-    } catch (const Error& e) {
-      fail(where_of(cfg, key), e.what());
-    }
-    for (auto& [k, t] : d) {
-      if (all.count(k)) fail(where_of(cfg, key), "array '" + k + "' appears in more than one file");
-      if (t.rank() > 0 && t.shape[0] == 0) fail(where_of(cfg, key), f + ": no rows (array '" + k + "' is " + t.describe() + ")");
-      all[k] = std::move(t);
-    }
-  }
-  return all;
-}
-
-RunData load_run_data(const RunConfig& cfg) {
-  RunData r;
-  r.train = read_sources(cfg, cfg.data.train, "data.train");
-  if (!cfg.data.validation.empty()) {
-    r.validation = read_sources(cfg, cfg.data.validation, "data.validation");
-  } else if (cfg.data.validation_split > 0) {
-    const int64_t n = r.train.begin()->second.rank() ? r.train.begin()->second.shape[0] : 0;
-    const int64_t held = static_cast<int64_t>(std::llround(n * cfg.data.validation_split));
-    if (held < 1 || held >= n)
-      fail(where_of(cfg, "data.validation_split"), std::to_string(n) + " rows split this way leave " +
-                                                        std::to_string(held) + " for validation; need at least 1 on each side");
-    std::vector<int64_t> perm = RandomSampler(n, true, cfg.data.seed).indices(-1);
-    std::vector<int64_t> val(perm.begin(), perm.begin() + held), train(perm.begin() + held, perm.end());
-    std::sort(val.begin(), val.end());
-    std::sort(train.begin(), train.end());  // the file's order, so shuffle: false keeps it
-    r.validation = take_rows(r.train, val);
-    r.train = take_rows(r.train, train);
-  }
-  for (const auto& [k, t] : r.train)
-    if (t.rank() == 0) fail(where_of(cfg, "data.train"), "array '" + k + "' is a scalar; expected one row per sample");
-  r.train_rows = r.train.begin()->second.shape[0];
-  return r;
-}
-
-std::map<std::string, Tensor> make_feeds(const RunConfig& cfg, const TrainingSession& s, const Dataset& data,
-                                         const std::string& what) {
-  const Graph& g = s.gradient_graph();
-  std::vector<const ValueInfo*> feeds;
-  for (const ValueInfo& in : g.inputs)
-    if (!g.is_initializer(in.name)) feeds.push_back(&in);
-  std::map<std::string, Tensor> out;
-  for (const ValueInfo* in : feeds) {
-    const bool is_target = in->name == s.target_name();
-    std::string key = is_target ? "data.target" : "data.inputs." + in->name;
-    std::vector<std::string> arrays;
-    if (is_target) arrays = cfg.data.target;
-    else if (auto it = cfg.data.inputs.find(in->name); it != cfg.data.inputs.end()) arrays = it->second;
-    else {
-      key = "data.inputs";
-      arrays = {in->name};
-      if (!data.count(in->name) && feeds.size() == 2 && data.count("x")) arrays = {"x"};
-    }
-    std::vector<Tensor> parts;
-    for (const std::string& a : arrays) {
-      auto it = data.find(a);
-      if (it == data.end())
-        fail(where_of(cfg, key), "array or column '" + a + "' for " + (is_target ? "the loss target" : "model input '" + in->name + "'") +
-                                     " is not in the " + what + " data; it has: " + names(data));
-      parts.push_back(it->second);
-    }
-    Tensor t;
-    if (parts.size() == 1) {
-      t = parts[0];
-    } else {
-      // Columns (or column blocks) side by side: [N] and [N, k] arrays become one [N, sum k] array.
-      int64_t n = parts[0].shape[0], width = 0;
-      for (size_t i = 0; i < parts.size(); ++i) {
-        if (parts[i].rank() > 2 || parts[i].shape[0] != n)
-          fail(where_of(cfg, key), "'" + arrays[i] + "' is " + parts[i].describe() + "; only [rows] or [rows, k] arrays with the same rows can be combined");
-        width += parts[i].rank() == 2 ? parts[i].shape[1] : 1;
-      }
-      t = Tensor::empty(DType::Float64, {n, width});
-      int64_t col = 0;
-      for (const Tensor& p : parts) {
-        Tensor d = convert(p, DType::Float64);
-        const int64_t k = p.rank() == 2 ? p.shape[1] : 1;
-        for (int64_t r = 0; r < n; ++r)
-          for (int64_t c = 0; c < k; ++c) t.ptr<double>()[r * width + col + c] = d.ptr<double>()[r * k + c];
-        col += k;
-      }
-    }
-    const TypeInfo& want = in->type;
-    if (want.dtype != DType::Undefined && want.dtype != t.dtype) t = convert(t, want.dtype);
-    // The arrays' rows may be flat where the model wants a shape ([N, 64] for [N, 1, 8, 8]).
-    if (want.shape && !want.shape->empty()) {
-      std::vector<int64_t> shape = {t.shape[0]};
-      bool known = true;
-      for (size_t i = 1; i < want.shape->size(); ++i) {
-        known = known && (*want.shape)[i].known();
-        shape.push_back((*want.shape)[i].value);
-      }
-      const int64_t per_row = t.shape[0] ? t.numel() / t.shape[0] : 0;
-      if (known && shape != t.shape) {
-        if (numel_of(shape) / std::max<int64_t>(shape[0], 1) != per_row || t.shape[0] == 0)
-          fail(where_of(cfg, key), "the " + what + " data gives " + (is_target ? "the target" : "input '" + in->name + "'") +
-                                       " as " + t.describe() + " but the " + (is_target ? "loss expects " : "model expects ") +
-                                       to_string(*want.shape) + " (rows first)");
-        t.shape = shape;
-      }
-    }
-    out[in->name] = std::move(t);
-  }
-  return out;
-}
-
-int64_t planned_steps(const RunConfig& cfg, int64_t train_rows, int world_size) {
-  // Each rank's share of an epoch, as DistributedSampler pads (or, with drop_last, drops) it.
-  const int64_t rows = cfg.data.drop_last ? train_rows / world_size : (train_rows + world_size - 1) / world_size;
-  const int64_t batches = cfg.data.drop_last ? rows / cfg.batch_size : (rows + cfg.batch_size - 1) / cfg.batch_size;
-  const int64_t by_epochs = cfg.epochs * batches / std::max(1, cfg.training.optimizer.gradient_accumulation);
-  return cfg.max_steps > 0 ? std::min(cfg.max_steps, by_epochs) : by_epochs;
-}
-
-void apply_threads(const RunConfig& cfg) {
-  if (cfg.threads > 0) omp_set_num_threads(static_cast<int>(cfg.threads));
-}
-
-int run_training(const RunConfig& cfg, TrainingSession& session, const RunData& data, const Model* restore_from,
-                 const std::string& restore_source, ReplicatedSession* replicas) {
+// Made before the loaders and the Trainer, so an `output` that cannot be written fails before the first step
+// rather than at the first checkpoint.
+std::filesystem::path output_folder(const RunConfig& cfg) {
   const std::filesystem::path out = cfg.output_dir();
   std::error_code ec;
   std::filesystem::create_directories(out, ec);
   if (ec) fail(where_of(cfg, "output"), "cannot create " + out.string() + ": " + ec.message());
+  return out;
+}
 
-  // Data-parallel (mpirun): every rank reads its share of each epoch's order, batch_size rows per step.
-  // Replicas are one process: they split each batch the loader gives, they do not shard the data.
-  const int rank = !replicas && session.communicator() ? session.communicator()->rank() : 0;
-  const int world = !replicas && session.communicator() ? session.communicator()->size() : 1;
-  const bool main_rank = rank == 0;
-  DataLoader train(make_feeds(cfg, session, data.train, "training"), cfg.batch_size,
-                   std::make_shared<RandomSampler>(data.train_rows, cfg.data.shuffle, cfg.data.seed, rank, world),
-                   cfg.data.drop_last);
-  std::unique_ptr<DataLoader> val;
-  if (!data.validation.empty())
-    val = std::make_unique<DataLoader>(make_feeds(cfg, session, data.validation, "validation"),
-                                       cfg.eval_batch_size > 0 ? cfg.eval_batch_size : cfg.batch_size);
+struct Loaders {
+  DataLoader train;
+  std::unique_ptr<DataLoader> validation;  // null without validation data
+};
 
+// Data-parallel (mpirun): every rank reads its share of each epoch's order, batch_size rows per step.
+Loaders loaders_for(const RunConfig& cfg, Sessions& s, const RunData& data) {
+  TrainingSession& session = s.session();
+  return Loaders{
+      DataLoader(make_feeds(cfg, session, data.train, "training"), cfg.batch_size,
+                 std::make_shared<RandomSampler>(data.train_rows, cfg.data.shuffle, cfg.data.seed, s.rank(), s.world_size()),
+                 cfg.data.drop_last),
+      data.validation.empty()
+          ? nullptr
+          : std::make_unique<DataLoader>(make_feeds(cfg, session, data.validation, "validation"),
+                                         cfg.eval_batch_size > 0 ? cfg.eval_batch_size : cfg.batch_size)};
+}
+
+TrainerOptions trainer_options(const RunConfig& cfg) {
   TrainerOptions opts;
   opts.epochs = cfg.epochs;
   opts.max_steps = cfg.max_steps;
@@ -258,46 +83,88 @@ int run_training(const RunConfig& cfg, TrainingSession& session, const RunData& 
   opts.loss_kind = cfg.training.loss.kind;
   opts.interrupt = &g_interrupted;
   opts.metadata = {{kConfigKey, cfg.text}, {kConfigPathKey, std::filesystem::absolute(cfg.source).string()}};
-  Trainer trainer = replicas ? Trainer(*replicas, train, opts) : Trainer(session, train, opts);
-  if (val) trainer.set_validation(val.get());
+  return opts;
+}
+
+// The one place that tells replicas from a single session; the common session interface (issue 28, point 1)
+// will let the Trainer take either and remove this branch.
+Trainer trainer_for(Sessions& s, DataLoader& train, const TrainerOptions& opts) {
+  return s.replicas() ? Trainer(*s.replicas(), train, opts) : Trainer(s.session(), train, opts);
+}
+
+void add_callbacks(Trainer& trainer, const RunConfig& cfg, Sessions& s, const std::filesystem::path& out,
+                   bool validates) {
   std::vector<std::string> columns;
-  if (val)
+  if (validates)
     for (const std::string& m : cfg.metrics) columns.push_back("val_" + m);
-  if (main_rank) trainer.add_callback(std::make_shared<Progress>(cfg.progress));
+  if (s.rank() == 0) trainer.add_callback(std::make_shared<Progress>(cfg.progress));
   trainer.add_callback(std::make_shared<MetricsLog>(out / cfg.log_file, columns, cfg.log_format == "auto" ? "" : cfg.log_format,
                                                     cfg.log_every));
   trainer.add_callback(std::make_shared<CheckpointEvery>(out / "checkpoints", cfg.checkpoint_every, static_cast<int>(cfg.keep_last)));
   if (cfg.patience > 0)
     trainer.add_callback(std::make_shared<EarlyStopping>(cfg.early_metric, cfg.patience, cfg.min_delta, cfg.early_mode));
-  if (auto hook = test_signal_hook(rank)) trainer.add_callback(hook);
-  if (restore_from) trainer.restore(*restore_from, restore_source);
+  if (auto hook = test_signal_hook(s.rank())) trainer.add_callback(hook);
+}
 
-  // Rank 0 speaks for the job; the others print only errors.
-  if (!main_rank && !std::freopen("/dev/null", "w", stdout)) fail("stdout", "cannot silence rank " + std::to_string(rank));
+// Rank 0 speaks for the job (banner, progress, report); the others print only errors.
+void silence_other_ranks(Sessions& s) {
+  const int rank = s.rank();
+  if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) fail("stdout", "cannot silence rank " + std::to_string(rank));
+}
+
+void print_banner(const RunConfig& cfg, Sessions& s, const RunData& data, const Loaders& loaders,
+                  const Trainer& trainer, bool resumed) {
+  TrainingSession& session = s.session();
+  const int world = s.world_size();
   if (world > 1)
     std::printf("data-parallel: %d ranks (%s), batch %lld per rank (%lld per step)\n", world,
                 session.communicator()->backend().c_str(), static_cast<long long>(cfg.batch_size),
                 static_cast<long long>(cfg.batch_size) * world);
-  if (replicas)
-    std::printf("replicas: %d one-thread replicas, each on a part of every batch of %lld\n", replicas->replicas(),
+  if (s.replicas())
+    std::printf("replicas: %d one-thread replicas, each on a part of every batch of %lld\n", s.replicas()->replicas(),
                 static_cast<long long>(cfg.batch_size));
   std::printf("training %s on %s: %zu trainable tensors, %lld training rows%s, batch %lld, %s lr %g, %lld epochs\n",
               cfg.model.c_str(), cfg.device.c_str(), session.trainable().size(), static_cast<long long>(data.train_rows),
-              val ? (", " + std::to_string(val->size()) + " validation rows").c_str() : "",
+              loaders.validation ? (", " + std::to_string(loaders.validation->size()) + " validation rows").c_str() : "",
               static_cast<long long>(cfg.batch_size), cfg.training.optimizer.kind.c_str(), session.learning_rate(),
               static_cast<long long>(cfg.epochs));
-  if (restore_from)
+  if (resumed)
     std::printf("resuming at epoch %lld, batch %lld, step %lld\n", static_cast<long long>(trainer.epoch() + 1),
                 static_cast<long long>(trainer.batch()), static_cast<long long>(session.step()));
   std::fflush(stdout);
+}
 
+// Ctrl-C only raises the flag the loop checks at each step boundary, so the run stops with a checkpoint instead
+// of losing the steps since the last one.
+TrainResult fit_until_interrupted(Trainer& trainer) {
   g_interrupted = false;
   auto previous = std::signal(SIGINT, on_sigint);
   TrainResult r = trainer.fit();
   std::signal(SIGINT, previous);
+  return r;
+}
 
-  const std::filesystem::path model_path = out / "model.onnx";
-  session.export_inference(model_path);
+std::filesystem::path trained_model_path(const RunConfig& cfg) { return cfg.output_dir() / "model.onnx"; }
+
+}  // namespace
+
+TrainResult run(const RunConfig& cfg, Sessions& sessions, const RunData& data, std::optional<Resume> resume) {
+  const std::filesystem::path out = output_folder(cfg);
+  Loaders loaders = loaders_for(cfg, sessions, data);
+  Trainer trainer = trainer_for(sessions, loaders.train, trainer_options(cfg));
+  if (loaders.validation) trainer.set_validation(loaders.validation.get());
+  add_callbacks(trainer, cfg, sessions, out, loaders.validation != nullptr);
+  if (resume) trainer.restore(resume->checkpoint, resume->source);
+  silence_other_ranks(sessions);
+  print_banner(cfg, sessions, data, loaders, trainer, resume.has_value());
+  TrainResult r = fit_until_interrupted(trainer);
+  sessions.session().export_inference(trained_model_path(cfg));
+  return r;
+}
+
+int report(const RunConfig& cfg, Sessions& sessions, const TrainResult& r) {
+  TrainingSession& session = sessions.session();
+  const std::filesystem::path out = cfg.output_dir();
   std::printf("stopped: %s after %lld steps (%lld epochs complete)\n", r.reason.c_str(), static_cast<long long>(r.steps),
               static_cast<long long>(r.epochs));
   if (cfg.training.on_non_finite == "skip" || r.skipped_steps > 0)
@@ -305,13 +172,13 @@ int run_training(const RunConfig& cfg, TrainingSession& session, const RunData& 
                 static_cast<long long>(r.skipped_steps));
   std::printf("checkpoint: %s\n", r.checkpoint.string().c_str());
   std::printf("metrics log: %s\n", (out / cfg.log_file).string().c_str());
-  std::printf("trained model: %s\n", model_path.string().c_str());
+  std::printf("trained model: %s\n", trained_model_path(cfg).string().c_str());
   for (const auto& [k, v] : r.metrics) std::printf("validation %s: %.6g\n", k.substr(4).c_str(), v);
   if (cfg.training.profile)
     std::printf("profile of train_step (train.profile): %s", format_profile(session.profile()).c_str());
   if (r.reason == "interrupted") {
     std::printf("interrupted; continue with: onnxtrain resume %s\n", r.checkpoint.string().c_str());
-    return 130;
+    return kExitInterrupted;
   }
   if (r.reason == "max_skipped_steps") {
     const std::string& last = session.last_skip_reason();
@@ -319,11 +186,11 @@ int run_training(const RunConfig& cfg, TrainingSession& session, const RunData& 
     std::fprintf(stderr, "onnxtrain: %s: %lld steps were skipped, more than the limit of %lld, so the run stopped%s%s\n",
                  where_of(cfg, "train.max_skipped_steps").c_str(), static_cast<long long>(r.skipped_steps),
                  static_cast<long long>(cfg.max_skipped_steps), last.empty() ? "" : "; the latest: ", last.c_str());
-    return 1;
+    return kExitFailure;
   }
   if (r.reason == "diverged") {
     std::fprintf(stderr, "onnxtrain: the loss is not finite (diverged); lower optimizer.learning_rate or clip gradients\n");
-    return 1;
+    return kExitFailure;
   }
   return 0;
 }
