@@ -403,6 +403,45 @@ TEST(FusedBothWays, GRUGradForward) {
   }
 }
 
+// What the recurrent bodies do not serve is named (export_gradient_model refuses such a node with this text);
+// the common case, as the rules emit it, is accepted.
+TEST(FusedBothWays, RecurrentBodyRefusalsNameTheAttribute) {
+  const auto node = [](const std::string& op, std::map<std::string, Attribute> attrs, std::vector<std::string> in) {
+    Node n;
+    n.name = "g";
+    n.op_type = op;
+    n.domain = kFusedGradDomain;
+    n.attributes = std::move(attrs);
+    n.attributes.emplace("hidden_size", int64_t{4});
+    n.inputs = std::move(in);
+    return n;
+  };
+  const std::vector<std::string> rnn_in{"x", "w", "r", "b", "", "h0", "dy", "dyh"};
+  const std::vector<std::string> lstm_in{"x", "w", "r", "b", "", "h0", "c0", "", "dy", "dyh", "dyc"};
+  using S = std::vector<std::string>;
+  EXPECT_EQ(fused_body_refusal(node("RNNGrad", {}, rnn_in)), "");
+  EXPECT_EQ(fused_body_refusal(node("GRUGrad", {{"linear_before_reset", int64_t{1}}}, rnn_in)), "");
+  EXPECT_EQ(fused_body_refusal(node("LSTMGrad", {{"activations", S{"Sigmoid", "Tanh", "Tanh"}}}, lstm_in)), "");
+  const auto refusal = [&](const std::string& op, std::map<std::string, Attribute> attrs,
+                           std::vector<std::string> in) { return fused_body_refusal(node(op, std::move(attrs), std::move(in))); };
+  EXPECT_NE(refusal("RNNGrad", {{"direction", std::string("reverse")}}, rnn_in).find("attribute 'direction' is 'reverse'"),
+            std::string::npos);
+  EXPECT_NE(refusal("RNNGrad", {{"activations", S{"Relu"}}}, rnn_in).find("attribute 'activations'"), std::string::npos);
+  EXPECT_NE(refusal("GRUGrad", {{"linear_before_reset", int64_t{0}}, {"clip", 3.0f}}, rnn_in).find("attribute 'clip'"),
+            std::string::npos);
+  EXPECT_NE(refusal("GRUGrad", {}, rnn_in).find("'linear_before_reset' is not set"), std::string::npos);
+  EXPECT_NE(refusal("LSTMGrad", {{"layout", int64_t{1}}}, lstm_in).find("attribute 'layout' is 1"), std::string::npos);
+  EXPECT_NE(refusal("LSTMGrad", {{"input_forget", int64_t{1}}}, lstm_in).find("attribute 'input_forget' is 1"),
+            std::string::npos);
+  std::vector<std::string> with_p = lstm_in, with_lens = rnn_in, without_h0 = rnn_in;
+  with_p[7] = "p";
+  with_lens[4] = "lens";
+  without_h0[5] = "";
+  EXPECT_NE(refusal("LSTMGrad", {}, with_p).find("input 'P' (peepholes)"), std::string::npos);
+  EXPECT_NE(refusal("RNNGrad", {}, with_lens).find("input 'sequence_lens' is given"), std::string::npos);
+  EXPECT_NE(refusal("RNNGrad", {}, without_h0).find("initial_h, dY or dY_h is absent"), std::string::npos);
+}
+
 const std::vector<std::string> kConvInputs{"dY", "X", "W"};  // the first two for AveragePoolGrad
 
 // The convolution family's fused ops carry the forward op's attributes (explicit pads, as the rules emit
