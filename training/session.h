@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "distributed/allreduce.h"
+#include "training/data_parallel.h"
 #include "executor/device.h"
 #include "executor/executor.h"
 #include "graph/ir.h"

@@ -9,6 +9,7 @@
 
 #include "common/test_env.h"
 #include "distributed/allreduce.h"
+#include "training/data_parallel.h"
 #include "distributed/mpi.h"
 #include "dp_common.h"
 #include "graph/error.h"
