@@ -1,7 +1,8 @@
 // Standard-ONNX bodies of onnxtrain.RNNGrad, GRUGrad and LSTMGrad (native kernels: executor/cpu/recurrent.cpp; the
-// design is in gradients/rules/recurrent.cpp). They serve the common case only: one forward direction, the
-// default activations, no clip, layout 0, no sequence_lens, no peepholes, and B (GRU, LSTM), the initial states
-// and every incoming gradient present (the rule passes zeros for absent ones).
+// design is in gradients/rules/recurrent.cpp). They serve the common case only: one direction (forward, or
+// reverse by flipping time, see flip_setup), the default activations, no clip, layout 0, no sequence_lens, no
+// peepholes, and B (GRU, LSTM), the initial states and every incoming gradient present (the rule passes zeros
+// for absent ones).
 // fused_body_refusal() names what a node has outside that case; TrainingSession::export_gradient_model refuses
 // such a node rather than export a body that would compute something else.
 //
@@ -30,6 +31,26 @@ using fused_body::int64s;
 
 constexpr int64_t kDouble = 11;  // TensorProto element type
 
+// direction 'reverse' (the rule writes the int attribute `reverse` beside the string, which a body cannot
+// compare): the body works in step order, i.e. on time-major tensors flipped along time when reversed. One Slice
+// whose starts, ends and steps are chosen by the flag flips or copies.
+void flip_setup(Function& f) {
+  fused_body::caller_attribute(f, "rev_i", "reverse", fused_body::kInt);
+  add(f, "Constant", {}, "rev_one", {{"value", TensorData::scalar<int64_t>(1)}});
+  add(f, "Equal", {"rev_i", "rev_one"}, "rev");
+  int64s(f, "fl_m1", {-1});
+  int64s(f, "fl_0", {0});
+  int64s(f, "fl_1", {1});
+  int64s(f, "fl_min", {std::numeric_limits<int64_t>::min()});
+  int64s(f, "fl_max", {std::numeric_limits<int64_t>::max()});
+  add(f, "Where", {"rev", "fl_m1", "fl_0"}, "fl_starts");
+  add(f, "Where", {"rev", "fl_min", "fl_max"}, "fl_ends");
+  add(f, "Where", {"rev", "fl_m1", "fl_1"}, "fl_steps");
+}
+std::string flip(Function& f, const std::string& in, const std::string& out) {
+  return add(f, "Slice", {in, "fl_starts", "fl_ends", "fl_0", "fl_steps"}, out);
+}
+
 Function rnn_grad() {
   Function f = fused_body::function(
       "RNNGrad", {"X", "W", "R", "B", "sequence_lens", "initial_h", "dY", "dY_h"},
@@ -38,23 +59,25 @@ Function rnn_grad() {
       "given) with respect to X, W, R, B and initial_h: the forward RNN rerun for the states, then a reverse "
       "Scan carrying dH in float64 that emits da_t = (dY_t + dH) (1 - h_t^2), dH <- da_t R; the weight "
       "gradients are products of the stacked da.",
-      {"hidden_size"});
+      {"hidden_size", "direction", "reverse"});
   // Forward states Y [S, 1, B, H].
   Node rnn = fused_body::op("rnn", "RNN", {"X", "W", "R", "B", "sequence_lens", "initial_h"}, "Y_all");
   rnn.attribute_refs["hidden_size"] = {"hidden_size", fused_body::kInt};
+  rnn.attribute_refs["direction"] = {"direction", fused_body::kString};
   f.nodes.push_back(std::move(rnn));
+  flip_setup(f);
   int64s(f, "ax0", {0});
   int64s(f, "ax1", {1});
   const auto dbl = [&](const std::string& in, const std::string& out) {
     return add(f, "Cast", {in}, out, {{"to", kDouble}});
   };
-  dbl(add(f, "Squeeze", {"Y_all", "ax1"}, "y3"), "y_d");         // [S, B, H]
-  dbl(add(f, "Squeeze", {"dY", "ax1"}, "dy3"), "dy_d");          // [S, B, H]
+  flip(f, dbl(add(f, "Squeeze", {"Y_all", "ax1"}, "y3"), "y_t"), "y_d");  // [S, B, H], step order
+  flip(f, dbl(add(f, "Squeeze", {"dY", "ax1"}, "dy3"), "dy_t"), "dy_d");  // [S, B, H]
   dbl(add(f, "Squeeze", {"dY_h", "ax0"}, "dyh2"), "dyh_d");      // [B, H]
   dbl(add(f, "Squeeze", {"R", "ax0"}, "r2"), "r_d");             // [H, H]
   dbl(add(f, "Squeeze", {"W", "ax0"}, "w2"), "w_d");             // [H, I]
   dbl(add(f, "Squeeze", {"initial_h", "ax0"}, "h02"), "h0_d");   // [B, H]
-  dbl("X", "x_d");                                               // [S, B, I]
+  flip(f, dbl("X", "x_t"), "x_d");                               // [S, B, I]
 
   // The reverse Scan's body, in float64.
   auto body = std::make_shared<Graph>();
@@ -101,7 +124,8 @@ Function rnn_grad() {
     const std::string cast = add(f, "CastLike", {v, "X"}, name + (unsqueeze ? "_2" : ""));
     if (unsqueeze) add(f, "Unsqueeze", {cast, "ax0"}, name);
   };
-  out("dx_d", "dX", false);
+  flip(f, "dx_d", "dx_time");  // back to time order
+  out("dx_time", "dX", false);
   out("dw_d", "dW", true);
   out("dr_d", "dR", true);
   out("db_d", "dB", true);
@@ -125,11 +149,13 @@ Function gru_grad() {
       "sequence_lens; B, initial_h, dY and dY_h given; linear_before_reset 0 or 1) with respect to X, W, R, B and "
       "initial_h: the forward GRU rerun for the states, then a reverse Scan in float64 that recomputes each "
       "step's gates and carries dH.",
-      {"hidden_size", "linear_before_reset"});
+      {"hidden_size", "linear_before_reset", "direction", "reverse"});
   Node gru = fused_body::op("gru", "GRU", {"X", "W", "R", "B", "sequence_lens", "initial_h"}, "Y_all");
   gru.attribute_refs["hidden_size"] = {"hidden_size", fused_body::kInt};
   gru.attribute_refs["linear_before_reset"] = {"linear_before_reset", fused_body::kInt};
+  gru.attribute_refs["direction"] = {"direction", fused_body::kString};
   f.nodes.push_back(std::move(gru));
+  flip_setup(f);
   fused_body::caller_attribute(f, "lbr_i", "linear_before_reset", fused_body::kInt);
   add(f, "Constant", {}, "one_i", {{"value", TensorData::scalar<int64_t>(1)}});
   add(f, "Equal", {"lbr_i", "one_i"}, "lbr");
@@ -141,14 +167,14 @@ Function gru_grad() {
   const auto dbl = [&](const std::string& in, const std::string& out) {
     return add(f, "Cast", {in}, out, {{"to", kDouble}});
   };
-  dbl(add(f, "Squeeze", {"Y_all", "ax1"}, "y3"), "y_d");
-  dbl(add(f, "Squeeze", {"dY", "ax1"}, "dy3"), "dy_d");
+  flip(f, dbl(add(f, "Squeeze", {"Y_all", "ax1"}, "y3"), "y_t"), "y_d");  // step order
+  flip(f, dbl(add(f, "Squeeze", {"dY", "ax1"}, "dy3"), "dy_t"), "dy_d");
   dbl(add(f, "Squeeze", {"dY_h", "ax0"}, "dyh2"), "dyh_d");
   dbl(add(f, "Squeeze", {"R", "ax0"}, "r2"), "r_d");            // [3H, H]
   dbl(add(f, "Squeeze", {"W", "ax0"}, "w2"), "w_d");            // [3H, I]
   dbl(add(f, "Squeeze", {"B", "ax0"}, "b2"), "b_d");            // [6H]
   dbl(add(f, "Squeeze", {"initial_h", "ax0"}, "h02"), "h0_d");  // [B, H]
-  dbl("X", "x_d");
+  flip(f, dbl("X", "x_t"), "x_d");
   // Gate blocks: rows [k H, (k + 1) H) of W, R and the biases.
   add(f, "Shape", {"r_d"}, "r_shape");
   add(f, "Slice", {"r_shape", "ax1", "ax2"}, "H1");  // [H]
@@ -268,7 +294,8 @@ Function gru_grad() {
     const std::string cast = add(f, "CastLike", {v, "X"}, name + (unsqueeze ? "_2" : ""));
     if (unsqueeze) add(f, "Unsqueeze", {cast, "ax0"}, name);
   };
-  out("dx_d", "dX", false);
+  flip(f, "dx_d", "dx_time");  // back to time order
+  out("dx_time", "dX", false);
   out("dw_d", "dW", true);
   out("dr_d", "dR", true);
   out("db_d", "dB", true);
@@ -290,7 +317,9 @@ Function lstm_grad() {
       "Gradient of LSTM (one forward direction, default activations, no clip, layout 0, no sequence_lens, no "
       "peepholes, input_forget 0; B, initial_h, initial_c, dY, dY_h and dY_c given) with respect to X, W, R, B, "
       "initial_h and initial_c: a forward Scan in float64 reruns the cell for the states entering each step, a "
-      "reverse Scan recomputes the gates and carries dH and dC.");
+      "reverse Scan recomputes the gates and carries dH and dC.",
+      {"reverse"});
+  flip_setup(f);
   int64s(f, "ax0", {0});
   int64s(f, "ax1", {1});
   int64s(f, "ax2", {2});
@@ -299,7 +328,7 @@ Function lstm_grad() {
   const auto dbl = [&](const std::string& in, const std::string& out) {
     return add(f, "Cast", {in}, out, {{"to", kDouble}});
   };
-  dbl(add(f, "Squeeze", {"dY", "ax1"}, "dy3"), "dy_d");
+  flip(f, dbl(add(f, "Squeeze", {"dY", "ax1"}, "dy3"), "dy_t"), "dy_d");  // step order
   dbl(add(f, "Squeeze", {"dY_h", "ax0"}, "dyh2"), "dyh_d");
   dbl(add(f, "Squeeze", {"dY_c", "ax0"}, "dyc2"), "dyc_d");
   dbl(add(f, "Squeeze", {"R", "ax0"}, "r2"), "r_d");            // [4H, H]
@@ -307,7 +336,7 @@ Function lstm_grad() {
   dbl(add(f, "Squeeze", {"B", "ax0"}, "b2"), "b_d");            // [8H]
   dbl(add(f, "Squeeze", {"initial_h", "ax0"}, "h02"), "h0_d");  // [B, H]
   dbl(add(f, "Squeeze", {"initial_c", "ax0"}, "c02"), "c0_d");  // [B, H]
-  dbl("X", "x_d");
+  flip(f, dbl("X", "x_t"), "x_d");
   add(f, "Shape", {"w_d"}, "w_shape");
   add(f, "Slice", {"w_shape", "ax0", "ax1"}, "H4");  // [4H]
   add(f, "Slice", {"b_d", "ax0", "H4", "ax0"}, "wb");
@@ -426,7 +455,8 @@ Function lstm_grad() {
     const std::string cast = add(f, "CastLike", {v, "X"}, name + (unsqueeze ? "_2" : ""));
     if (unsqueeze) add(f, "Unsqueeze", {cast, "ax0"}, name);
   };
-  out("dx_d", "dX", false);
+  flip(f, "dx_d", "dx_time");  // back to time order
+  out("dx_time", "dX", false);
   out("dw_d", "dW", true);
   out("dr_d", "dR", true);
   out("db_d", "dB", true);
@@ -446,9 +476,12 @@ std::string fused_body_refusal(const Node& n) {
     const bool gru = n.op_type == "GRUGrad", lstm = n.op_type == "LSTMGrad";
     const std::string op = n.op_type;
     const std::string direction = n.attr_string("direction", "forward");
-    if (direction != "forward")
-      return "attribute 'direction' is '" + direction + "': " + op + "'s function body serves direction 'forward' "
-             "only (the native kernel serves every direction)";
+    if (direction != "forward" && direction != "reverse")
+      return "attribute 'direction' is '" + direction + "': " + op + "'s function body serves one direction, "
+             "'forward' or 'reverse' (the native kernel serves every direction)";
+    if (!n.has_attr("reverse") || n.attr_int("reverse", -1) != (direction == "reverse" ? 1 : 0))
+      return "attribute 'reverse' must be " + std::string(direction == "reverse" ? "1" : "0") + " for direction '" +
+             direction + "' (" + op + "'s function body reads it; the rule writes it)";
     if (n.has_attr("activations")) {
       std::vector<std::string> acts = std::get<std::vector<std::string>>(n.attributes.at("activations"));
       for (std::string& a : acts)

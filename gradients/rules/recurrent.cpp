@@ -9,13 +9,14 @@
 // standard outputs, and costs one extra forward pass, which is small next to the backward pass.
 //
 // Function bodies. The project rule is that fused gradient ops also carry a standard-ONNX function body
-// (gradients/fused.h). All three have one for the common case (gradients/fused_recurrent.cpp: one forward
-// direction, default activations, no clip, layout 0, no sequence_lens, no peepholes or input_forget): the
+// (gradients/fused.h). All three have one for the common case (gradients/fused_recurrent.cpp: one direction,
+// forward or reverse, default activations, no clip, layout 0, no sequence_lens, no peepholes or input_forget): the
 // forward states recomputed (the standard op, or a forward Scan for LSTM's cell states), then BPTT as a
 // reverse Scan carrying dH (and dC) that recomputes each step's gates; the bodies cannot tell absent inputs,
 // so this rule passes zeros for an absent B (GRU, LSTM), initial state or unread output's gradient, and always
-// writes GRU's linear_before_reset. Outside that case export_gradient_model refuses the node, naming the
-// attribute (fused_body_refusal): reverse/bidirectional directions, other activations, clip, layout 1,
+// writes GRU's linear_before_reset and the int `reverse` (the direction, which a body cannot compare as a
+// string). Outside that case export_gradient_model refuses the node, naming the attribute
+// (fused_body_refusal): bidirectional, other activations, clip, layout 1,
 // sequence_lens and peepholes have no body yet.
 //
 // Correctness conditions the kernel implements: every direction (bidirectional sums dX over both), sequence_lens
@@ -89,6 +90,8 @@ void recurrent_rule(RuleContext& c, const std::string& grad_op, size_t nf, size_
   }
   std::map<std::string, Attribute> attrs = c.node().attributes;
   if (grad_op == "GRUGrad") attrs.emplace("linear_before_reset", int64_t{0});  // GRUGrad's body reads it
+  // The bodies read the direction as an int too (a body cannot compare strings before opset 19).
+  attrs["reverse"] = int64_t{c.node().attr_string("direction", "forward") == "reverse" ? 1 : 0};
   std::vector<Expr> g = apply_n(c.builder(), grad_op, ins, types, attrs, kFusedGradDomain);
   // Outputs nobody needs (sequence_lens', absent inputs', constants') are left unnamed.
   Node& n = c.builder().graph().nodes.back();

@@ -406,7 +406,7 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
                   "lstm_dyc"};
       n.outputs = {f.name + "_dx", f.name + "_dw", f.name + "_dr", f.name + "_db", "", f.name + "_dh0",
                    f.name + "_dc0", ""};
-      n.attributes = {{"hidden_size", int64_t{5}}};
+      n.attributes = {{"hidden_size", int64_t{5}}, {"reverse", int64_t{0}}};
       m.graph.nodes.push_back(n);
       m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(4), d(2), d(3)}}});
       m.graph.outputs.push_back({n.outputs[1], {DType::Float32, Shape{d(1), d(20), d(3)}}});
@@ -425,7 +425,7 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
       m.graph.inputs.push_back({"gru_dyh", {DType::Float32, Shape{d(1), d(2), d(5)}}});
       n.inputs = {"gru_x", "gru_w", "gru_r", "gru_b", "", "gru_h0", "gru_dy", "gru_dyh"};
       n.outputs = {f.name + "_dx", f.name + "_dw", f.name + "_dr", f.name + "_db", "", f.name + "_dh0"};
-      n.attributes = {{"hidden_size", int64_t{5}}, {"linear_before_reset", int64_t{1}}};
+      n.attributes = {{"hidden_size", int64_t{5}}, {"linear_before_reset", int64_t{1}}, {"reverse", int64_t{0}}};
       m.graph.nodes.push_back(n);
       m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(4), d(2), d(3)}}});
       m.graph.outputs.push_back({n.outputs[1], {DType::Float32, Shape{d(1), d(15), d(3)}}});
@@ -442,7 +442,7 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
       m.graph.inputs.push_back({"rnn_dyh", {DType::Float32, Shape{d(1), d(2), d(5)}}});
       n.inputs = {"rnn_x", "rnn_w", "rnn_r", "", "", "rnn_h0", "rnn_dy", "rnn_dyh"};
       n.outputs = {f.name + "_dx", f.name + "_dw", f.name + "_dr", "", "", f.name + "_dh0"};
-      n.attributes = {{"hidden_size", int64_t{5}}};
+      n.attributes = {{"hidden_size", int64_t{5}}, {"reverse", int64_t{0}}};
       m.graph.nodes.push_back(n);
       m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(4), d(2), d(3)}}});
       m.graph.outputs.push_back({n.outputs[1], {DType::Float32, Shape{d(1), d(5), d(3)}}});

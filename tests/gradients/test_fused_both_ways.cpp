@@ -337,6 +337,7 @@ void expect_recurrent_body_equals_kernel(const std::string& op, int64_t gates, b
   std::mt19937 rng(seed);
   const int64_t S = 5, Bn = 3, I = 4, H = 6;
   attrs["hidden_size"] = H;
+  attrs.emplace("reverse", int64_t{0});
   std::map<std::string, Tensor> feeds{{"X", random_tensor({S, Bn, I}, rng, -1, 1)},
                                       {"W", random_tensor({1, gates * H, I}, rng, -0.6, 0.6)},
                                       {"R", random_tensor({1, gates * H, H}, rng, -0.6, 0.6)},
@@ -387,10 +388,30 @@ void expect_recurrent_body_equals_kernel(const std::string& op, int64_t gates, b
   }
 }
 
+// The reverse direction: the kernels run it backwards in time, the bodies on time-flipped tensors.
+const std::map<std::string, Attribute> kReverse{{"direction", std::string("reverse")}, {"reverse", int64_t{1}}};
+
 TEST(FusedBothWays, RNNGradForward) {
   for (bool with_bias : {true, false}) {
     SCOPED_TRACE(with_bias ? "with B" : "without B");
     expect_recurrent_body_equals_kernel("RNNGrad", 1, with_bias, {}, 41);
+  }
+}
+
+TEST(FusedBothWays, RecurrentGradsReverse) {
+  {
+    SCOPED_TRACE("RNNGrad");
+    expect_recurrent_body_equals_kernel("RNNGrad", 1, true, kReverse, 51);
+  }
+  for (int64_t lbr : {0, 1}) {
+    SCOPED_TRACE("GRUGrad, linear_before_reset " + std::to_string(lbr));
+    std::map<std::string, Attribute> attrs = kReverse;
+    attrs["linear_before_reset"] = lbr;
+    expect_recurrent_body_equals_kernel("GRUGrad", 3, true, attrs, 52 + lbr);
+  }
+  {
+    SCOPED_TRACE("LSTMGrad");
+    expect_recurrent_body_equals_kernel("LSTMGrad", 4, true, kReverse, 55);
   }
 }
 
@@ -413,6 +434,7 @@ TEST(FusedBothWays, RecurrentBodyRefusalsNameTheAttribute) {
     n.domain = kFusedGradDomain;
     n.attributes = std::move(attrs);
     n.attributes.emplace("hidden_size", int64_t{4});
+    n.attributes.emplace("reverse", int64_t{0});
     n.inputs = std::move(in);
     return n;
   };
@@ -424,7 +446,11 @@ TEST(FusedBothWays, RecurrentBodyRefusalsNameTheAttribute) {
   EXPECT_EQ(fused_body_refusal(node("LSTMGrad", {{"activations", S{"Sigmoid", "Tanh", "Tanh"}}}, lstm_in)), "");
   const auto refusal = [&](const std::string& op, std::map<std::string, Attribute> attrs,
                            std::vector<std::string> in) { return fused_body_refusal(node(op, std::move(attrs), std::move(in))); };
-  EXPECT_NE(refusal("RNNGrad", {{"direction", std::string("reverse")}}, rnn_in).find("attribute 'direction' is 'reverse'"),
+  EXPECT_NE(refusal("RNNGrad", {{"direction", std::string("bidirectional")}}, rnn_in)
+                .find("attribute 'direction' is 'bidirectional'"),
+            std::string::npos);
+  EXPECT_EQ(refusal("RNNGrad", {{"direction", std::string("reverse")}, {"reverse", int64_t{1}}}, rnn_in), "");
+  EXPECT_NE(refusal("LSTMGrad", {{"direction", std::string("reverse")}}, lstm_in).find("attribute 'reverse' must be 1"),
             std::string::npos);
   EXPECT_NE(refusal("RNNGrad", {{"activations", S{"Relu"}}}, rnn_in).find("attribute 'activations'"), std::string::npos);
   EXPECT_NE(refusal("GRUGrad", {{"linear_before_reset", int64_t{0}}, {"clip", 3.0f}}, rnn_in).find("attribute 'clip'"),

@@ -220,3 +220,37 @@ def test_rnn_gradient_graph_export_refuses_what_the_body_cannot_do(tmp_path, kin
     assert native
     with pytest.raises(Exception, match=kind + r"Grad.*attribute 'direction' is 'bidirectional'"):
         s.export_gradient_model()
+
+
+@pytest.mark.parametrize("kind,gates,attrs", [("RNN", 1, {}), ("GRU", 3, {"linear_before_reset": 0}),
+                                              ("GRU", 3, {"linear_before_reset": 1}), ("LSTM", 4, {})])
+def test_reverse_direction_gradient_graph_runs_in_onnxruntime(kind, gates, attrs):
+    """direction='reverse' (which torch never exports): one ONNX node with trainable W, R, B and initial_h; the
+    bodies run the same Scans on time-flipped tensors, and onnxruntime gives the native kernels' gradients."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(9)
+    S, B, I, H = 5, 3, 4, 6
+    w = rng.uniform(-0.6, 0.6, size=(1, gates * H, I)).astype(np.float32)
+    r = rng.uniform(-0.6, 0.6, size=(1, gates * H, H)).astype(np.float32)
+    b = rng.uniform(-0.5, 0.5, size=(1, 2 * gates * H)).astype(np.float32)
+    h0 = rng.normal(size=(1, B, H)).astype(np.float32)
+    inits = [numpy_helper.from_array(v, n) for v, n in ((w, "W"), (r, "R"), (b, "B"), (h0, "h0"))]
+    outs = ["y", "yh"] + (["yc"] if kind == "LSTM" else [])
+    node = helper.make_node(kind, ["x", "W", "R", "B", "", "h0"], outs, hidden_size=H, direction="reverse", **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [S, B, I])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [S, 1, B, H])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    s = ot.TrainingSession(model.SerializeToString(), loss="mse")
+    feeds = {"x": rng.normal(size=(S, B, I)).astype(np.float32),
+             s.target_name: rng.normal(size=(S, 1, B, H)).astype(np.float32)}
+    _, native = s.gradients(feeds)
+    exported = s.export_gradient_model()
+    onnx.checker.check_model(exported, full_check=True)
+    assert kind + "Grad" in {f.name for f in exported.functions}
+    sess = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
+    out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    assert sorted(native) == ["B", "R", "W", "h0"]
+    for k, v in native.items():
+        assert np.abs(v).max() > 0, k
+        np.testing.assert_allclose(out[k + "_grad"], v, rtol=1e-4, atol=1e-6 * np.abs(v).max(), err_msg=k)
