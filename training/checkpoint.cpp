@@ -124,14 +124,20 @@ Model TrainingSession::checkpoint_shell() const {
   ti.initialization = initialization_;
   for (const std::string& name : state_names_) ti.initialization_binding.emplace_back(name, "init/" + name);
 
-  // Fused gradient ops travel as functions with standard-op bodies, as in export_gradient_model.
+  // Fused gradient ops travel as functions with standard-op bodies, as in export_gradient_model. Where a body
+  // would not compute what the kernel computes for some node (fused_body_refusal: a bidirectional LSTM, say),
+  // the checkpoint carries no body for that op rather than a wrong one: export_gradient_model refuses such a
+  // graph, but a checkpoint must still be written, and onnxtrain resumes it with its own kernels.
   const int64_t onnx_opset = std::max<int64_t>(m.opset(""), 13);
   m.opset_imports[""] = onnx_opset;
   for (Function f : fused_grad_functions()) {
-    bool used = std::any_of(alg.nodes.begin(), alg.nodes.end(), [&](const Node& n) {
-      return n.op_type == f.name && n.domain == f.domain;
-    });
-    if (!used || m.find_function(f.domain, f.name)) continue;
+    bool used = false, refused = false;
+    for (const Node& n : alg.nodes) {
+      if (n.op_type != f.name || n.domain != f.domain) continue;
+      used = true;
+      refused = refused || !fused_body_refusal(n).empty();
+    }
+    if (!used || refused || m.find_function(f.domain, f.name)) continue;
     f.opset_imports[""] = onnx_opset;
     m.opset_imports[f.domain] = 1;
     m.functions.push_back(std::move(f));

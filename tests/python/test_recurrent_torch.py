@@ -222,6 +222,25 @@ def test_rnn_gradient_graph_export_refuses_what_the_body_cannot_do(tmp_path, kin
         s.export_gradient_model()
 
 
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_checkpoint_carries_a_body_only_where_it_is_right(tmp_path, bidirectional):
+    """A checkpoint's training step carries LSTMGrad's function body for a one-direction LSTM, and none (rather than
+    a body that computes something else) for a bidirectional one, which the body does not serve; both resume."""
+    torch.manual_seed(7)
+    module = nn.LSTM(3, 4, bidirectional=bidirectional)
+    x = torch.randn(4, 2, 3)
+    path = tmp_path / "lstm.onnx"
+    export(module, (x,), ["x"], ["y", "hn", "cn"], path)
+    s, feeds, _ = _export_gradients(path, {"x": x.numpy()})
+    s.train_step(feeds)
+    ckpt = tmp_path / "ckpt.onnx"
+    s.save_checkpoint(str(ckpt))
+    functions = {f.name for f in onnx.load(str(ckpt)).functions}
+    assert ("LSTMGrad" in functions) == (not bidirectional), functions
+    r = ot.TrainingSession.from_checkpoint(str(ckpt))
+    assert r.train_step(feeds) == s.train_step(feeds)
+
+
 @pytest.mark.parametrize("kind,gates,attrs", [("RNN", 1, {}), ("GRU", 3, {"linear_before_reset": 0}),
                                               ("GRU", 3, {"linear_before_reset": 1}), ("LSTM", 4, {})])
 def test_reverse_direction_gradient_graph_runs_in_onnxruntime(kind, gates, attrs):
