@@ -51,6 +51,16 @@ std::string flip(Function& f, const std::string& in, const std::string& out) {
   return add(f, "Slice", {in, "fl_starts", "fl_ends", "fl_0", "fl_steps"}, out);
 }
 
+// How every recurrent body ends: dX ("dx_d", in step order) flipped back to time order, the per-direction
+// gradients (named in `directed` as value -> output) given back their direction axis, all cast to X's type,
+// and an empty gradient for sequence_lens.
+void emit_outputs(Function& f, const std::vector<std::pair<std::string, std::string>>& directed) {
+  flip(f, "dx_d", "dx_time");
+  add(f, "CastLike", {"dx_time", "X"}, "dX");
+  for (const auto& [v, name] : directed) add(f, "Unsqueeze", {add(f, "CastLike", {v, "X"}, name + "_2"), "ax0"}, name);
+  add(f, "Constant", {}, "dsequence_lens", {{"value", TensorData::from<int64_t>({0}, std::span<const int64_t>())}});
+}
+
 Function rnn_grad() {
   Function f = fused_body::function(
       "RNNGrad", {"X", "W", "R", "B", "sequence_lens", "initial_h", "dY", "dY_h"},
@@ -120,17 +130,7 @@ Function rnn_grad() {
   add(f, "ReduceSum", {"da2", "ax0"}, "db_half", {{"keepdims", int64_t{0}}});
   add(f, "Concat", {"db_half", "db_half"}, "db_d", {{"axis", int64_t{0}}});
   add(f, "MatMul", {"da", "w_d"}, "dx_d");
-  const auto out = [&](const std::string& v, const std::string& name, bool unsqueeze) {
-    const std::string cast = add(f, "CastLike", {v, "X"}, name + (unsqueeze ? "_2" : ""));
-    if (unsqueeze) add(f, "Unsqueeze", {cast, "ax0"}, name);
-  };
-  flip(f, "dx_d", "dx_time");  // back to time order
-  out("dx_time", "dX", false);
-  out("dw_d", "dW", true);
-  out("dr_d", "dR", true);
-  out("db_d", "dB", true);
-  out("dh0_d", "dinitial_h", true);
-  add(f, "Constant", {}, "dsequence_lens", {{"value", TensorData::from<int64_t>({0}, std::span<const int64_t>())}});
+  emit_outputs(f, {{"dw_d", "dW"}, {"dr_d", "dR"}, {"db_d", "dB"}, {"dh0_d", "dinitial_h"}});
   return f;
 }
 
@@ -290,17 +290,7 @@ Function gru_grad() {
   add(f, "ReduceSum", {"L_2", "ax0"}, "drbh", {{"keepdims", int64_t{0}}});
   add(f, "Concat", {"dwb", "drbz", "drbr", "drbh"}, "db_d", {{"axis", int64_t{0}}});
   add(f, "MatMul", {"da", "w_d"}, "dx_d");
-  const auto out = [&](const std::string& v, const std::string& name, bool unsqueeze) {
-    const std::string cast = add(f, "CastLike", {v, "X"}, name + (unsqueeze ? "_2" : ""));
-    if (unsqueeze) add(f, "Unsqueeze", {cast, "ax0"}, name);
-  };
-  flip(f, "dx_d", "dx_time");  // back to time order
-  out("dx_time", "dX", false);
-  out("dw_d", "dW", true);
-  out("dr_d", "dR", true);
-  out("db_d", "dB", true);
-  out("dh0_d", "dinitial_h", true);
-  add(f, "Constant", {}, "dsequence_lens", {{"value", TensorData::from<int64_t>({0}, std::span<const int64_t>())}});
+  emit_outputs(f, {{"dw_d", "dW"}, {"dr_d", "dR"}, {"db_d", "dB"}, {"dh0_d", "dinitial_h"}});
   return f;
 }
 
@@ -451,18 +441,7 @@ Function lstm_grad() {
   add(f, "ReduceSum", {"da2", "ax0"}, "db_half", {{"keepdims", int64_t{0}}});
   add(f, "Concat", {"db_half", "db_half"}, "db_d", {{"axis", int64_t{0}}});
   add(f, "MatMul", {"DA", "w_d"}, "dx_d");
-  const auto out = [&](const std::string& v, const std::string& name, bool unsqueeze) {
-    const std::string cast = add(f, "CastLike", {v, "X"}, name + (unsqueeze ? "_2" : ""));
-    if (unsqueeze) add(f, "Unsqueeze", {cast, "ax0"}, name);
-  };
-  flip(f, "dx_d", "dx_time");  // back to time order
-  out("dx_time", "dX", false);
-  out("dw_d", "dW", true);
-  out("dr_d", "dR", true);
-  out("db_d", "dB", true);
-  out("dh0_d", "dinitial_h", true);
-  out("dc0_d", "dinitial_c", true);
-  add(f, "Constant", {}, "dsequence_lens", {{"value", TensorData::from<int64_t>({0}, std::span<const int64_t>())}});
+  emit_outputs(f, {{"dw_d", "dW"}, {"dr_d", "dR"}, {"db_d", "dB"}, {"dh0_d", "dinitial_h"}, {"dc0_d", "dinitial_c"}});
   // No peepholes: P is refused at export (fused_body_refusal); its slot gets an empty tensor of X's type.
   add(f, "Slice", {"dX", "ax0", "ax0", "ax0"}, "dP");
   return f;

@@ -201,12 +201,16 @@ std::vector<ConfigOption> make_options() {
   };
 }
 
+// Built when the library loads rather than on first use: replica threads build their sessions at the same time,
+// and the fast path of a function-local static's guard is invisible to ThreadSanitizer in this uninstrumented
+// library, so test_threads_tsan reported the first concurrent reads as races. make_options reads only
+// function-local statics of other files (loss_kinds() and the like), so the order of static initialisation
+// does not matter.
+const std::vector<ConfigOption> kOptions = make_options();
+
 }  // namespace
 
-const std::vector<ConfigOption>& config_options() {
-  static const std::vector<ConfigOption> options = make_options();
-  return options;
-}
+const std::vector<ConfigOption>& config_options() { return kOptions; }
 
 const ConfigOption* find_config_option(const std::string& key) {
   for (const ConfigOption& o : config_options())
