@@ -133,7 +133,7 @@ TrainingConfig checked(const TrainingConfig& config) {
 ReplicatedSession::ReplicatedSession(const Model& model, const TrainingConfig& config, int replicas)
     : ReplicatedSession(replicas, [&model, c = checked(config)](const DataParallelSpec& spec) {
         TrainingConfig mine = c;
-        mine.parallel = spec;
+        mine.parallel.communicator = spec.communicator;  // the config's reduction options (compression...) stay
         return TrainingSession(model, std::move(mine));
       }) {}
 

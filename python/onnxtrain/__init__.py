@@ -327,12 +327,14 @@ class TrainingSession:
 
     @classmethod
     def from_checkpoint(cls, checkpoint: ModelLike, parallel: Union[None, bool, Communicator] = None,
-                        replicas: int = 1) -> "TrainingSession":
+                        replicas: int = 1, distributed: Any = None) -> "TrainingSession":
         """Rebuilds the session a checkpoint was saved from (path, bytes or ModelProto); training continues
-        bit-for-bit on CPU. ``parallel`` and ``replicas`` as in the constructor: any number of ranks or replicas
-        can resume any checkpoint."""
+        bit-for-bit on CPU. ``parallel``, ``replicas`` and ``distributed`` as in the constructor: any number of
+        ranks or replicas can resume any checkpoint. Checkpoints do not store ``distributed`` (it belongs to the
+        run), so give it again to resume with other than the defaults."""
         self = cls.__new__(cls)
-        self._s = _onnxtrain.TrainingSession.from_checkpoint(checkpoint, _communicator(parallel), _replicas(replicas))
+        self._s = _onnxtrain.TrainingSession.from_checkpoint(checkpoint, _communicator(parallel), _replicas(replicas),
+                                                             make_distributed(distributed))
         self.config = None
         self._skips_seen = self._s.skipped_steps  # those were reported by the run that saved the checkpoint
         return self

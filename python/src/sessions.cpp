@@ -148,10 +148,12 @@ std::unique_ptr<PyTraining> make_training(const py::handle& model, TrainingConfi
   return p;
 }
 
+// `distributed`: how the resumed session reduces gradients. It is not read from the checkpoint (the schema does
+// not store distributed.*: it belongs to the run, not to the model), so the caller says it again, as the CLI does
+// from its config.
 std::unique_ptr<PyTraining> from_checkpoint(const py::handle& checkpoint, std::shared_ptr<Communicator> parallel,
-                                            int replicas) {
+                                            int replicas, DataParallelSpec dp) {
   auto p = std::make_unique<PyTraining>();
-  DataParallelSpec dp;
   dp.communicator = std::move(parallel);
   if (replicas != 1 && dp.communicator)
     fail("replicas", "replicas bring their own communicator; give either parallel or replicas, not both");
@@ -160,7 +162,9 @@ std::unique_ptr<PyTraining> from_checkpoint(const py::handle& checkpoint, std::s
   if (is_path) p->io.source = fspath(checkpoint, "checkpoint");
   else m = load_model_from(checkpoint, p->io.source);
   py::gil_scoped_release nogil;
-  auto resume = [&](const DataParallelSpec& spec) {
+  auto resume = [&](const DataParallelSpec& replica) {
+    DataParallelSpec spec = dp;  // the options; a replica brings its own communicator
+    if (replicas != 1) spec.communicator = replica.communicator;
     return is_path ? TrainingSession::from_checkpoint(p->io.source, spec)
                    : TrainingSession::from_checkpoint(m, p->io.source, spec);
   };
@@ -293,9 +297,10 @@ The feeds of train_step/gradients are the model's inputs plus the loss target (t
          }),
          py::arg("model"), py::arg("config") = TrainingConfig{}, py::arg("parallel") = nullptr, py::arg("replicas") = 1)
       .def_static("from_checkpoint", &from_checkpoint, py::arg("checkpoint"), py::arg("parallel") = nullptr,
-                  py::arg("replicas") = 1,
+                  py::arg("replicas") = 1, py::arg("distributed") = DataParallelSpec{},
                   "Rebuilds the session a checkpoint (path, bytes or ModelProto) was saved from; parallel: a "
-                  "Communicator to resume data-parallel; replicas: to resume on that many one-thread replicas.")
+                  "Communicator to resume data-parallel; replicas: to resume on that many one-thread replicas; "
+                  "distributed: how gradients are reduced (a DataParallelSpec; not stored in checkpoints).")
       .def_property_readonly("replicas", [](PyTraining& self) { return self.replicas ? self.replicas->replicas() : 1; },
                              "One-thread replicas that split each batch (1: one session on OpenMP's threads).")
       .def_property_readonly("communicator", [](PyTraining& self) { return self.s->communicator(); },

@@ -81,3 +81,48 @@ def test_bad_replicas_are_clear_errors():
                            else ot.communicator_from_environment())
     with pytest.raises(ValueError, match="replicas"):
         MLPRegressor(replicas=0).fit(X, y)
+
+
+
+def test_from_checkpoint_takes_the_distributed_options(tmp_path):
+    """Checkpoints do not store ``distributed`` (it belongs to the run, docs/checkpoint.md); from_checkpoint takes
+    it again and checks it as the constructor does. Outside mpirun (one rank) the options change nothing, so the
+    resume continues bit for bit; under mpirun they reach TrainingSession::from_checkpoint's spec."""
+    X, y = _data(n=64, dtype=np.float32)
+    model = MLPRegressor(hidden_layer_sizes=(16,), max_iter=1, random_state=0).fit(X, y).model_
+    s = ot.TrainingSession(model, loss="mse", optimizer="adam", distributed={"compression": "bfloat16"})
+    feeds = {s.input_names[0]: X, s.target_name: y.reshape(-1, 1)}
+    s.train_step(feeds)
+    s.save_checkpoint(tmp_path / "ckpt.onnx")
+    again = ot.TrainingSession.from_checkpoint(tmp_path / "ckpt.onnx",
+                                               distributed=ot.DataParallelSpec(compression="bfloat16", overlap=False))
+    assert again.train_step(feeds) == s.train_step(feeds)
+    with pytest.raises(ValueError, match="distributed.compression: expected one of 'none', 'bfloat16', 'float16'"):
+        ot.TrainingSession.from_checkpoint(tmp_path / "ckpt.onnx", distributed={"compression": "int8"})
+    with pytest.raises(TypeError, match="unknown option 'bucket'"):
+        ot.TrainingSession.from_checkpoint(tmp_path / "ckpt.onnx", distributed={"bucket": 1})
+
+
+def test_replicas_reduce_with_the_distributed_options_and_resume_with_them(tmp_path):
+    """Replicas reduce through the same collectives as mpirun ranks, so ``distributed`` applies to them too: with
+    bfloat16 gradient compression their steps differ from uncompressed ones, and a checkpoint (which does not
+    store the option) resumes bit for bit when from_checkpoint is given it again, and not without it."""
+    X, y = _data(n=64, dtype=np.float32)
+    model = MLPRegressor(hidden_layer_sizes=(16,), max_iter=1, random_state=0).fit(X, y).model_
+    compressed = {"compression": "bfloat16"}
+    s = ot.TrainingSession(model, loss="mse", optimizer="adam", replicas=2, distributed=compressed)
+    plain = ot.TrainingSession(model, loss="mse", optimizer="adam", replicas=2)
+    feeds = {s.input_names[0]: X, s.target_name: y.reshape(-1, 1)}
+    for _ in range(3):
+        s.train_step(feeds)
+        plain.train_step(feeds)
+    assert any(not np.array_equal(plain.get_weight(n), w) for n, w in s.weights().items())
+    s.save_checkpoint(tmp_path / "ckpt.onnx")
+    again = ot.TrainingSession.from_checkpoint(tmp_path / "ckpt.onnx", replicas=2, distributed=compressed)
+    default = ot.TrainingSession.from_checkpoint(tmp_path / "ckpt.onnx", replicas=2)
+    expected = s.train_step(feeds)
+    assert again.train_step(feeds) == expected
+    default.train_step(feeds)
+    for name, w in s.weights().items():
+        np.testing.assert_array_equal(again.get_weight(name), w)
+    assert any(not np.array_equal(default.get_weight(n), w) for n, w in s.weights().items())
