@@ -1,5 +1,7 @@
 """Replicas from Python (docs/replicas.md): TrainingSession(replicas=N) and the estimators' replicas parameter take
 the steps of one session on the whole batch (in float64 up to rounding, ~1e-15), and bad arguments are clear."""
+import os
+
 import numpy as np
 import pytest
 
@@ -103,6 +105,9 @@ def test_from_checkpoint_takes_the_distributed_options(tmp_path):
         ot.TrainingSession.from_checkpoint(tmp_path / "ckpt.onnx", distributed={"bucket": 1})
 
 
+@pytest.mark.skipif(os.environ.get("ONNXTRAIN_DEVICE") == "guarded",
+                    reason="gradient compression packs on the host, which the guarded device refuses by design "
+                           "(the AllReduceStart kernel says so); the CPU run of this file covers it")
 def test_replicas_reduce_with_the_distributed_options_and_resume_with_them(tmp_path):
     """Replicas reduce through the same collectives as mpirun ranks, so ``distributed`` applies to them too: with
     bfloat16 gradient compression their steps differ from uncompressed ones, and a checkpoint (which does not
