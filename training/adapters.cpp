@@ -304,10 +304,7 @@ std::string add_lora_dropout(Graph& g, const AdapterSpec& spec) {
   const std::string counter = kLoraDropoutCounter;
   if (g.initializers.count(counter) || g.value_info.count(counter))
     fail("adapter.dropout", "the name '" + counter + "' is already used in the model");
-  TensorData zero_step;
-  zero_step.dtype = DType::Int64;
-  zero_step.bytes.assign(sizeof(int64_t), std::byte{0});
-  g.initializers[counter] = std::move(zero_step);
+  g.initializers[counter] = TensorData::scalar<int64_t>(0);
   std::map<size_t, std::vector<Node>> before;  // node index -> the dropout nodes that go right before it
   std::map<DType, std::pair<std::string, std::string>> constants;  // dtype -> (1 / (1 - ratio), 0)
   std::vector<Node> prelude;

@@ -74,8 +74,7 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   if (config_.adapter.active() && config_.adapter.dropout != 0) {
     dropped = model_.graph;
     dropout_counter_ = add_lora_dropout(*dropped, config_.adapter);
-    if (!dropout_counter_.empty())
-      std::memcpy(dropped->initializers.at(dropout_counter_).bytes.data(), &dropout_steps, sizeof dropout_steps);
+    if (!dropout_counter_.empty()) dropped->initializers.at(dropout_counter_) = TensorData::scalar(dropout_steps);
     if (mixed) apply_mixed_precision(*dropped, half_dtype(config_.mixed_precision));
   }
   const std::string& dropout_counter = dropout_counter_;
@@ -181,12 +180,7 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   auto advance_counter = [&](Graph& step_graph) {
     if (dropout_counter.empty()) return;
     GraphBuilder cb(step_graph, "lora/dropout/");
-    TensorData one;
-    one.dtype = DType::Int64;
-    one.bytes.resize(sizeof(int64_t));
-    const int64_t v = 1;
-    std::memcpy(one.bytes.data(), &v, sizeof v);
-    const std::string next = cb.add("Add", {dropout_counter, cb.constant(std::move(one), "one")});
+    const std::string next = cb.add("Add", {dropout_counter, cb.constant(TensorData::scalar<int64_t>(1), "one")});
     cb.set_type(next, TypeInfo{DType::Int64, Shape{}});
     counter_update = {{next, dropout_counter}};
   };
