@@ -1,6 +1,6 @@
 #pragma once
 // The window arithmetic of ONNX's Conv, ConvTranspose and pooling ops for one spatial dim, written once for the
-// gradient rules (gradients/rules/conv.cpp) and the kernels' geometry (executor/cpu/conv_geometry.cpp, which
+// gradient rules (gradients/rules/conv.cpp) and the kernels' geometry (executor/ops/conv_geometry.cpp, which
 // the CUDA kernels share). Callers validate attributes and name the node in their errors.
 #include <cstdint>
 #include <optional>

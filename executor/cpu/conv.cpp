@@ -1,5 +1,5 @@
 // Conv, ConvTranspose and the fused ConvGrad on the CPU (pooling: pool.cpp). The geometry
-// (executor/cpu/conv_geometry.h) is canonicalised to three spatial dims, so one set of loops serves 1-D to 3-D.
+// (executor/ops/conv_geometry.h) is canonicalised to three spatial dims, so one set of loops serves 1-D to 3-D.
 // float32 Conv and ConvGrad run onnxtrain's own AVX-512 convolutions (direct_conv.h) where they take the geometry:
 // they allocate nothing per call, which oneDNN's primitives cannot promise; so does ConvTranspose, as a Conv's input
 // gradient. Otherwise (no AVX-512, fewer than 8 channels per group), float32 runs oneDNN primitives built at plan
@@ -20,7 +20,7 @@
 #include <optional>
 #include <vector>
 
-#include "executor/cpu/conv_geometry.h"
+#include "executor/ops/conv_geometry.h"
 #include "executor/cpu/direct_conv.h"
 #include "executor/cpu/dnnl_context.h"
 #include "executor/cpu/kernel_util.h"
@@ -36,16 +36,16 @@
 namespace onnxtrain {
 namespace {
 
-using cpu::conv_geometry;
-using cpu::conv_transpose_geometry;
-using cpu::Dims3;
-using cpu::Geo;
-using cpu::kMaxSpatial;
-using cpu::out_shape;
-using cpu::pool_geometry;
+using ops::conv_geometry;
+using ops::conv_transpose_geometry;
+using ops::Dims3;
+using ops::Geo;
+using ops::kMaxSpatial;
+using ops::out_shape;
+using ops::pool_geometry;
 using cpu::required_input;
 using cpu::set_output;
-using cpu::wanted_outputs;
+using ops::wanted_outputs;
 
 // ---- Conv ------------------------------------------------------------------------------------------------
 
@@ -634,7 +634,7 @@ template <class T> class ConvGradKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_conv_grad(PrepareContext& ctx) {
-  cpu::require_explicit(ctx, {"pads", "strides"});
+  ops::require_explicit(ctx, {"pads", "strides"});
   if (ctx.node.outputs.size() > 3) ctx.fail("has " + std::to_string(ctx.node.outputs.size()) + " outputs, expected up to 3 (dX, dW, dB)");
   const Geo g = conv_geometry(ctx, 1);
   const KernelInput& dy = required_input(ctx, 0, "dY");

@@ -22,9 +22,13 @@
 #include <cstdint>
 #include <vector>
 
-#include "executor/cpu/conv_geometry.h"
+#include "executor/ops/conv_geometry.h"
 
 namespace onnxtrain::cpu {
+
+using ops::Dims3;
+using ops::Geo;
+using ops::kMaxSpatial;
 
 class DirectConv {
  public:

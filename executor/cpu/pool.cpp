@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "executor/cpu/conv_geometry.h"
+#include "executor/ops/conv_geometry.h"
 #include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
 #include "graph/error.h"
@@ -26,11 +26,11 @@
 namespace onnxtrain {
 namespace {
 
-using cpu::Dims3;
-using cpu::Geo;
-using cpu::kMaxSpatial;
-using cpu::out_shape;
-using cpu::pool_geometry;
+using ops::Dims3;
+using ops::Geo;
+using ops::kMaxSpatial;
+using ops::out_shape;
+using ops::pool_geometry;
 using cpu::required_input;
 using cpu::set_output;
 
@@ -529,7 +529,7 @@ template <class T> class AvgPoolKernel final : public Kernel {
             T acc = 0;
             const std::array<int64_t, 3> o{o0, o1, o2};
             for_each_in_window(g, o0, o1, o2, [&](int64_t at) { acc += xp[at]; });
-            y[p * osz + (o0 * g.out[1] + o1) * g.out[2] + o2] = acc / static_cast<T>(cpu::avg_pool_count(g, o, include_pad_));
+            y[p * osz + (o0 * g.out[1] + o1) * g.out[2] + o2] = acc / static_cast<T>(ops::avg_pool_count(g, o, include_pad_));
           }
     });
   }
@@ -549,7 +549,7 @@ template <class T> class AvgPoolGradKernel final : public Kernel {
       for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
         for (int64_t o2 = 0; o2 < g.out[2]; ++o2)
           inv_[static_cast<size_t>((o0 * g.out[1] + o1) * g.out[2] + o2)] =
-              T(1) / static_cast<T>(cpu::avg_pool_count(g, {o0, o1, o2}, include_pad));
+              T(1) / static_cast<T>(ops::avg_pool_count(g, {o0, o1, o2}, include_pad));
   }
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
@@ -699,7 +699,7 @@ std::unique_ptr<Kernel> make_avg_pool(PrepareContext& ctx) {
 }
 
 std::unique_ptr<Kernel> make_avg_pool_grad(PrepareContext& ctx) {
-  cpu::require_explicit(ctx, {"kernel_shape", "strides", "pads", "count_include_pad"});
+  ops::require_explicit(ctx, {"kernel_shape", "strides", "pads", "count_include_pad"});
   for (int64_t d : ctx.node.attr_ints("dilations", {}))
     if (d != 1) ctx.fail("dilations other than 1 are not supported (the function body has no dilated AveragePool)");
   const Geo g = pool_geometry(ctx, 1);

@@ -14,7 +14,7 @@
 
 #include "executor/cpu/eigen_map.h"
 #include "executor/cpu/kernel_util.h"
-#include "executor/cpu/softmax_layout.h"
+#include "executor/ops/softmax_layout.h"
 #include "executor/kernel.h"
 #include "graph/error.h"
 
@@ -24,7 +24,7 @@ namespace {
 constexpr int64_t kBlock = 64;             // lanes per task on the strided path
 constexpr int64_t kParallelWork = 1 << 14;  // elements below which threads cost more than they save
 
-using Layout = cpu::SoftmaxLayout;
+using Layout = ops::SoftmaxLayout;
 
 // Runs body(base, w) over every (outer index o, block of lanes [i0, i0 + w)), one task each, where base is the
 // offset of the block's first element. With inner == 1 a block is one whole row.
@@ -107,7 +107,7 @@ template <bool Log> std::unique_ptr<Kernel> make_softmax(PrepareContext& ctx) {
   if (ctx.inputs.empty() || !ctx.inputs[0].present()) ctx.fail("input 0 (input) is required");
   if (ctx.outputs.size() != 1) ctx.fail("expected 1 output, got " + std::to_string(ctx.outputs.size()));
   const KernelInput& x = ctx.inputs[0];
-  const Layout l = cpu::softmax_layout(ctx, false);
+  const Layout l = ops::softmax_layout(ctx, false);
   cpu::set_output(ctx, 0, x.dtype, x.shape);
   if (x.dtype == DType::Float32) return std::make_unique<SoftmaxKernel<float, Log>>(l);
   if (x.dtype == DType::Float64) return std::make_unique<SoftmaxKernel<double, Log>>(l);
@@ -177,7 +177,7 @@ template <class T, bool Log> class SoftmaxGradKernel final : public Kernel {
 template <bool Log> std::unique_ptr<Kernel> make_softmax_grad(PrepareContext& ctx) {
   cpu::expect_grad_inputs(ctx);
   const KernelInput& dy = ctx.inputs[0];
-  const Layout l = cpu::softmax_layout(ctx, true);
+  const Layout l = ops::softmax_layout(ctx, true);
   cpu::set_output(ctx, 0, dy.dtype, dy.shape);
   if (dy.dtype == DType::Float32) return std::make_unique<SoftmaxGradKernel<float, Log>>(l);
   if (dy.dtype == DType::Float64) return std::make_unique<SoftmaxGradKernel<double, Log>>(l);
@@ -185,27 +185,6 @@ template <bool Log> std::unique_ptr<Kernel> make_softmax_grad(PrepareContext& ct
 }
 
 }  // namespace
-
-cpu::SoftmaxLayout cpu::softmax_layout(const PrepareContext& ctx, const std::vector<int64_t>& shape, int64_t axis,
-                                       bool coerce_2d) {
-  const auto rank = static_cast<int64_t>(shape.size());
-  if (rank == 0) ctx.fail("input must have rank >= 1, got a scalar");
-  if (axis < -rank || axis >= rank)
-    ctx.fail("axis " + std::to_string(axis) + " is out of range for an input of rank " + std::to_string(rank) + " " +
-             shape_string(shape));
-  if (axis < 0) axis += rank;
-  SoftmaxLayout l;
-  for (int64_t d = 0; d < axis; ++d) l.outer *= shape[d];
-  l.len = shape[axis];
-  for (int64_t d = axis + 1; d < rank; ++d) (coerce_2d ? l.len : l.inner) *= shape[d];
-  return l;
-}
-
-cpu::SoftmaxLayout cpu::softmax_layout(const PrepareContext& ctx, bool fused_grad) {
-  // The fused ops always have the opset 13 single-axis semantics, whatever the model's ai.onnx opset.
-  const bool old = !fused_grad && ctx.opset < 13;
-  return softmax_layout(ctx, ctx.inputs[0].shape, ctx.node.attr_int("axis", old ? 1 : -1), old);
-}
 
 void register_cpu_softmax(KernelRegistry& r) {
   // One factory per op: it reads the model's opset to pick the coerced-2-D (1-12) or single-axis (13+) form.

@@ -13,7 +13,7 @@
 #include <limits>
 #include <memory>
 
-#include "executor/cpu/conv_geometry.h"
+#include "executor/ops/conv_geometry.h"
 #include "executor/cpu/kernel_util.h"
 #include "executor/cpu/resize_taps.h"
 #include "executor/kernel.h"
@@ -317,7 +317,7 @@ std::unique_ptr<Kernel> make_grid_sample_grad(PrepareContext& ctx) {
     ctx.fail("dY is " + dtype_name(dy.dtype) + shape_string(dy.shape) + ", expected GridSample's output " +
              dtype_name(t) + shape_string(ys));
   if (ctx.outputs.size() != 2) ctx.fail("expected two outputs (dX, dGrid)");
-  const auto want = cpu::wanted_outputs(ctx);
+  const auto want = ops::wanted_outputs(ctx);
   set_output(ctx, 0, t, ctx.inputs[1].shape);
   set_output(ctx, 1, t, ctx.inputs[2].shape);
   if (t == DType::Float32) return std::make_unique<GridSampleGradKernel<float>>(g, want[0], want[1]);
@@ -371,7 +371,7 @@ std::unique_ptr<Kernel> make_max_unpool(PrepareContext& ctx) {
   if (!ctx.node.has_attr("kernel_shape")) ctx.fail("attribute 'kernel_shape' is required");
   const size_t r = x.shape.size() - 2;
   const std::vector<int64_t> k = ctx.node.attr_ints("kernel_shape");
-  const std::vector<int64_t> s = cpu::spatial_attr(ctx, "strides", r, 1), pads = cpu::spatial_attr(ctx, "pads", 2 * r, 0);
+  const std::vector<int64_t> s = ops::spatial_attr(ctx, "strides", r, 1), pads = ops::spatial_attr(ctx, "pads", 2 * r, 0);
   if (k.size() != r) ctx.fail("kernel_shape has " + std::to_string(k.size()) + " entries for X " + shape_string(x.shape));
   std::vector<int64_t> inferred{x.shape[0], x.shape[1]};
   for (size_t i = 0; i < r; ++i) {
@@ -398,9 +398,9 @@ std::unique_ptr<Kernel> make_max_unpool(PrepareContext& ctx) {
 // prod(block_shape)); the block grid is the convolution geometry of image_shape by block_shape.
 template <class T> class Col2ImKernel final : public Kernel {
  public:
-  explicit Col2ImKernel(cpu::Geo g) : g_(g) {}
+  explicit Col2ImKernel(ops::Geo g) : g_(g) {}
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    const cpu::Geo g = g_;
+    const ops::Geo g = g_;
     const T* col = in[0]->ptr<T>();
     T* y = out[0]->ptr<T>();
     const int64_t K = g.k_size(), L = g.out_size(), isz = g.in_size();
@@ -422,7 +422,7 @@ template <class T> class Col2ImKernel final : public Kernel {
   }
 
  private:
-  cpu::Geo g_;
+  ops::Geo g_;
 };
 
 std::unique_ptr<Kernel> make_col2im(PrepareContext& ctx) {
@@ -430,7 +430,7 @@ std::unique_ptr<Kernel> make_col2im(PrepareContext& ctx) {
   if (x.shape.size() != 3) ctx.fail("input " + shape_string(x.shape) + " must be [N, C * prod(block_shape), L]");
   const std::vector<int64_t> image = cpu::ints_of(ctx, ctx.constant_input(1), "image_shape");
   const std::vector<int64_t> block = cpu::ints_of(ctx, ctx.constant_input(2), "block_shape");
-  if (image.size() != block.size() || image.empty() || image.size() > static_cast<size_t>(cpu::kMaxSpatial))
+  if (image.size() != block.size() || image.empty() || image.size() > static_cast<size_t>(ops::kMaxSpatial))
     ctx.fail("image_shape and block_shape must have the same length, 1 to 3, got " + shape_string(image) + " and " +
              shape_string(block));
   int64_t K = 1;
@@ -443,10 +443,10 @@ std::unique_ptr<Kernel> make_col2im(PrepareContext& ctx) {
              std::to_string(K));
   std::vector<int64_t> xs{x.shape[0], x.shape[1] / K};
   xs.insert(xs.end(), image.begin(), image.end());
-  cpu::Geo g;
+  ops::Geo g;
   g.N = xs[0];
   g.C = g.M = xs[1];
-  cpu::window_geometry(ctx, xs, block, false, g);
+  ops::window_geometry(ctx, xs, block, false, g);
   if (g.out_size() != x.shape[2])
     ctx.fail("input has " + std::to_string(x.shape[2]) + " blocks (dim 2), the geometry gives " +
              std::to_string(g.out_size()));

@@ -1,5 +1,5 @@
 // Conv, ConvTranspose and the fused ConvGrad on CUDA (pooling: pool.cu; the window helpers both use: window.cuh).
-// The geometry is the CPU's (executor/cpu/conv_geometry.h, parsed once at plan time). Conv and ConvGrad with
+// The geometry is the CPU's (executor/ops/conv_geometry.h, parsed once at plan time). Conv and ConvGrad with
 // symmetric pads go through cuDNN; everything else runs direct kernels: one thread per output element gathers
 // its whole sum, so there are no atomics and the result does not depend on scheduling; ties and NaNs in
 // MaxPool follow the CPU (first maximum in tap order, a NaN wins), and AveragePool's divisors are the CPU's
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "executor/cpu/conv_geometry.h"
+#include "executor/ops/conv_geometry.h"
 #include "executor/cuda/common.h"
 #include "executor/cuda/device_util.cuh"
 #include "executor/cuda/window.cuh"
@@ -147,10 +147,10 @@ struct CudnnConv {
 };
 
 // Null when cuDNN cannot express the geometry (asymmetric pads) or a dim exceeds int.
-std::unique_ptr<CudnnConv> make_cudnn_conv(const cpu::Geo& g, DType t) {
-  for (int i = 0; i < cpu::kMaxSpatial; ++i)
+std::unique_ptr<CudnnConv> make_cudnn_conv(const ops::Geo& g, DType t) {
+  for (int i = 0; i < ops::kMaxSpatial; ++i)
     if (g.pb[i] != g.pe[i]) return nullptr;
-  const int sp = g.rank == 3 ? 3 : 2, off = cpu::kMaxSpatial - sp, nd = sp + 2;
+  const int sp = g.rank == 3 ? 3 : 2, off = ops::kMaxSpatial - sp, nd = sp + 2;
   const int64_t lim = 1ll << 30;
   if (g.N > lim || g.C > lim || g.M > lim || g.N * g.C * g.in_size() > lim || g.N * g.M * g.out_size() > lim)
     return nullptr;
@@ -278,22 +278,22 @@ template <class T> class ConvGradKernel final : public Kernel {
 
 std::unique_ptr<Kernel> make_conv(PrepareContext& ctx, const KernelFactory& host) {
   host_prepare(ctx, host);
-  const cpu::Geo g = cpu::conv_geometry(ctx, 0);
+  const ops::Geo g = ops::conv_geometry(ctx, 0);
   const DType t = ctx.inputs[0].dtype;
   return by_dtype<ConvKernel>(t, device_geo(g), false, make_cudnn_conv(g, t));
 }
 
 std::unique_ptr<Kernel> make_conv_transpose(PrepareContext& ctx, const KernelFactory& host) {
   host_prepare(ctx, host);
-  cpu::Dims3 right_pad{};
-  return by_dtype<ConvKernel>(ctx.inputs[0].dtype, device_geo(cpu::conv_transpose_geometry(ctx, right_pad)), true);
+  ops::Dims3 right_pad{};
+  return by_dtype<ConvKernel>(ctx.inputs[0].dtype, device_geo(ops::conv_transpose_geometry(ctx, right_pad)), true);
 }
 
 std::unique_ptr<Kernel> make_conv_grad(PrepareContext& ctx, const KernelFactory& host) {
   host_prepare(ctx, host);
-  const cpu::Geo g = cpu::conv_geometry(ctx, 1);
+  const ops::Geo g = ops::conv_geometry(ctx, 1);
   const DType t = ctx.inputs[1].dtype;
-  return by_dtype<ConvGradKernel>(t, device_geo(g), cpu::wanted_outputs(ctx), make_cudnn_conv(g, t));
+  return by_dtype<ConvGradKernel>(t, device_geo(g), ops::wanted_outputs(ctx), make_cudnn_conv(g, t));
 }
 
 }  // namespace

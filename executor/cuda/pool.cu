@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "executor/cpu/conv_geometry.h"
+#include "executor/ops/conv_geometry.h"
 #include "executor/cuda/common.h"
 #include "executor/cuda/device_util.cuh"
 #include "executor/cuda/window.cuh"
@@ -156,13 +156,13 @@ template <class T> class MaxPoolGradKernel final : public Kernel {
 // avg_pool_count and uploaded at plan time.
 template <class T> class AvgPoolKernel final : public Kernel {
  public:
-  AvgPoolKernel(const cpu::Geo& g, bool include_pad, bool grad) : g_(device_geo(g)), grad_(grad) {
+  AvgPoolKernel(const ops::Geo& g, bool include_pad, bool grad) : g_(device_geo(g)), grad_(grad) {
     std::vector<T> inv(static_cast<size_t>(g.out_size()));
     for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
       for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
         for (int64_t o2 = 0; o2 < g.out[2]; ++o2)
           inv[static_cast<size_t>((o0 * g.out[1] + o1) * g.out[2] + o2)] =
-              T(1) / static_cast<T>(cpu::avg_pool_count(g, {o0, o1, o2}, include_pad));
+              T(1) / static_cast<T>(ops::avg_pool_count(g, {o0, o1, o2}, include_pad));
     inv_ = static_cast<T*>(allocate(inv.size() * sizeof(T)));
     check(cudaMemcpy(inv_, inv.data(), inv.size() * sizeof(T), cudaMemcpyHostToDevice), "AveragePool divisors upload");
   }
@@ -204,7 +204,7 @@ template <class T, bool Max> class GlobalPoolKernel final : public Kernel {
 
 std::unique_ptr<Kernel> make_max_pool(PrepareContext& ctx, const KernelFactory& host) {
   host_prepare(ctx, host);
-  const cpu::Geo g = cpu::pool_geometry(ctx, 0);
+  const ops::Geo g = ops::pool_geometry(ctx, 0);
   const bool indices = ctx.outputs.size() > 1 && !ctx.node.outputs[1].empty();
   const bool col = ctx.node.attr_int("storage_order", 0) == 1;
   return by_dtype<MaxPoolKernel>(ctx.inputs[0].dtype, device_geo(g), static_cast<int>(g.rank), indices, col);
@@ -212,19 +212,19 @@ std::unique_ptr<Kernel> make_max_pool(PrepareContext& ctx, const KernelFactory& 
 
 std::unique_ptr<Kernel> make_max_pool_grad(PrepareContext& ctx, const KernelFactory& host) {
   host_prepare(ctx, host);
-  return by_dtype<MaxPoolGradKernel>(ctx.inputs[1].dtype, device_geo(cpu::pool_geometry(ctx, 1)));
+  return by_dtype<MaxPoolGradKernel>(ctx.inputs[1].dtype, device_geo(ops::pool_geometry(ctx, 1)));
 }
 
 std::unique_ptr<Kernel> make_avg_pool(PrepareContext& ctx, const KernelFactory& host) {
   host_prepare(ctx, host);
   const bool include_pad = ctx.node.attr_int("count_include_pad", 0) != 0;
-  return by_dtype<AvgPoolKernel>(ctx.inputs[0].dtype, cpu::pool_geometry(ctx, 0), include_pad, false);
+  return by_dtype<AvgPoolKernel>(ctx.inputs[0].dtype, ops::pool_geometry(ctx, 0), include_pad, false);
 }
 
 std::unique_ptr<Kernel> make_avg_pool_grad(PrepareContext& ctx, const KernelFactory& host) {
   host_prepare(ctx, host);
   const bool include_pad = ctx.node.attr_int("count_include_pad", 0) != 0;
-  return by_dtype<AvgPoolKernel>(ctx.inputs[1].dtype, cpu::pool_geometry(ctx, 1), include_pad, true);
+  return by_dtype<AvgPoolKernel>(ctx.inputs[1].dtype, ops::pool_geometry(ctx, 1), include_pad, true);
 }
 
 template <bool Max> std::unique_ptr<Kernel> make_global_pool(PrepareContext& ctx, const KernelFactory& host) {

@@ -1,5 +1,5 @@
 // Softmax, LogSoftmax and their fused gradients (onnxtrain.SoftmaxGrad, LogSoftmaxGrad) on CUDA through cuDNN.
-// The CPU's layout (executor/cpu/softmax_layout.h: `len` elements `inner` apart, for outer * inner lanes) is
+// The CPU's layout (executor/ops/softmax_layout.h: `len` elements `inner` apart, for outer * inner lanes) is
 // exactly cuDNN's CHANNEL mode on an NCHW tensor (N = outer, C = len, H = inner, W = 1). cuDNN's backward
 // pass computes the same formulas as the fused ops: dX = Y * (dY - sum(dY * Y)) for ACCURATE and
 // dX = dY - exp(Y) * sum(dY) for LOG, with Y the forward output.
@@ -7,7 +7,7 @@
 #include <memory>
 #include <type_traits>
 
-#include "executor/cpu/softmax_layout.h"
+#include "executor/ops/softmax_layout.h"
 #include "executor/cuda/common.h"
 
 namespace onnxtrain::cuda {
@@ -16,7 +16,7 @@ namespace {
 // An NCHW descriptor of the layout, created at plan time and reused by every run.
 class Descriptor {
  public:
-  Descriptor(const PrepareContext& ctx, const cpu::SoftmaxLayout& l, cudnnDataType_t t) {
+  Descriptor(const PrepareContext& ctx, const ops::SoftmaxLayout& l, cudnnDataType_t t) {
     constexpr int64_t kMax = std::numeric_limits<int>::max();
     if (l.outer > kMax || l.len > kMax || l.inner > kMax || l.outer * l.len * l.inner > kMax)
       ctx.fail("cuDNN softmax takes tensors of fewer than 2^31 elements; got outer " + std::to_string(l.outer) + ", axis " +
@@ -42,7 +42,7 @@ template <class T> constexpr cudnnDataType_t cudnn_type() {
 // Forward (inputs X) or backward (inputs dY, Y) of Softmax (ACCURATE) or LogSoftmax (LOG).
 template <class T, bool Backward> class SoftmaxKernel final : public Kernel {
  public:
-  SoftmaxKernel(const PrepareContext& ctx, const cpu::SoftmaxLayout& l, cudnnSoftmaxAlgorithm_t algo)
+  SoftmaxKernel(const PrepareContext& ctx, const ops::SoftmaxLayout& l, cudnnSoftmaxAlgorithm_t algo)
       : desc_(ctx, l, cudnn_type<T>()), algo_(algo), empty_(l.outer * l.len * l.inner == 0) {}
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
@@ -67,7 +67,7 @@ template <class T, bool Backward> class SoftmaxKernel final : public Kernel {
 
 template <bool Log, bool Backward> std::unique_ptr<Kernel> make(PrepareContext& ctx, const KernelFactory& host) {
   host_prepare(ctx, host);
-  const cpu::SoftmaxLayout l = cpu::softmax_layout(ctx, Backward);
+  const ops::SoftmaxLayout l = ops::softmax_layout(ctx, Backward);
   const cudnnSoftmaxAlgorithm_t algo = Log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE;
   std::unique_ptr<Kernel> k;
   dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {

@@ -1,17 +1,17 @@
 #pragma once
 // The window geometry on the device, shared by the convolution (conv.cu) and pooling (pool.cu) kernels: the CPU's
-// cpu::Geo (executor/cpu/conv_geometry.h, parsed once at plan time) in a form a kernel takes by value, and the
+// ops::Geo (executor/ops/conv_geometry.h, parsed once at plan time) in a form a kernel takes by value, and the
 // tap arithmetic in both directions.
 #include <cstdint>
 #include <memory>
 #include <utility>
 
-#include "executor/cpu/conv_geometry.h"
+#include "executor/ops/conv_geometry.h"
 #include "executor/kernel.h"
 
 namespace onnxtrain::cuda {
 
-// cpu::Geo in a form a kernel takes by value.
+// ops::Geo in a form a kernel takes by value.
 struct DGeo {
   int64_t N, C, M, G;
   int64_t in[3], out[3], k[3], s[3], d[3], pb[3];
@@ -20,7 +20,7 @@ struct DGeo {
   __host__ __device__ int64_t ksz() const { return k[0] * k[1] * k[2]; }
 };
 
-inline DGeo device_geo(const cpu::Geo& g) {
+inline DGeo device_geo(const ops::Geo& g) {
   DGeo d{g.N, g.C, g.M, g.G, {}, {}, {}, {}, {}, {}};
   for (int i = 0; i < 3; ++i) {
     d.in[i] = g.in[i];

@@ -1,12 +1,12 @@
 #pragma once
-// How Softmax, LogSoftmax and their fused gradients view their input (executor/cpu/softmax.cpp), shared with
-// the CUDA kernels so both backends read the axis one way.
+// How Softmax, LogSoftmax and their fused gradients view their input (executor/ops/softmax_layout.cpp), shared by
+// the CPU and CUDA kernels so both backends read the axis one way.
 #include <cstdint>
 #include <vector>
 
 #include "executor/kernel.h"
 
-namespace onnxtrain::cpu {
+namespace onnxtrain::ops {
 
 // The op normalises over `len` elements that sit `inner` apart, for each of `outer * inner` lanes.
 struct SoftmaxLayout {
@@ -22,4 +22,4 @@ SoftmaxLayout softmax_layout(const PrepareContext& ctx, const std::vector<int64_
 // opset 13 single-axis form) has for input 0.
 SoftmaxLayout softmax_layout(const PrepareContext& ctx, bool fused_grad);
 
-}  // namespace onnxtrain::cpu
+}  // namespace onnxtrain::ops

@@ -10,7 +10,7 @@
 
 #include "executor/kernel.h"
 
-namespace onnxtrain::cpu {
+namespace onnxtrain::ops {
 
 inline constexpr int kMaxSpatial = 3;
 using Dims3 = std::array<int64_t, kMaxSpatial>;
@@ -57,4 +57,4 @@ std::array<bool, 3> wanted_outputs(const PrepareContext& ctx);
 // The divisor of AveragePool's window at output o.
 int64_t avg_pool_count(const Geo& g, const Dims3& o, bool include_pad);
 
-}  // namespace onnxtrain::cpu
+}  // namespace onnxtrain::ops

@@ -1,15 +1,22 @@
 // Geometry of the convolution and pooling ops (conv_geometry.h), shared by the CPU and CUDA kernels.
-#include "executor/cpu/conv_geometry.h"
+#include "executor/ops/conv_geometry.h"
 
 #include <algorithm>
 
-#include "executor/cpu/kernel_util.h"
 #include "graph/error.h"
 #include "graph/window.h"
 
-namespace onnxtrain::cpu {
+namespace onnxtrain::ops {
 
 namespace {
+
+// The CPU backend's helper of the same name (executor/cpu/kernel_util.h), which this device-neutral file may not
+// include.
+const KernelInput& required_input(const PrepareContext& ctx, size_t i, const char* name) {
+  if (i >= ctx.inputs.size() || !ctx.inputs[i].present())
+    ctx.fail("input " + std::to_string(i) + " (" + name + ") is required");
+  return ctx.inputs[i];
+}
 
 // Kernel dims from the attribute, else from the weights' trailing dims (they must agree when both exist).
 std::vector<int64_t> kernel_dims(const PrepareContext& ctx, const std::vector<int64_t>& w_shape) {
@@ -191,4 +198,4 @@ std::array<bool, 3> wanted_outputs(const PrepareContext& ctx) {
   return want;
 }
 
-}  // namespace onnxtrain::cpu
+}  // namespace onnxtrain::ops
