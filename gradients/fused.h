@@ -36,9 +36,9 @@
 //   rule writes them, the kernel checks that they agree with the strings). Body in gradients/fused_spatial.cpp,
 //   every rank, mode and padding; needs opset 16, as GridSample.
 //   RNNGrad(X, W, R, B, sequence_lens, initial_h, dY, dY_h) -> (dX, dW, dR, dB, -, dinitial_h), attribute
-//   hidden_size, reverse (0/1, the rule writes it) and RNN's others: body in gradients/fused_recurrent.cpp for one
-//   direction (forward or reverse), Tanh, no clip, layout 0, no sequence_lens; fused_body_refusal() names what
-//   falls outside. GRUGrad, the same inputs and
+//   hidden_size, reverse (0/1, the rule writes it) and RNN's others: body in gradients/fused_recurrent.cpp for
+//   every direction (forward, reverse, bidirectional), sequence_lens or none, Tanh, no clip, layout 0;
+//   fused_body_refusal() names what falls outside. GRUGrad, the same inputs and
 //   outputs, likewise (default Sigmoid/Tanh, linear_before_reset read by reference, B required), and
 //   LSTMGrad(X, W, R, B, sequence_lens, initial_h, initial_c, P, dY, dY_h, dY_c) -> (dX, dW, dR, dB, -,
 //   dinitial_h, dinitial_c, dP) (default activations, no peepholes, input_forget 0).
@@ -61,8 +61,8 @@ std::vector<Function> fused_conv_functions();
 
 // Why the standard-ONNX function body of fused op node `n` would not compute what its native kernel computes,
 // naming the attribute or input at fault; "" when it would (and for ops with no body). The recurrent grads'
-// bodies serve one direction (forward, or reverse with the int attribute reverse = 1) with default activations,
-// no clip, layout 0, no sequence_lens and no peepholes (gradients/fused_recurrent.cpp); GridSampleGrad's and
+// bodies serve every direction (the int attribute reverse = 1 exactly for 'reverse') with default activations,
+// no clip, layout 0 and no peepholes, with or without sequence_lens (gradients/fused_recurrent.cpp); GridSampleGrad's and
 // MaxRoiPoolGrad's need the attributes their rules always write. TrainingSession::export_gradient_model refuses
 // a gradient graph holding such a node.
 std::string fused_body_refusal(const Node& n);

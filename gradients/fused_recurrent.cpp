@@ -1,18 +1,29 @@
 // Standard-ONNX bodies of onnxtrain.RNNGrad, GRUGrad and LSTMGrad (native kernels: executor/cpu/recurrent.cpp; the
-// design is in gradients/rules/recurrent.cpp). They serve the common case only: one direction (forward, or
-// reverse by flipping time, see flip_setup), the default activations, no clip, layout 0, no sequence_lens, no
-// peepholes, and B (GRU, LSTM), the initial states and every incoming gradient present (the rule passes zeros
-// for absent ones).
+// design is in gradients/rules/recurrent.cpp). They serve every direction (forward, reverse and bidirectional),
+// sequence_lens or none, the default activations, no clip, layout 0, no peepholes, and B (GRU, LSTM), the initial
+// states and every incoming gradient present (the rule passes zeros for absent ones).
 // fused_body_refusal() names what a node has outside that case; TrainingSession::export_gradient_model refuses
 // such a node rather than export a body that would compute something else.
 //
+// Directions. Each op's backpropagation through time is written once, for one direction, and run once per
+// direction as the body of a Scan over the direction axis (over_directions): on that direction's slices of W, R,
+// B, the initial states, Y and the incoming gradients. The Scan stacks the per-direction dW, dR, dB and initial
+// states' gradients on a new axis, which is their direction axis; dX, to which every direction contributes, is
+// the sum over it. A direction that runs backwards in time (the only one of 'reverse', the second of
+// 'bidirectional') works in step order, on tensors flipped along time (flip_setup), and flips its dX back.
+//
+// sequence_lens. A row's steps past its length do not run (its Y is zero there, its Y_h the state after its last
+// step). The Scans read which steps run (active_steps) and, on a step that did not, emit no gradient and pass dH
+// (and dC) through unchanged; LSTM's forward Scan keeps its states there, and the state entering a step is
+// initial_h until the row's first step (states_entering). A row of length 0 so passes dY_h straight to initial_h.
+//
 // RNNGrad:
-// The body reruns the forward RNN (the standard op, with the caller's hidden_size) for the states h_t, then
-// runs backpropagation through time as a reverse Scan carrying dH (R rides along as a second state, so the
-// Scan body reads nothing from the enclosing scope) and emitting da_t = (dY_t + dH) * (1 - h_t^2); dH becomes
+// The body reruns the forward RNN (the standard op, with the caller's hidden_size) for the states h_t, then, per
+// direction, runs backpropagation through time as a reverse Scan carrying dH (R rides along as a second state, so
+// the Scan body reads nothing from the enclosing scope) and emitting da_t = (dY_t + dH) * (1 - h_t^2); dH becomes
 // da_t R. The weight gradients come after the Scan from the stacked da: dW = da^T X, dR = da^T h_{t-1},
-// dB = (sum da, sum da), dX = da W, d initial_h the final dH. The Scan and the products run in float64 (cast
-// in and out), so its body has one concrete type whatever the caller's, as ONNX requires of a graph's inputs.
+// dB = (sum da, sum da), dX = da W, d initial_h the final dH. The Scans and the products run in float64 (cast
+// in and out), so their bodies have one concrete type whatever the caller's, as ONNX requires of a graph's inputs.
 #include <cctype>
 #include <limits>
 #include <memory>
@@ -31,33 +42,140 @@ using fused_body::int64s;
 
 constexpr int64_t kDouble = 11;  // TensorProto element type
 
-// direction 'reverse' (the rule writes the int attribute `reverse` beside the string, which a body cannot
-// compare): the body works in step order, i.e. on time-major tensors flipped along time when reversed. One Slice
-// whose starts, ends and steps are chosen by the flag flips or copies.
-void flip_setup(Function& f) {
+const TypeInfo kF64{DType::Float64, std::nullopt};
+const TypeInfo kBool{DType::Bool, std::nullopt};
+
+// Which directions run backwards in time, "flips" [D] (bool, D is W's first dim). The int attribute `reverse`
+// (the rule writes it beside the string direction, which a body cannot compare before opset 19) says it of the
+// first direction; a second one (bidirectional) always runs backwards, and the rule writes reverse 0 there. So
+// [reverse] for one direction, [0, 1] for bidirectional.
+void direction_flips(Function& f) {
   fused_body::caller_attribute(f, "rev_i", "reverse", fused_body::kInt);
   add(f, "Constant", {}, "rev_one", {{"value", TensorData::scalar<int64_t>(1)}});
   add(f, "Equal", {"rev_i", "rev_one"}, "rev");
-  int64s(f, "fl_m1", {-1});
-  int64s(f, "fl_0", {0});
-  int64s(f, "fl_1", {1});
-  int64s(f, "fl_min", {std::numeric_limits<int64_t>::min()});
-  int64s(f, "fl_max", {std::numeric_limits<int64_t>::max()});
-  add(f, "Where", {"rev", "fl_m1", "fl_0"}, "fl_starts");
-  add(f, "Where", {"rev", "fl_min", "fl_max"}, "fl_ends");
-  add(f, "Where", {"rev", "fl_m1", "fl_1"}, "fl_steps");
-}
-std::string flip(Function& f, const std::string& in, const std::string& out) {
-  return add(f, "Slice", {in, "fl_starts", "fl_ends", "fl_0", "fl_steps"}, out);
+  int64s(f, "dirs_0", {0});
+  int64s(f, "dirs_1", {1});
+  add(f, "Unsqueeze", {"rev", "dirs_0"}, "first_flips");
+  const bool backwards = true;
+  add(f, "Constant", {}, "second_flips", {{"value", TensorData::from<bool>({1}, std::span<const bool>(&backwards, 1))}});
+  add(f, "Concat", {"first_flips", "second_flips"}, "both_flips", {{"axis", int64_t{0}}});
+  add(f, "Shape", {"W"}, "w_dims");
+  add(f, "Slice", {"w_dims", "dirs_0", "dirs_1"}, "num_dirs");
+  add(f, "Slice", {"both_flips", "dirs_0", "num_dirs"}, "flips");
 }
 
-// How every recurrent body ends: dX ("dx_d", in step order) flipped back to time order, the per-direction
-// gradients (named in `directed` as value -> output) given back their direction axis, all cast to X's type,
-// and an empty gradient for sequence_lens.
-void emit_outputs(Function& f, const std::vector<std::pair<std::string, std::string>>& directed) {
-  flip(f, "dx_d", "dx_time");
-  add(f, "CastLike", {"dx_time", "X"}, "dX");
-  for (const auto& [v, name] : directed) add(f, "Unsqueeze", {add(f, "CastLike", {v, "X"}, name + "_2"), "ax0"}, name);
+// Which steps each batch row runs, "active" [S, D, B, 1] (bool): a row of length L (sequence_lens) runs steps
+// 0 .. L - 1 in time order, whichever way its direction goes; without sequence_lens, every step. A body cannot test
+// whether an optional input is present, so it asks the standard op, which reads sequence_lens either way: a
+// one-unit RNN whose pre-activation is the constant 2 (no weights, biases 1) outputs tanh(2) on the steps it
+// runs and, past a row's length, zero.
+void active_steps(Function& f) {
+  int64s(f, "live_one", {1});
+  int64s(f, "live_two", {2});
+  int64s(f, "live_three", {3});
+  add(f, "Shape", {"X"}, "x_dims");
+  add(f, "Slice", {"x_dims", "live_two", "live_three"}, "input_size");
+  add(f, "Concat", {"num_dirs", "live_one", "input_size"}, "live_w_dims", {{"axis", int64_t{0}}});
+  add(f, "Concat", {"num_dirs", "live_one", "live_one"}, "live_r_dims", {{"axis", int64_t{0}}});
+  add(f, "Concat", {"num_dirs", "live_two"}, "live_b_dims", {{"axis", int64_t{0}}});
+  const float zero = 0, one = 1;
+  const auto filled = [&](const std::string& dims, float v, const std::string& out) {
+    add(f, "ConstantOfShape", {dims}, out + "_f", {{"value", TensorData::from<float>({1}, std::span<const float>(&v, 1))}});
+    return add(f, "CastLike", {out + "_f", "X"}, out);
+  };
+  filled("live_w_dims", zero, "live_w");
+  filled("live_r_dims", zero, "live_r");
+  filled("live_b_dims", one, "live_b");
+  Node rnn = fused_body::op("live_rnn", "RNN", {"X", "live_w", "live_r", "live_b", "sequence_lens"}, "live_y",
+                            {{"hidden_size", int64_t{1}}});
+  rnn.attribute_refs["direction"] = {"direction", fused_body::kString};
+  f.nodes.push_back(std::move(rnn));
+  add(f, "CastLike", {add(f, "Constant", {}, "live_zero_d", {{"value", TensorData::scalar<double>(0.0)}}), "X"},
+      "live_zero");
+  add(f, "Not", {add(f, "Equal", {"live_y", "live_zero"}, "live_idle")}, "active");
+}
+
+// In a direction's body: the direction works in step order, i.e. on time-major tensors flipped along time when
+// it runs backwards (`flag`, a bool scalar): step k reads time k, or S - 1 - k. A Gather along time, whose
+// indices the flag chooses, flips or copies (a Slice would need its steps before the body runs, which the flag,
+// one per direction, is not).
+void flip_setup(Function& d, const std::string& flag) {
+  int64s(d, "fl_axis", {0});
+  int64s(d, "fl_one_1", {1});
+  add(d, "Constant", {}, "fl_zero", {{"value", TensorData::scalar<int64_t>(0)}});
+  add(d, "Constant", {}, "fl_one", {{"value", TensorData::scalar<int64_t>(1)}});
+  add(d, "Shape", {"x_t"}, "fl_x_dims");
+  add(d, "Squeeze", {add(d, "Slice", {"fl_x_dims", "fl_axis", "fl_one_1"}, "fl_len_1"), "fl_axis"}, "fl_len");
+  add(d, "Range", {"fl_zero", "fl_len", "fl_one"}, "fl_forwards");  // 0 .. S - 1
+  add(d, "Sub", {add(d, "Sub", {"fl_len", "fl_one"}, "fl_last"), "fl_forwards"}, "fl_backwards");
+  add(d, "Where", {flag, "fl_backwards", "fl_forwards"}, "fl_times");
+}
+std::string flip(Function& d, const std::string& in, const std::string& out) {
+  return add(d, "Gather", {in, "fl_times"}, out, {{"axis", int64_t{0}}});
+}
+
+// In a direction's body (RNN, GRU): "h_prev", the state entering each step [S, B, H] in step order, from the
+// rerun's states y_d and the steps that run, live_d [S, B, 1]: initial_h, then the state after the step before if
+// that step ran, else still initial_h (a direction that runs backwards meets a row's steps past its length
+// first, where Y is zero).
+void states_entering(Function& d) {
+  add(d, "Slice", {"y_d", "ax0", "minus1", "ax0"}, "y_head");
+  add(d, "Slice", {"live_d", "ax0", "minus1", "ax0"}, "live_head");
+  add(d, "Unsqueeze", {"h0_d", "ax0"}, "h0_3");
+  add(d, "Where", {"live_head", "y_head", "h0_3"}, "h_after");
+  add(d, "Concat", {"h0_3", "h_after"}, "h_prev", {{"axis", int64_t{0}}});
+}
+
+// A value a direction's body reads: `outer` in the function, `inner` in the body; `axis`, for a value sliced
+// per direction, is its direction axis (0 for W, R, B and the states, 1 for Y and dY).
+struct Slot {
+  std::string outer, inner;
+  int64_t axis = 0;
+  TypeInfo type = kF64;
+};
+
+// How every recurrent body ends. `dir` holds one direction's BPTT (a node list built with the same helpers as
+// the function; as a subgraph it reads nothing from the enclosing scope, since the inliner renames only the
+// function's own names); a Scan over the direction axis runs it once per direction. `carried` are values every
+// direction reads whole (X, linear_before_reset), passed through as states; `scanned` the direction's flip flag
+// and slices. `grads` names the body's results (value -> function output), dX last ("dX", in time order): the
+// Scan stacks them on a new axis, the direction axis of dW, dR, dB and the initial states' gradients, and dX, to
+// which every direction contributes, is their sum over it. All are cast to X's type; sequence_lens gets an empty
+// gradient.
+void over_directions(Function& f, Function dir, const std::vector<Slot>& carried, const std::vector<Slot>& scanned,
+                     const std::vector<std::pair<std::string, std::string>>& grads) {
+  auto body = std::make_shared<Graph>();
+  body->name = f.name + "_direction";
+  std::vector<std::string> ins, outs;
+  std::vector<int64_t> axes;
+  for (const Slot& s : carried) {
+    add(dir, "Identity", {s.inner}, s.inner + "_carried");
+    body->inputs.push_back({s.inner, s.type});
+    body->outputs.push_back({s.inner + "_carried", s.type});
+    ins.push_back(s.outer);
+    outs.push_back(s.outer + "_carried");
+  }
+  for (const Slot& s : scanned) {
+    body->inputs.push_back({s.inner, s.type});
+    ins.push_back(s.outer);
+    axes.push_back(s.axis);
+  }
+  for (const auto& [v, name] : grads) {
+    body->outputs.push_back({v, kF64});
+    outs.push_back(name + "_dirs");
+  }
+  body->nodes = std::move(dir.nodes);
+  Node scan = fused_body::op("directions", "Scan", ins, outs.front());
+  scan.outputs = outs;
+  scan.attributes = {{"body", body},
+                     {"num_scan_inputs", static_cast<int64_t>(scanned.size())},
+                     {"scan_input_axes", axes}};
+  f.nodes.push_back(std::move(scan));
+  for (const auto& [v, name] : grads) {
+    if (name == "dX")
+      add(f, "ReduceSum", {"dX_dirs", "dirs_0"}, "dX_sum", {{"keepdims", int64_t{0}}});
+    add(f, "CastLike", {name == "dX" ? "dX_sum" : name + "_dirs", "X"}, name);
+  }
   add(f, "Constant", {}, "dsequence_lens", {{"value", TensorData::from<int64_t>({0}, std::span<const int64_t>())}});
 }
 
@@ -65,78 +183,86 @@ Function rnn_grad() {
   Function f = fused_body::function(
       "RNNGrad", {"X", "W", "R", "B", "sequence_lens", "initial_h", "dY", "dY_h"},
       {"dX", "dW", "dR", "dB", "dsequence_lens", "dinitial_h"},
-      "Gradient of RNN (one forward direction, Tanh, no clip, layout 0, no sequence_lens; initial_h, dY and dY_h "
-      "given) with respect to X, W, R, B and initial_h: the forward RNN rerun for the states, then a reverse "
-      "Scan carrying dH in float64 that emits da_t = (dY_t + dH) (1 - h_t^2), dH <- da_t R; the weight "
-      "gradients are products of the stacked da.",
+      "Gradient of RNN (every direction, sequence_lens or none, Tanh, no clip, layout 0; initial_h, dY and dY_h "
+      "given) with respect to X, W, R, B and initial_h: the forward RNN rerun for the states, then per direction (a "
+      "Scan over the direction axis) a reverse Scan carrying dH in float64 that emits da_t = (dY_t + dH) "
+      "(1 - h_t^2), dH <- da_t R (on the steps that run); the weight gradients are products of the stacked da, dX "
+      "the sum over directions of da W.",
       {"hidden_size", "direction", "reverse"});
-  // Forward states Y [S, 1, B, H].
+  // Forward states Y [S, D, B, H].
   Node rnn = fused_body::op("rnn", "RNN", {"X", "W", "R", "B", "sequence_lens", "initial_h"}, "Y_all");
   rnn.attribute_refs["hidden_size"] = {"hidden_size", fused_body::kInt};
   rnn.attribute_refs["direction"] = {"direction", fused_body::kString};
   f.nodes.push_back(std::move(rnn));
-  flip_setup(f);
-  int64s(f, "ax0", {0});
-  int64s(f, "ax1", {1});
+  direction_flips(f);
+  active_steps(f);
   const auto dbl = [&](const std::string& in, const std::string& out) {
     return add(f, "Cast", {in}, out, {{"to", kDouble}});
   };
-  flip(f, dbl(add(f, "Squeeze", {"Y_all", "ax1"}, "y3"), "y_t"), "y_d");  // [S, B, H], step order
-  flip(f, dbl(add(f, "Squeeze", {"dY", "ax1"}, "dy3"), "dy_t"), "dy_d");  // [S, B, H]
-  dbl(add(f, "Squeeze", {"dY_h", "ax0"}, "dyh2"), "dyh_d");      // [B, H]
-  dbl(add(f, "Squeeze", {"R", "ax0"}, "r2"), "r_d");             // [H, H]
-  dbl(add(f, "Squeeze", {"W", "ax0"}, "w2"), "w_d");             // [H, I]
-  dbl(add(f, "Squeeze", {"initial_h", "ax0"}, "h02"), "h0_d");   // [B, H]
-  flip(f, dbl("X", "x_t"), "x_d");                               // [S, B, I]
+  for (const char* v : {"X", "W", "R", "initial_h", "Y_all", "dY", "dY_h"}) dbl(v, std::string(v) + "_f64");
+
+  // One direction: x_t [S, B, I], w_d [H, I], r_d [H, H], h0_d and dyh_d [B, H], dy_t and y_t [S, B, H],
+  // live_t [S, B, 1].
+  Function d;
+  flip_setup(d, "flip");
+  int64s(d, "ax0", {0});
+  int64s(d, "minus1", {-1});
+  flip(d, "y_t", "y_d");    // step order
+  flip(d, "dy_t", "dy_d");
+  flip(d, "x_t", "x_d");
+  flip(d, "live_t", "live_d");
 
   // The reverse Scan's body, in float64.
   auto body = std::make_shared<Graph>();
   body->name = "rnn_bptt_step";
-  const TypeInfo d{DType::Float64, std::nullopt};
-  body->inputs = {{"dh_in", d}, {"r_in", d}, {"dy_t", d}, {"y_t", d}};
-  body->outputs = {{"dh_out", d}, {"r_out", d}, {"da_out", d}};
+  body->inputs = {{"dh_in", kF64}, {"r_in", kF64}, {"dy_t", kF64}, {"y_t", kF64}, {"live", kBool}};
+  body->outputs = {{"dh_out", kF64}, {"r_out", kF64}, {"da_out", kF64}};
   const auto step = [&](std::string type, std::vector<std::string> in, std::string out,
                         std::map<std::string, Attribute> attrs = {}) {
     body->nodes.push_back(fused_body::op(out, std::move(type), std::move(in), out, std::move(attrs)));
   };
   step("Constant", {}, "one", {{"value", TensorData::scalar<double>(1.0)}});
+  step("Constant", {}, "zero", {{"value", TensorData::scalar<double>(0.0)}});
   step("Add", {"dy_t", "dh_in"}, "g");
   step("Mul", {"y_t", "y_t"}, "y2");
   step("Sub", {"one", "y2"}, "slope");
-  step("Mul", {"g", "slope"}, "da");
-  step("MatMul", {"da", "r_in"}, "dh_out");
+  step("Mul", {"g", "slope"}, "da_run");
+  // A step past the row's length (sequence_lens) did not run: no gradient, and dH passes through it.
+  step("Where", {"live", "da_run", "zero"}, "da");
+  step("MatMul", {"da", "r_in"}, "dh_run");
+  step("Where", {"live", "dh_run", "dh_in"}, "dh_out");
   step("Identity", {"r_in"}, "r_out");
   step("Identity", {"da"}, "da_out");
-  Node scan = fused_body::op("bptt", "Scan", {"dyh_d", "r_d", "dy_d", "y_d"}, "dh0_d");
-  scan.outputs = {"dh0_d", "r_last", "da"};  // da [S, B, H], in time order
+  Node scan = fused_body::op("bptt", "Scan", {"dyh_d", "r_d", "dy_d", "y_d", "live_d"}, "dh0_d");
+  scan.outputs = {"dh0_d", "r_last", "da"};  // da [S, B, H], in step order
   scan.attributes = {{"body", body},
-                     {"num_scan_inputs", int64_t{2}},
-                     {"scan_input_directions", std::vector<int64_t>{1, 1}},
+                     {"num_scan_inputs", int64_t{3}},
+                     {"scan_input_directions", std::vector<int64_t>{1, 1, 1}},
                      {"scan_output_directions", std::vector<int64_t>{1}}};
-  f.nodes.push_back(std::move(scan));
+  d.nodes.push_back(std::move(scan));
 
-  // h_{t-1}: initial_h, then Y without its last step.
-  int64s(f, "minus1", {-1});
-  add(f, "Slice", {"y_d", "ax0", "minus1", "ax0"}, "y_head");
-  add(f, "Unsqueeze", {"h0_d", "ax0"}, "h0_3");
-  add(f, "Concat", {"h0_3", "y_head"}, "h_prev", {{"axis", int64_t{0}}});
-  add(f, "Flatten", {"da"}, "da2", {{"axis", int64_t{2}}});        // [S B, H]
-  add(f, "Flatten", {"x_d"}, "x2", {{"axis", int64_t{2}}});        // [S B, I]
-  add(f, "Flatten", {"h_prev"}, "hp2", {{"axis", int64_t{2}}});    // [S B, H]
+  states_entering(d);
+  add(d, "Flatten", {"da"}, "da2", {{"axis", int64_t{2}}});        // [S B, H]
+  add(d, "Flatten", {"x_d"}, "x2", {{"axis", int64_t{2}}});        // [S B, I]
+  add(d, "Flatten", {"h_prev"}, "hp2", {{"axis", int64_t{2}}});    // [S B, H]
   // Gemm with transA rather than Transpose + MatMul, which onnxruntime fuses into a FusedMatMul that has no
   // float64 kernel.
-  add(f, "Gemm", {"da2", "x2"}, "dw_d", {{"transA", int64_t{1}}});
-  add(f, "Gemm", {"da2", "hp2"}, "dr_d", {{"transA", int64_t{1}}});
-  add(f, "ReduceSum", {"da2", "ax0"}, "db_half", {{"keepdims", int64_t{0}}});
-  add(f, "Concat", {"db_half", "db_half"}, "db_d", {{"axis", int64_t{0}}});
-  add(f, "MatMul", {"da", "w_d"}, "dx_d");
-  emit_outputs(f, {{"dw_d", "dW"}, {"dr_d", "dR"}, {"db_d", "dB"}, {"dh0_d", "dinitial_h"}});
+  add(d, "Gemm", {"da2", "x2"}, "dw_d", {{"transA", int64_t{1}}});
+  add(d, "Gemm", {"da2", "hp2"}, "dr_d", {{"transA", int64_t{1}}});
+  add(d, "ReduceSum", {"da2", "ax0"}, "db_half", {{"keepdims", int64_t{0}}});
+  add(d, "Concat", {"db_half", "db_half"}, "db_d", {{"axis", int64_t{0}}});
+  add(d, "MatMul", {"da", "w_d"}, "dx_d");
+  flip(d, "dx_d", "dx");  // time order
+  over_directions(f, std::move(d), {{"X_f64", "x_t"}},
+                  {{"flips", "flip", 0, kBool}, {"W_f64", "w_d"}, {"R_f64", "r_d"}, {"initial_h_f64", "h0_d"},
+                   {"dY_h_f64", "dyh_d"}, {"dY_f64", "dy_t", 1}, {"Y_all_f64", "y_t", 1}, {"active", "live_t", 1, kBool}},
+                  {{"dw_d", "dW"}, {"dr_d", "dR"}, {"db_d", "dB"}, {"dh0_d", "dinitial_h"}, {"dx", "dX"}});
   return f;
 }
 
 // GRUGrad, the same common case (linear_before_reset 0 or 1, read by reference; the rule always writes it): the
-// forward GRU rerun for the states h_t, the input projections X W^T + Wb once for all steps, then a reverse
-// Scan (float64) whose body recomputes the step's gates z, r and h~ from h_{t-1} and carries dH. Per step it
+// forward GRU rerun for the states h_t; per direction, the input projections X W^T + Wb once for all steps, then a
+// reverse Scan (float64) whose body recomputes the step's gates z, r and h~ from h_{t-1} and carries dH. Per step it
 // emits the gates' pre-activation gradients (da_z, da_r, da_h) and the two factors of R_h's gradient (da_h and
 // r h_{t-1} without linear_before_reset; r da_h and h_{t-1} with it), whose products after the Scan give dW,
 // dR, dB and dX. Gemm with transB rather than Transpose + MatMul (which onnxruntime fuses into a FusedMatMul
@@ -145,79 +271,84 @@ Function gru_grad() {
   Function f = fused_body::function(
       "GRUGrad", {"X", "W", "R", "B", "sequence_lens", "initial_h", "dY", "dY_h"},
       {"dX", "dW", "dR", "dB", "dsequence_lens", "dinitial_h"},
-      "Gradient of GRU (one forward direction, default activations Sigmoid/Tanh, no clip, layout 0, no "
-      "sequence_lens; B, initial_h, dY and dY_h given; linear_before_reset 0 or 1) with respect to X, W, R, B and "
-      "initial_h: the forward GRU rerun for the states, then a reverse Scan in float64 that recomputes each "
-      "step's gates and carries dH.",
+      "Gradient of GRU (every direction, sequence_lens or none, default activations Sigmoid/Tanh, no clip, "
+      "layout 0; B, initial_h, dY and dY_h given; linear_before_reset 0 or 1) with respect to X, W, R, B and initial_h: the "
+      "forward GRU rerun for the states, then per direction (a Scan over the direction axis) a reverse Scan in "
+      "float64 that recomputes each step's gates and carries dH.",
       {"hidden_size", "linear_before_reset", "direction", "reverse"});
   Node gru = fused_body::op("gru", "GRU", {"X", "W", "R", "B", "sequence_lens", "initial_h"}, "Y_all");
   gru.attribute_refs["hidden_size"] = {"hidden_size", fused_body::kInt};
   gru.attribute_refs["linear_before_reset"] = {"linear_before_reset", fused_body::kInt};
   gru.attribute_refs["direction"] = {"direction", fused_body::kString};
   f.nodes.push_back(std::move(gru));
-  flip_setup(f);
+  direction_flips(f);
+  active_steps(f);
   fused_body::caller_attribute(f, "lbr_i", "linear_before_reset", fused_body::kInt);
   add(f, "Constant", {}, "one_i", {{"value", TensorData::scalar<int64_t>(1)}});
-  add(f, "Equal", {"lbr_i", "one_i"}, "lbr");
-  int64s(f, "ax0", {0});
-  int64s(f, "ax1", {1});
-  int64s(f, "ax2", {2});
-  int64s(f, "big", {std::numeric_limits<int64_t>::max()});
-  int64s(f, "minus1", {-1});
+  add(f, "Equal", {"lbr_i", "one_i"}, "lbr_flag");
   const auto dbl = [&](const std::string& in, const std::string& out) {
     return add(f, "Cast", {in}, out, {{"to", kDouble}});
   };
-  flip(f, dbl(add(f, "Squeeze", {"Y_all", "ax1"}, "y3"), "y_t"), "y_d");  // step order
-  flip(f, dbl(add(f, "Squeeze", {"dY", "ax1"}, "dy3"), "dy_t"), "dy_d");
-  dbl(add(f, "Squeeze", {"dY_h", "ax0"}, "dyh2"), "dyh_d");
-  dbl(add(f, "Squeeze", {"R", "ax0"}, "r2"), "r_d");            // [3H, H]
-  dbl(add(f, "Squeeze", {"W", "ax0"}, "w2"), "w_d");            // [3H, I]
-  dbl(add(f, "Squeeze", {"B", "ax0"}, "b2"), "b_d");            // [6H]
-  dbl(add(f, "Squeeze", {"initial_h", "ax0"}, "h02"), "h0_d");  // [B, H]
-  flip(f, dbl("X", "x_t"), "x_d");
+  for (const char* v : {"X", "W", "R", "B", "initial_h", "Y_all", "dY", "dY_h"}) dbl(v, std::string(v) + "_f64");
+
+  // One direction: x_t [S, B, I], w_d [3H, I], r_d [3H, H], b_d [6H], h0_d and dyh_d [B, H], dy_t and y_t
+  // [S, B, H], lbr (bool).
+  Function d;
+  flip_setup(d, "flip");
+  int64s(d, "ax0", {0});
+  int64s(d, "ax1", {1});
+  int64s(d, "ax2", {2});
+  int64s(d, "big", {std::numeric_limits<int64_t>::max()});
+  int64s(d, "minus1", {-1});
+  flip(d, "y_t", "y_d");  // step order
+  flip(d, "dy_t", "dy_d");
+  flip(d, "x_t", "x_d");
+  flip(d, "live_t", "live_d");
   // Gate blocks: rows [k H, (k + 1) H) of W, R and the biases.
-  add(f, "Shape", {"r_d"}, "r_shape");
-  add(f, "Slice", {"r_shape", "ax1", "ax2"}, "H1");  // [H]
-  add(f, "Add", {"H1", "H1"}, "H2");
-  add(f, "Add", {"H2", "H1"}, "H3");
-  add(f, "Add", {"H3", "H1"}, "H4");
-  add(f, "Add", {"H4", "H1"}, "H5");
+  add(d, "Shape", {"r_d"}, "r_shape");
+  add(d, "Slice", {"r_shape", "ax1", "ax2"}, "H1");  // [H]
+  add(d, "Add", {"H1", "H1"}, "H2");
+  add(d, "Add", {"H2", "H1"}, "H3");
+  add(d, "Add", {"H3", "H1"}, "H4");
+  add(d, "Add", {"H4", "H1"}, "H5");
   const char* starts[] = {"ax0", "H1", "H2", "H3", "H4", "H5"};
   const char* ends[] = {"H1", "H2", "H3", "H4", "H5", "big"};
   for (int k = 0; k < 3; ++k) {
-    add(f, "Slice", {"r_d", starts[k], ends[k], "ax0"}, std::string("r_") + "zrh"[k]);
-    add(f, "Slice", {"b_d", starts[3 + k], ends[3 + k], "ax0"}, std::string("rb_") + "zrh"[k]);
+    add(d, "Slice", {"r_d", starts[k], ends[k], "ax0"}, std::string("r_") + "zrh"[k]);
+    add(d, "Slice", {"b_d", starts[3 + k], ends[3 + k], "ax0"}, std::string("rb_") + "zrh"[k]);
   }
-  add(f, "Slice", {"b_d", "ax0", "H3", "ax0"}, "wb");
+  add(d, "Slice", {"b_d", "ax0", "H3", "ax0"}, "wb");
   // Input projections for every step: [S, B, 3H], split by gate.
-  add(f, "Flatten", {"x_d"}, "x2", {{"axis", int64_t{2}}});
-  add(f, "Gemm", {"x2", "w_d", "wb"}, "xw2", {{"transB", int64_t{1}}});
-  add(f, "Shape", {"x_d"}, "x_shape");
-  add(f, "Slice", {"x_shape", "ax0", "ax2"}, "sb");
-  add(f, "Concat", {"sb", "minus1"}, "sb_1", {{"axis", int64_t{0}}});
-  add(f, "Reshape", {"xw2", "sb_1"}, "xw");
+  add(d, "Flatten", {"x_d"}, "x2", {{"axis", int64_t{2}}});
+  add(d, "Gemm", {"x2", "w_d", "wb"}, "xw2", {{"transB", int64_t{1}}});
+  add(d, "Shape", {"x_d"}, "x_shape");
+  add(d, "Slice", {"x_shape", "ax0", "ax2"}, "sb");
+  add(d, "Concat", {"sb", "minus1"}, "sb_1", {{"axis", int64_t{0}}});
+  add(d, "Reshape", {"xw2", "sb_1"}, "xw");
   for (int k = 0; k < 3; ++k)
-    add(f, "Slice", {"xw", starts[k], ends[k], "ax2"}, std::string("x_") + "zrh"[k]);
-  add(f, "Slice", {"y_d", "ax0", "minus1", "ax0"}, "y_head");
-  add(f, "Unsqueeze", {"h0_d", "ax0"}, "h0_3");
-  add(f, "Concat", {"h0_3", "y_head"}, "h_prev", {{"axis", int64_t{0}}});
+    add(d, "Slice", {"xw", starts[k], ends[k], "ax2"}, std::string("x_") + "zrh"[k]);
+  states_entering(d);
 
   auto body = std::make_shared<Graph>();
   body->name = "gru_bptt_step";
-  const TypeInfo d{DType::Float64, std::nullopt};
-  body->inputs = {{"dh_in", d},  {"rz_in", d}, {"rr_in", d}, {"rh_in", d}, {"bz_in", d},
-                  {"br_in", d},  {"bh_in", d}, {"lbr_in", {DType::Bool, std::nullopt}},
-                  {"dy_t", d},   {"xz_t", d},  {"xr_t", d},  {"xh_t", d},  {"hp", d}};
-  body->outputs = {{"dh_out", d}, {"rz_out", d}, {"rr_out", d}, {"rh_out", d}, {"bz_out", d},
-                   {"br_out", d}, {"bh_out", d}, {"lbr_out", {DType::Bool, std::nullopt}},
-                   {"daz", d},    {"dar", d},    {"dah", d},    {"left", d},   {"right", d}};
+  body->inputs = {{"dh_in", kF64},  {"rz_in", kF64}, {"rr_in", kF64}, {"rh_in", kF64}, {"bz_in", kF64},
+                  {"br_in", kF64},  {"bh_in", kF64}, {"lbr_in", kBool},
+                  {"dy_t", kF64},   {"xz_t", kF64},  {"xr_t", kF64},  {"xh_t", kF64},  {"hp", kF64},
+                  {"live", kBool}};
+  body->outputs = {{"dh_out", kF64}, {"rz_out", kF64}, {"rr_out", kF64}, {"rh_out", kF64}, {"bz_out", kF64},
+                   {"br_out", kF64}, {"bh_out", kF64}, {"lbr_out", kBool},
+                   {"daz", kF64},    {"dar", kF64},    {"dah", kF64},    {"left", kF64},   {"right", kF64}};
   const auto step = [&](std::string type, std::vector<std::string> in, std::string out,
                         std::map<std::string, Attribute> attrs = {}) {
     body->nodes.push_back(fused_body::op(out, std::move(type), std::move(in), out, std::move(attrs)));
   };
   const std::map<std::string, Attribute> tb{{"transB", int64_t{1}}};
   step("Constant", {}, "one", {{"value", TensorData::scalar<double>(1.0)}});
-  step("Add", {"dy_t", "dh_in"}, "g");
+  step("Constant", {}, "zero", {{"value", TensorData::scalar<double>(0.0)}});
+  // A step past the row's length (sequence_lens) did not run: no gradient (all below is linear in g), and dH
+  // passes through it.
+  step("Add", {"dy_t", "dh_in"}, "g_run");
+  step("Where", {"live", "g_run", "zero"}, "g");
   step("Gemm", {"hp", "rz_in", "bz_in"}, "hz", tb);
   step("Add", {"xz_t", "hz"}, "az");
   step("Sigmoid", {"az"}, "z");
@@ -256,22 +387,23 @@ Function gru_grad() {
   step("Where", {"lbr_in", "dhp1", "dhp0"}, "dhp_h");
   step("MatMul", {"daz", "rz_in"}, "dhp_z");
   step("MatMul", {"dar", "rr_in"}, "dhp_r");
-  step("Sum", {"dhp_direct", "dhp_h", "dhp_z", "dhp_r"}, "dh_out");
+  step("Sum", {"dhp_direct", "dhp_h", "dhp_z", "dhp_r"}, "dh_run");
+  step("Where", {"live", "dh_run", "dh_in"}, "dh_out");
   for (const char* st : {"rz", "rr", "rh", "bz", "br", "bh", "lbr"})
     step("Identity", {std::string(st) + "_in"}, std::string(st) + "_out");
   Node scan = fused_body::op("bptt", "Scan",
                              {"dyh_d", "r_z", "r_r", "r_h", "rb_z", "rb_r", "rb_h", "lbr", "dy_d", "x_z", "x_r",
-                              "x_h", "h_prev"},
+                              "x_h", "h_prev", "live_d"},
                              "dh0_d");
   scan.outputs = {"dh0_d", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "DZ", "DR", "DH", "L", "RT"};
   scan.attributes = {{"body", body},
-                     {"num_scan_inputs", int64_t{5}},
-                     {"scan_input_directions", std::vector<int64_t>{1, 1, 1, 1, 1}},
+                     {"num_scan_inputs", int64_t{6}},
+                     {"scan_input_directions", std::vector<int64_t>{1, 1, 1, 1, 1, 1}},
                      {"scan_output_directions", std::vector<int64_t>{1, 1, 1, 1, 1}}};
-  f.nodes.push_back(std::move(scan));
+  d.nodes.push_back(std::move(scan));
 
-  add(f, "Concat", {"DZ", "DR", "DH"}, "da", {{"axis", int64_t{2}}});  // [S, B, 3H]
-  const auto flat = [&](const std::string& v) { return add(f, "Flatten", {v}, v + "_2", {{"axis", int64_t{2}}}); };
+  add(d, "Concat", {"DZ", "DR", "DH"}, "da", {{"axis", int64_t{2}}});  // [S, B, 3H]
+  const auto flat = [&](const std::string& v) { return add(d, "Flatten", {v}, v + "_2", {{"axis", int64_t{2}}}); };
   flat("da");
   flat("DZ");
   flat("DR");
@@ -279,23 +411,28 @@ Function gru_grad() {
   flat("RT");
   flat("h_prev");
   const std::map<std::string, Attribute> ta{{"transA", int64_t{1}}};
-  add(f, "Gemm", {"da_2", "x2"}, "dw_d", ta);
-  add(f, "Gemm", {"DZ_2", "h_prev_2"}, "drz", ta);
-  add(f, "Gemm", {"DR_2", "h_prev_2"}, "drr", ta);
-  add(f, "Gemm", {"L_2", "RT_2"}, "drh", ta);
-  add(f, "Concat", {"drz", "drr", "drh"}, "dr_d", {{"axis", int64_t{0}}});
-  add(f, "ReduceSum", {"da_2", "ax0"}, "dwb", {{"keepdims", int64_t{0}}});
-  add(f, "ReduceSum", {"DZ_2", "ax0"}, "drbz", {{"keepdims", int64_t{0}}});
-  add(f, "ReduceSum", {"DR_2", "ax0"}, "drbr", {{"keepdims", int64_t{0}}});
-  add(f, "ReduceSum", {"L_2", "ax0"}, "drbh", {{"keepdims", int64_t{0}}});
-  add(f, "Concat", {"dwb", "drbz", "drbr", "drbh"}, "db_d", {{"axis", int64_t{0}}});
-  add(f, "MatMul", {"da", "w_d"}, "dx_d");
-  emit_outputs(f, {{"dw_d", "dW"}, {"dr_d", "dR"}, {"db_d", "dB"}, {"dh0_d", "dinitial_h"}});
+  add(d, "Gemm", {"da_2", "x2"}, "dw_d", ta);
+  add(d, "Gemm", {"DZ_2", "h_prev_2"}, "drz", ta);
+  add(d, "Gemm", {"DR_2", "h_prev_2"}, "drr", ta);
+  add(d, "Gemm", {"L_2", "RT_2"}, "drh", ta);
+  add(d, "Concat", {"drz", "drr", "drh"}, "dr_d", {{"axis", int64_t{0}}});
+  add(d, "ReduceSum", {"da_2", "ax0"}, "dwb", {{"keepdims", int64_t{0}}});
+  add(d, "ReduceSum", {"DZ_2", "ax0"}, "drbz", {{"keepdims", int64_t{0}}});
+  add(d, "ReduceSum", {"DR_2", "ax0"}, "drbr", {{"keepdims", int64_t{0}}});
+  add(d, "ReduceSum", {"L_2", "ax0"}, "drbh", {{"keepdims", int64_t{0}}});
+  add(d, "Concat", {"dwb", "drbz", "drbr", "drbh"}, "db_d", {{"axis", int64_t{0}}});
+  add(d, "MatMul", {"da", "w_d"}, "dx_d");
+  flip(d, "dx_d", "dx");  // time order
+  over_directions(f, std::move(d), {{"X_f64", "x_t"}, {"lbr_flag", "lbr", 0, kBool}},
+                  {{"flips", "flip", 0, kBool}, {"W_f64", "w_d"}, {"R_f64", "r_d"}, {"B_f64", "b_d"},
+                   {"initial_h_f64", "h0_d"}, {"dY_h_f64", "dyh_d"}, {"dY_f64", "dy_t", 1}, {"Y_all_f64", "y_t", 1},
+                   {"active", "live_t", 1, kBool}},
+                  {{"dw_d", "dW"}, {"dr_d", "dR"}, {"db_d", "dB"}, {"dh0_d", "dinitial_h"}, {"dx", "dX"}});
   return f;
 }
 
 // LSTMGrad, the same common case (default activations Sigmoid/Tanh/Tanh, no peepholes, input_forget 0, B given):
-// the standard LSTM outputs no per-step cell states, so a forward Scan (float64) reruns the cell from the input
+// the standard LSTM outputs no per-step cell states, so per direction a forward Scan (float64) reruns the cell from the input
 // projections and emits the states entering each step (h_{t-1}, c_{t-1}); the reverse Scan recomputes each
 // step's gates from them and carries dH and dC, emitting the gates' pre-activation gradients [B, 4H] (order
 // i, o, f, c, as W's rows), whose products after the Scan give dW, dR, dB and dX.
@@ -304,41 +441,42 @@ Function lstm_grad() {
       "LSTMGrad",
       {"X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P", "dY", "dY_h", "dY_c"},
       {"dX", "dW", "dR", "dB", "dsequence_lens", "dinitial_h", "dinitial_c", "dP"},
-      "Gradient of LSTM (one forward direction, default activations, no clip, layout 0, no sequence_lens, no "
-      "peepholes, input_forget 0; B, initial_h, initial_c, dY, dY_h and dY_c given) with respect to X, W, R, B, "
-      "initial_h and initial_c: a forward Scan in float64 reruns the cell for the states entering each step, a "
-      "reverse Scan recomputes the gates and carries dH and dC.",
-      {"reverse"});
-  flip_setup(f);
-  int64s(f, "ax0", {0});
-  int64s(f, "ax1", {1});
-  int64s(f, "ax2", {2});
-  int64s(f, "minus1", {-1});
-  int64s(f, "big", {std::numeric_limits<int64_t>::max()});
+      "Gradient of LSTM (every direction, sequence_lens or none, default activations, no clip, layout 0, no "
+      "peepholes, input_forget 0; B, initial_h, initial_c, dY, dY_h and dY_c given) with respect to X, W, R, B, initial_h and "
+      "initial_c: per direction (a Scan over the direction axis), a forward Scan in float64 reruns the cell for the "
+      "states entering each step, a reverse Scan recomputes the gates and carries dH and dC.",
+      {"direction", "reverse"});
+  direction_flips(f);
+  active_steps(f);
   const auto dbl = [&](const std::string& in, const std::string& out) {
     return add(f, "Cast", {in}, out, {{"to", kDouble}});
   };
-  flip(f, dbl(add(f, "Squeeze", {"dY", "ax1"}, "dy3"), "dy_t"), "dy_d");  // step order
-  dbl(add(f, "Squeeze", {"dY_h", "ax0"}, "dyh2"), "dyh_d");
-  dbl(add(f, "Squeeze", {"dY_c", "ax0"}, "dyc2"), "dyc_d");
-  dbl(add(f, "Squeeze", {"R", "ax0"}, "r2"), "r_d");            // [4H, H]
-  dbl(add(f, "Squeeze", {"W", "ax0"}, "w2"), "w_d");            // [4H, I]
-  dbl(add(f, "Squeeze", {"B", "ax0"}, "b2"), "b_d");            // [8H]
-  dbl(add(f, "Squeeze", {"initial_h", "ax0"}, "h02"), "h0_d");  // [B, H]
-  dbl(add(f, "Squeeze", {"initial_c", "ax0"}, "c02"), "c0_d");  // [B, H]
-  flip(f, dbl("X", "x_t"), "x_d");
-  add(f, "Shape", {"w_d"}, "w_shape");
-  add(f, "Slice", {"w_shape", "ax0", "ax1"}, "H4");  // [4H]
-  add(f, "Slice", {"b_d", "ax0", "H4", "ax0"}, "wb");
-  add(f, "Slice", {"b_d", "H4", "big", "ax0"}, "rb");
-  add(f, "Flatten", {"x_d"}, "x2", {{"axis", int64_t{2}}});
-  add(f, "Gemm", {"x2", "w_d", "wb"}, "xw2", {{"transB", int64_t{1}}});
-  add(f, "Shape", {"x_d"}, "x_shape");
-  add(f, "Slice", {"x_shape", "ax0", "ax2"}, "sb");
-  add(f, "Concat", {"sb", "minus1"}, "sb_1", {{"axis", int64_t{0}}});
-  add(f, "Reshape", {"xw2", "sb_1"}, "xw");  // [S, B, 4H]
+  for (const char* v : {"X", "W", "R", "B", "initial_h", "initial_c", "dY", "dY_h", "dY_c"})
+    dbl(v, std::string(v) + "_f64");
 
-  const TypeInfo d{DType::Float64, std::nullopt};
+  // One direction: x_t [S, B, I], w_d [4H, I], r_d [4H, H], b_d [8H], h0_d, c0_d, dyh_d and dyc_d [B, H], dy_t
+  // [S, B, H].
+  Function d;
+  flip_setup(d, "flip");
+  int64s(d, "ax0", {0});
+  int64s(d, "ax1", {1});
+  int64s(d, "ax2", {2});
+  int64s(d, "minus1", {-1});
+  int64s(d, "big", {std::numeric_limits<int64_t>::max()});
+  flip(d, "dy_t", "dy_d");  // step order
+  flip(d, "x_t", "x_d");
+  flip(d, "live_t", "live_d");
+  add(d, "Shape", {"w_d"}, "w_shape");
+  add(d, "Slice", {"w_shape", "ax0", "ax1"}, "H4");  // [4H]
+  add(d, "Slice", {"b_d", "ax0", "H4", "ax0"}, "wb");
+  add(d, "Slice", {"b_d", "H4", "big", "ax0"}, "rb");
+  add(d, "Flatten", {"x_d"}, "x2", {{"axis", int64_t{2}}});
+  add(d, "Gemm", {"x2", "w_d", "wb"}, "xw2", {{"transB", int64_t{1}}});
+  add(d, "Shape", {"x_d"}, "x_shape");
+  add(d, "Slice", {"x_shape", "ax0", "ax2"}, "sb");
+  add(d, "Concat", {"sb", "minus1"}, "sb_1", {{"axis", int64_t{0}}});
+  add(d, "Reshape", {"xw2", "sb_1"}, "xw");  // [S, B, 4H]
+
   // The cell from the states entering a step and the step's projections: gates i, o, f, c~ and the new c.
   const auto cell = [&](Graph& g) {
     const auto step = [&](std::string type, std::vector<std::string> in, std::string out,
@@ -370,44 +508,51 @@ Function lstm_grad() {
     step("Tanh", {"ct"}, "tct");
     return step;
   };
-  // Forward: states h, c (and R, Rb riding along); emits the states entering each step.
+  // Forward: states h, c (and R, Rb riding along); emits the states entering each step. A step past the row's
+  // length (sequence_lens) does not run: the states stay.
   auto fwd = std::make_shared<Graph>();
   fwd->name = "lstm_states";
-  fwd->inputs = {{"hp", d}, {"cp", d}, {"r_in", d}, {"rb_in", d}, {"xw_t", d}};
-  fwd->outputs = {{"h_out", d}, {"c_out", d}, {"r_out", d}, {"rb_out", d}, {"hp_out", d}, {"cp_out", d}};
+  fwd->inputs = {{"hp", kF64}, {"cp", kF64}, {"r_in", kF64}, {"rb_in", kF64}, {"xw_t", kF64}, {"live", kBool}};
+  fwd->outputs = {{"h_out", kF64}, {"c_out", kF64}, {"r_out", kF64}, {"rb_out", kF64}, {"hp_out", kF64}, {"cp_out", kF64}};
   {
     auto step = cell(*fwd);
-    step("Mul", {"go", "tct"}, "h_out");
-    step("Identity", {"ct"}, "c_out");
+    step("Mul", {"go", "tct"}, "h_run");
+    step("Where", {"live", "h_run", "hp"}, "h_out");
+    step("Where", {"live", "ct", "cp"}, "c_out");
     step("Identity", {"r_in"}, "r_out");
     step("Identity", {"rb_in"}, "rb_out");
     step("Identity", {"hp"}, "hp_out");
     step("Identity", {"cp"}, "cp_out");
   }
-  Node fscan = fused_body::op("states", "Scan", {"h0_d", "c0_d", "r_d", "rb", "xw"}, "h_last");
+  Node fscan = fused_body::op("states", "Scan", {"h0_d", "c0_d", "r_d", "rb", "xw", "live_d"}, "h_last");
   fscan.outputs = {"h_last", "c_last", "f_r", "f_rb", "h_prev", "c_prev"};
-  fscan.attributes = {{"body", fwd}, {"num_scan_inputs", int64_t{1}}};
-  f.nodes.push_back(std::move(fscan));
+  fscan.attributes = {{"body", fwd}, {"num_scan_inputs", int64_t{2}}};
+  d.nodes.push_back(std::move(fscan));
 
-  // Backward: dH, dC carried; emits the gates' pre-activation gradients.
+  // Backward: dH, dC carried; emits the gates' pre-activation gradients. A step that did not run has none (all
+  // below is linear in dh and dc), and dH and dC pass through it.
   auto bwd = std::make_shared<Graph>();
   bwd->name = "lstm_bptt_step";
-  bwd->inputs = {{"dh_in", d}, {"dc_in", d}, {"r_in", d}, {"rb_in", d},
-                 {"dy_t", d},  {"xw_t", d},  {"hp", d},   {"cp", d}};
-  bwd->outputs = {{"dh_out", d}, {"dc_out", d}, {"r_out", d}, {"rb_out", d}, {"da", d}};
+  bwd->inputs = {{"dh_in", kF64}, {"dc_in", kF64}, {"r_in", kF64}, {"rb_in", kF64},
+                 {"dy_t", kF64},  {"xw_t", kF64},  {"hp", kF64},   {"cp", kF64}, {"live", kBool}};
+  bwd->outputs = {{"dh_out", kF64}, {"dc_out", kF64}, {"r_out", kF64}, {"rb_out", kF64}, {"da", kF64}};
   {
     auto step = cell(*bwd);
-    step("Add", {"dy_t", "dh_in"}, "dh");
+    step("Constant", {}, "zero", {{"value", TensorData::scalar<double>(0.0)}});
+    step("Add", {"dy_t", "dh_in"}, "dh_run");
+    step("Where", {"live", "dh_run", "zero"}, "dh");
     step("Mul", {"dh", "tct"}, "do");
     step("Mul", {"tct", "tct"}, "tct2");
     step("Sub", {"one", "tct2"}, "tct_slope");
     step("Mul", {"dh", "go"}, "dh_o");
     step("Mul", {"dh_o", "tct_slope"}, "dc_from_h");
-    step("Add", {"dc_in", "dc_from_h"}, "dc");
+    step("Add", {"dc_in", "dc_from_h"}, "dc_run");
+    step("Where", {"live", "dc_run", "zero"}, "dc");
     step("Mul", {"dc", "gc"}, "di");
     step("Mul", {"dc", "cp"}, "df");
     step("Mul", {"dc", "gi"}, "dgc");
-    step("Mul", {"dc", "gf"}, "dc_out");
+    step("Mul", {"dc", "gf"}, "dc_step");
+    step("Where", {"live", "dc_step", "dc_in"}, "dc_out");
     const auto sig_grad = [&](const std::string& dg, const std::string& g, const std::string& out) {
       step("Sub", {"one", g}, g + "_1m");
       step("Mul", {g, g + "_1m"}, g + "_slope");
@@ -420,30 +565,37 @@ Function lstm_grad() {
     step("Sub", {"one", "gc2"}, "gc_slope");
     step("Mul", {"dgc", "gc_slope"}, "da_c");
     step("Concat", {"da_i", "da_o", "da_f", "da_c"}, "da", {{"axis", int64_t{1}}});
-    step("MatMul", {"da", "r_in"}, "dh_out");
+    step("MatMul", {"da", "r_in"}, "dh_step");
+    step("Where", {"live", "dh_step", "dh_in"}, "dh_out");
     step("Identity", {"r_in"}, "r_out");
     step("Identity", {"rb_in"}, "rb_out");
   }
-  Node bscan = fused_body::op("bptt", "Scan", {"dyh_d", "dyc_d", "r_d", "rb", "dy_d", "xw", "h_prev", "c_prev"},
-                              "dh0_d");
+  Node bscan = fused_body::op("bptt", "Scan",
+                              {"dyh_d", "dyc_d", "r_d", "rb", "dy_d", "xw", "h_prev", "c_prev", "live_d"}, "dh0_d");
   bscan.outputs = {"dh0_d", "dc0_d", "b_r", "b_rb", "DA"};
   bscan.attributes = {{"body", bwd},
-                      {"num_scan_inputs", int64_t{4}},
-                      {"scan_input_directions", std::vector<int64_t>{1, 1, 1, 1}},
+                      {"num_scan_inputs", int64_t{5}},
+                      {"scan_input_directions", std::vector<int64_t>{1, 1, 1, 1, 1}},
                       {"scan_output_directions", std::vector<int64_t>{1}}};
-  f.nodes.push_back(std::move(bscan));
+  d.nodes.push_back(std::move(bscan));
 
-  add(f, "Flatten", {"DA"}, "da2", {{"axis", int64_t{2}}});
-  add(f, "Flatten", {"h_prev"}, "hp2", {{"axis", int64_t{2}}});
+  add(d, "Flatten", {"DA"}, "da2", {{"axis", int64_t{2}}});
+  add(d, "Flatten", {"h_prev"}, "hp2", {{"axis", int64_t{2}}});
   const std::map<std::string, Attribute> ta{{"transA", int64_t{1}}};
-  add(f, "Gemm", {"da2", "x2"}, "dw_d", ta);
-  add(f, "Gemm", {"da2", "hp2"}, "dr_d", ta);
-  add(f, "ReduceSum", {"da2", "ax0"}, "db_half", {{"keepdims", int64_t{0}}});
-  add(f, "Concat", {"db_half", "db_half"}, "db_d", {{"axis", int64_t{0}}});
-  add(f, "MatMul", {"DA", "w_d"}, "dx_d");
-  emit_outputs(f, {{"dw_d", "dW"}, {"dr_d", "dR"}, {"db_d", "dB"}, {"dh0_d", "dinitial_h"}, {"dc0_d", "dinitial_c"}});
+  add(d, "Gemm", {"da2", "x2"}, "dw_d", ta);
+  add(d, "Gemm", {"da2", "hp2"}, "dr_d", ta);
+  add(d, "ReduceSum", {"da2", "ax0"}, "db_half", {{"keepdims", int64_t{0}}});
+  add(d, "Concat", {"db_half", "db_half"}, "db_d", {{"axis", int64_t{0}}});
+  add(d, "MatMul", {"DA", "w_d"}, "dx_d");
+  flip(d, "dx_d", "dx");  // time order
+  over_directions(f, std::move(d), {{"X_f64", "x_t"}},
+                  {{"flips", "flip", 0, kBool}, {"W_f64", "w_d"}, {"R_f64", "r_d"}, {"B_f64", "b_d"},
+                   {"initial_h_f64", "h0_d"}, {"initial_c_f64", "c0_d"}, {"dY_h_f64", "dyh_d"},
+                   {"dY_c_f64", "dyc_d"}, {"dY_f64", "dy_t", 1}, {"active", "live_t", 1, kBool}},
+                  {{"dw_d", "dW"}, {"dr_d", "dR"}, {"db_d", "dB"}, {"dh0_d", "dinitial_h"}, {"dc0_d", "dinitial_c"},
+                   {"dx", "dX"}});
   // No peepholes: P is refused at export (fused_body_refusal); its slot gets an empty tensor of X's type.
-  add(f, "Slice", {"dX", "ax0", "ax0", "ax0"}, "dP");
+  add(f, "Slice", {"dX", "dirs_0", "dirs_0", "dirs_0"}, "dP");
   return f;
 }
 
@@ -455,9 +607,9 @@ std::string fused_body_refusal(const Node& n) {
     const bool gru = n.op_type == "GRUGrad", lstm = n.op_type == "LSTMGrad";
     const std::string op = n.op_type;
     const std::string direction = n.attr_string("direction", "forward");
-    if (direction != "forward" && direction != "reverse")
-      return "attribute 'direction' is '" + direction + "': " + op + "'s function body serves one direction, "
-             "'forward' or 'reverse' (the native kernel serves every direction)";
+    if (direction != "forward" && direction != "reverse" && direction != "bidirectional")
+      return "attribute 'direction' is '" + direction + "': " + op + "'s function body serves 'forward', "
+             "'reverse' and 'bidirectional'";
     if (!n.has_attr("reverse") || n.attr_int("reverse", -1) != (direction == "reverse" ? 1 : 0))
       return "attribute 'reverse' must be " + std::string(direction == "reverse" ? "1" : "0") + " for direction '" +
              direction + "' (" + op + "'s function body reads it; the rule writes it)";
@@ -465,12 +617,16 @@ std::string fused_body_refusal(const Node& n) {
       std::vector<std::string> acts = std::get<std::vector<std::string>>(n.attributes.at("activations"));
       for (std::string& a : acts)
         for (char& ch : a) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      const std::vector<std::string> fine = lstm  ? std::vector<std::string>{"sigmoid", "tanh", "tanh"}
-                                            : gru ? std::vector<std::string>{"sigmoid", "tanh"}
-                                                  : std::vector<std::string>{"tanh"};
-      if (acts != fine)
+      std::vector<std::string> fine = lstm  ? std::vector<std::string>{"sigmoid", "tanh", "tanh"}
+                                      : gru ? std::vector<std::string>{"sigmoid", "tanh"}
+                                            : std::vector<std::string>{"tanh"};
+      // Bidirectional nodes list them per direction (torch writes Tanh, Tanh for a bidirectional nn.RNN); the
+      // kernel, like onnxruntime, also takes one direction's list for both.
+      std::vector<std::string> twice = fine;
+      twice.insert(twice.end(), fine.begin(), fine.end());
+      if (acts != fine && !(direction == "bidirectional" && acts == twice))
         return "attribute 'activations' is not the default (" +
-               std::string(lstm ? "Sigmoid, Tanh, Tanh" : gru ? "Sigmoid, Tanh" : "Tanh") + "): " +
+               std::string(lstm ? "Sigmoid, Tanh, Tanh" : gru ? "Sigmoid, Tanh" : "Tanh") + " per direction): " +
                op + "'s function body serves the default activations only";
     }
     if (n.has_attr("clip")) return "attribute 'clip' is set: " + op + "'s function body has no clip";
@@ -480,8 +636,6 @@ std::string fused_body_refusal(const Node& n) {
     if (gru && !n.has_attr("linear_before_reset"))
       return "attribute 'linear_before_reset' is not set (GRUGrad's function body reads it; the GRU rule writes it)";
     const auto given = [&](size_t i) { return i < n.inputs.size() && !n.inputs[i].empty(); };
-    if (given(4))
-      return "input 'sequence_lens' is given: " + op + "'s function body serves full-length sequences only";
     if ((gru || lstm) && !given(3))
       return "B is absent (" + op + "'s function body needs it; the rule passes zeros)";
     if (lstm) {

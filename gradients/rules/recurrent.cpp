@@ -9,15 +9,15 @@
 // standard outputs, and costs one extra forward pass, which is small next to the backward pass.
 //
 // Function bodies. The project rule is that fused gradient ops also carry a standard-ONNX function body
-// (gradients/fused.h). All three have one for the common case (gradients/fused_recurrent.cpp: one direction,
-// forward or reverse, default activations, no clip, layout 0, no sequence_lens, no peepholes or input_forget): the
-// forward states recomputed (the standard op, or a forward Scan for LSTM's cell states), then BPTT as a
+// (gradients/fused.h). All three have one for the common case (gradients/fused_recurrent.cpp: every direction,
+// sequence_lens or none, default activations, no clip, layout 0, no peepholes or input_forget): the forward states
+// recomputed (the standard op, or a forward Scan for LSTM's cell states), then, per direction, BPTT as a
 // reverse Scan carrying dH (and dC) that recomputes each step's gates; the bodies cannot tell absent inputs,
 // so this rule passes zeros for an absent B (GRU, LSTM), initial state or unread output's gradient, and always
-// writes GRU's linear_before_reset and the int `reverse` (the direction, which a body cannot compare as a
-// string). Outside that case export_gradient_model refuses the node, naming the attribute
-// (fused_body_refusal): bidirectional, other activations, clip, layout 1,
-// sequence_lens and peepholes have no body yet.
+// writes GRU's linear_before_reset and the int `reverse` (1 for direction 'reverse', else 0: whether the first
+// direction runs backwards in time, which a body cannot read off the string). Outside that case
+// export_gradient_model refuses the node, naming the attribute (fused_body_refusal): other activations, clip,
+// layout 1 and peepholes have no body yet.
 //
 // Correctness conditions the kernel implements: every direction (bidirectional sums dX over both), sequence_lens
 // (steps past a batch entry's length contribute nothing; Y is zero there and Y_h is the last active step's

@@ -328,31 +328,39 @@ TEST(FusedBothWays, GridSampleGradIntsMustAgreeWithTheStrings) {
             std::string::npos);
 }
 
-// The recurrent grads' bodies (the common case: forward, default activations, no clip, layout 0;
+// The recurrent grads' bodies (the common case: default activations, no clip, layout 0;
 // gradients/fused_recurrent.cpp) against the native BPTT kernels, float64 and float32. `gates`: 1 for RNN, 3
-// for GRU; with_bias false leaves B out (RNN only: GRU's rule always passes one).
+// for GRU; with_bias false leaves B out (RNN only: GRU's rule always passes one). With direction 'bidirectional'
+// the inputs carry two directions (D = 2). `lens`: sequence_lens (one per batch row), or none.
 void expect_recurrent_body_equals_kernel(const std::string& op, int64_t gates, bool with_bias,
-                                         std::map<std::string, Attribute> attrs, uint32_t seed) {
+                                         std::map<std::string, Attribute> attrs, uint32_t seed,
+                                         const std::vector<int32_t>& lens = {}) {
   const std::vector<Function> fns = fused_grad_functions();
   std::mt19937 rng(seed);
   const int64_t S = 5, Bn = 3, I = 4, H = 6;
+  const auto dir = attrs.find("direction");
+  const int64_t D = dir != attrs.end() && std::get<std::string>(dir->second) == "bidirectional" ? 2 : 1;
   attrs["hidden_size"] = H;
   attrs.emplace("reverse", int64_t{0});
   std::map<std::string, Tensor> feeds{{"X", random_tensor({S, Bn, I}, rng, -1, 1)},
-                                      {"W", random_tensor({1, gates * H, I}, rng, -0.6, 0.6)},
-                                      {"R", random_tensor({1, gates * H, H}, rng, -0.6, 0.6)},
-                                      {"initial_h", random_tensor({1, Bn, H}, rng, -1, 1)},
-                                      {"dY", random_tensor({S, 1, Bn, H}, rng, -1, 1)},
-                                      {"dY_h", random_tensor({1, Bn, H}, rng, -1, 1)}};
-  if (with_bias) feeds["B"] = random_tensor({1, 2 * gates * H}, rng, -0.5, 0.5);
+                                      {"W", random_tensor({D, gates * H, I}, rng, -0.6, 0.6)},
+                                      {"R", random_tensor({D, gates * H, H}, rng, -0.6, 0.6)},
+                                      {"initial_h", random_tensor({D, Bn, H}, rng, -1, 1)},
+                                      {"dY", random_tensor({S, D, Bn, H}, rng, -1, 1)},
+                                      {"dY_h", random_tensor({D, Bn, H}, rng, -1, 1)}};
+  if (with_bias) feeds["B"] = random_tensor({D, 2 * gates * H}, rng, -0.5, 0.5);
   const bool lstm = gates == 4;
   std::vector<std::string> inputs{"X", "W", "R", with_bias ? "B" : "", "", "initial_h", "dY", "dY_h"};
   std::vector<std::string> outputs{"dX", "dW", "dR", with_bias ? "dB" : "", "", "dinitial_h"};
   if (lstm) {
-    feeds["initial_c"] = random_tensor({1, Bn, H}, rng, -1, 1);
-    feeds["dY_c"] = random_tensor({1, Bn, H}, rng, -1, 1);
+    feeds["initial_c"] = random_tensor({D, Bn, H}, rng, -1, 1);
+    feeds["dY_c"] = random_tensor({D, Bn, H}, rng, -1, 1);
     inputs = {"X", "W", "R", "B", "", "initial_h", "initial_c", "", "dY", "dY_h", "dY_c"};
     outputs = {"dX", "dW", "dR", "dB", "", "dinitial_h", "dinitial_c", ""};
+  }
+  if (!lens.empty()) {
+    feeds["sequence_lens"] = Tensor::from_vector<int32_t>({Bn}, lens);
+    inputs[4] = "sequence_lens";
   }
   std::vector<std::string> named;
   for (const std::string& i : inputs)
@@ -365,9 +373,43 @@ void expect_recurrent_body_equals_kernel(const std::string& op, int64_t gates, b
       if (!o.empty()) g.outputs.push_back({o, {t, std::nullopt}});
     return g;
   };
-  expect_native_equals_body(graph_of(feeds, DType::Float64), feeds, fns, true);
+  std::vector<Tensor> want;
+  expect_native_equals_body(graph_of(feeds, DType::Float64), feeds, fns, true, &want);
+  // Every direction's slice of dW, dR, dB and the initial states' gradients is nonzero: a direction the body
+  // left out would not agree vacuously.
+  std::vector<std::string> named_out;
+  for (const std::string& o : outputs)
+    if (!o.empty()) named_out.push_back(o);
+  ASSERT_EQ(want.size(), named_out.size());
+  for (size_t o = 0; o < want.size(); ++o) {
+    if (named_out[o] == "dX") continue;
+    ASSERT_EQ(want[o].shape[0], D) << named_out[o];
+    const int64_t per = want[o].numel() / D;
+    for (int64_t k = 0; k < D; ++k) {
+      double largest = 0;
+      for (int64_t i = 0; i < per; ++i) largest = std::max(largest, std::abs(want[o].ptr<double>()[k * per + i]));
+      EXPECT_GT(largest, 0.0) << named_out[o] << " direction " << k;
+    }
+  }
+  // sequence_lens, from the ONNX spec rather than the kernel: a row's steps past its length do not run, so X
+  // there gets no gradient, and a row of length 0 passes dY_h straight to initial_h.
+  for (int64_t b = 0; b < static_cast<int64_t>(lens.size()); ++b) {
+    SCOPED_TRACE("row " + std::to_string(b) + " of length " + std::to_string(lens[b]));
+    const Tensor& dx = want[0];
+    for (int64_t t = lens[b]; t < S; ++t)
+      for (int64_t i = 0; i < I; ++i) EXPECT_EQ(dx.ptr<double>()[(t * Bn + b) * I + i], 0.0) << "dX at step " << t;
+    if (lens[b] != 0) continue;
+    const Tensor& dh0 = want[with_bias ? 4 : 3];
+    for (int64_t k = 0; k < D; ++k)
+      for (int64_t j = 0; j < H; ++j)
+        EXPECT_EQ(dh0.ptr<double>()[(k * Bn + b) * H + j], feeds.at("dY_h").ptr<double>()[(k * Bn + b) * H + j]);
+  }
   std::map<std::string, Tensor> feeds32;
   for (const auto& [name, t] : feeds) {
+    if (t.dtype != DType::Float64) {  // sequence_lens
+      feeds32[name] = t;
+      continue;
+    }
     Tensor x = Tensor::empty(DType::Float32, t.shape);
     for (int64_t i = 0; i < t.numel(); ++i) x.ptr<float>()[i] = static_cast<float>(t.ptr<double>()[i]);
     feeds32[name] = std::move(x);
@@ -415,6 +457,52 @@ TEST(FusedBothWays, RecurrentGradsReverse) {
   }
 }
 
+// Bidirectional: the forward direction on slice 0 and the reverse one (time-flipped) on slice 1 of W, R, B, the
+// states and dY; dX sums both. The rule writes reverse 0 there.
+const std::map<std::string, Attribute> kBidirectional{{"direction", std::string("bidirectional")},
+                                                      {"reverse", int64_t{0}}};
+
+TEST(FusedBothWays, RecurrentGradsBidirectional) {
+  for (bool with_bias : {true, false}) {
+    SCOPED_TRACE(std::string("RNNGrad, ") + (with_bias ? "with B" : "without B"));
+    expect_recurrent_body_equals_kernel("RNNGrad", 1, with_bias, kBidirectional, 61 + with_bias);
+  }
+  for (int64_t lbr : {0, 1}) {
+    SCOPED_TRACE("GRUGrad, linear_before_reset " + std::to_string(lbr));
+    std::map<std::string, Attribute> attrs = kBidirectional;
+    attrs["linear_before_reset"] = lbr;
+    expect_recurrent_body_equals_kernel("GRUGrad", 3, true, attrs, 63 + lbr);
+  }
+  {
+    SCOPED_TRACE("LSTMGrad");
+    expect_recurrent_body_equals_kernel("LSTMGrad", 4, true, kBidirectional, 65);
+  }
+}
+
+// sequence_lens: rows of full length, of length 0 and shorter, in every direction (the reverse direction runs a
+// row from its last step down, so its steps past the length come first in step order).
+TEST(FusedBothWays, RecurrentGradsSequenceLens) {
+  const std::vector<int32_t> lens{5, 0, 2};
+  int seed = 71;
+  for (const auto& [direction, rev] : {std::pair<std::string, int64_t>{"forward", 0}, {"reverse", 1}, {"bidirectional", 0}}) {
+    const std::map<std::string, Attribute> attrs{{"direction", direction}, {"reverse", rev}};
+    {
+      SCOPED_TRACE("RNNGrad " + direction);
+      expect_recurrent_body_equals_kernel("RNNGrad", 1, true, attrs, seed++, lens);
+    }
+    for (int64_t lbr : {0, 1}) {
+      SCOPED_TRACE("GRUGrad " + direction + ", linear_before_reset " + std::to_string(lbr));
+      std::map<std::string, Attribute> a = attrs;
+      a["linear_before_reset"] = lbr;
+      expect_recurrent_body_equals_kernel("GRUGrad", 3, true, a, seed++, lens);
+    }
+    {
+      SCOPED_TRACE("LSTMGrad " + direction);
+      expect_recurrent_body_equals_kernel("LSTMGrad", 4, true, attrs, seed++, lens);
+    }
+  }
+}
+
 TEST(FusedBothWays, LSTMGradForward) { expect_recurrent_body_equals_kernel("LSTMGrad", 4, true, {}, 47); }
 
 TEST(FusedBothWays, GRUGradForward) {
@@ -446,25 +534,43 @@ TEST(FusedBothWays, RecurrentBodyRefusalsNameTheAttribute) {
   EXPECT_EQ(fused_body_refusal(node("LSTMGrad", {{"activations", S{"Sigmoid", "Tanh", "Tanh"}}}, lstm_in)), "");
   const auto refusal = [&](const std::string& op, std::map<std::string, Attribute> attrs,
                            std::vector<std::string> in) { return fused_body_refusal(node(op, std::move(attrs), std::move(in))); };
-  EXPECT_NE(refusal("RNNGrad", {{"direction", std::string("bidirectional")}}, rnn_in)
-                .find("attribute 'direction' is 'bidirectional'"),
-            std::string::npos);
   EXPECT_EQ(refusal("RNNGrad", {{"direction", std::string("reverse")}, {"reverse", int64_t{1}}}, rnn_in), "");
+  // Every direction the ONNX ops define has a body; the int `reverse` must still agree with the string.
+  const std::map<std::string, Attribute> both{{"direction", std::string("bidirectional")}};
+  EXPECT_EQ(refusal("RNNGrad", both, rnn_in), "");
+  EXPECT_EQ(refusal("GRUGrad", {{"direction", std::string("bidirectional")}, {"linear_before_reset", int64_t{1}}}, rnn_in),
+            "");
+  EXPECT_EQ(refusal("LSTMGrad", both, lstm_in), "");
+  EXPECT_NE(refusal("LSTMGrad", {{"direction", std::string("bidirectional")}, {"reverse", int64_t{1}}}, lstm_in)
+                .find("attribute 'reverse' must be 0 for direction 'bidirectional'"),
+            std::string::npos);
+  EXPECT_NE(refusal("RNNGrad", {{"direction", std::string("sideways")}}, rnn_in).find("attribute 'direction' is 'sideways'"),
+            std::string::npos);
   EXPECT_NE(refusal("LSTMGrad", {{"direction", std::string("reverse")}}, lstm_in).find("attribute 'reverse' must be 1"),
             std::string::npos);
   EXPECT_NE(refusal("RNNGrad", {{"activations", S{"Relu"}}}, rnn_in).find("attribute 'activations'"), std::string::npos);
+  // A bidirectional node lists its activations per direction (torch: Tanh, Tanh); one list serves both.
+  const auto both_with = [](S acts) {
+    return std::map<std::string, Attribute>{{"direction", std::string("bidirectional")}, {"activations", acts}};
+  };
+  EXPECT_EQ(refusal("RNNGrad", both_with({"Tanh", "Tanh"}), rnn_in), "");
+  EXPECT_EQ(refusal("LSTMGrad", both_with({"Sigmoid", "Tanh", "Tanh"}), lstm_in), "");
+  EXPECT_NE(refusal("RNNGrad", both_with({"Tanh", "Relu"}), rnn_in).find("attribute 'activations'"), std::string::npos);
   EXPECT_NE(refusal("GRUGrad", {{"linear_before_reset", int64_t{0}}, {"clip", 3.0f}}, rnn_in).find("attribute 'clip'"),
             std::string::npos);
   EXPECT_NE(refusal("GRUGrad", {}, rnn_in).find("'linear_before_reset' is not set"), std::string::npos);
   EXPECT_NE(refusal("LSTMGrad", {{"layout", int64_t{1}}}, lstm_in).find("attribute 'layout' is 1"), std::string::npos);
   EXPECT_NE(refusal("LSTMGrad", {{"input_forget", int64_t{1}}}, lstm_in).find("attribute 'input_forget' is 1"),
             std::string::npos);
-  std::vector<std::string> with_p = lstm_in, with_lens = rnn_in, without_h0 = rnn_in;
+  std::vector<std::string> with_p = lstm_in, with_lens = rnn_in, without_h0 = rnn_in, lstm_lens = lstm_in;
   with_p[7] = "p";
   with_lens[4] = "lens";
+  lstm_lens[4] = "lens";
   without_h0[5] = "";
   EXPECT_NE(refusal("LSTMGrad", {}, with_p).find("input 'P' (peepholes)"), std::string::npos);
-  EXPECT_NE(refusal("RNNGrad", {}, with_lens).find("input 'sequence_lens' is given"), std::string::npos);
+  EXPECT_EQ(refusal("RNNGrad", {}, with_lens), "");  // sequence_lens: served
+  EXPECT_EQ(refusal("GRUGrad", {{"linear_before_reset", int64_t{0}}}, with_lens), "");
+  EXPECT_EQ(refusal("LSTMGrad", both, lstm_lens), "");
   EXPECT_NE(refusal("RNNGrad", {}, without_h0).find("initial_h, dY or dY_h is absent"), std::string::npos);
 }
 

@@ -179,20 +179,26 @@ def _export_gradients(model_path, feeds):
 
 @pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
 @pytest.mark.parametrize("with_h0", [True, False])
-def test_rnn_gradient_graph_runs_in_onnxruntime(tmp_path, kind, with_h0):
-    """torch's nn.RNN (tanh), nn.GRU (exported with linear_before_reset=1) and nn.LSTM, one direction, two layers:
-    the gradient graph onnxtrain exports carries RNNGrad / GRUGrad / LSTMGrad as functions (gradients/fused_recurrent.cpp: a
-    reverse Scan), passes the full checker, and gives in onnxruntime the native kernels' gradients of every
-    parameter; without h0 the rule passes zeros."""
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_rnn_gradient_graph_runs_in_onnxruntime(tmp_path, kind, with_h0, bidirectional):
+    """torch's nn.RNN (tanh), nn.GRU (exported with linear_before_reset=1) and nn.LSTM, one direction or
+    bidirectional, two layers: the gradient graph onnxtrain exports carries RNNGrad / GRUGrad / LSTMGrad as functions
+    (gradients/fused_recurrent.cpp: a Scan over the directions, each running a reverse Scan, the second direction on
+    time-flipped tensors), passes the full checker, and gives in onnxruntime the native kernels' gradients of every
+    parameter (torch's bidirectional parameters are per direction: weight_ih_l0 and weight_ih_l0_reverse...);
+    without h0 the rule passes zeros."""
     ort = pytest.importorskip("onnxruntime")
     torch.manual_seed(5)
-    module = getattr(nn, kind)(4, 6, num_layers=2)
-    x, h0, c0 = torch.randn(5, 3, 4), torch.randn(2, 3, 6), torch.randn(2, 3, 6)
+    module = getattr(nn, kind)(4, 6, num_layers=2, bidirectional=bidirectional)
+    dirs = 2 if bidirectional else 1
+    x, h0, c0 = torch.randn(5, 3, 4), torch.randn(2 * dirs, 3, 6), torch.randn(2 * dirs, 3, 6)
     path = tmp_path / "rnn.onnx"
     lstm = kind == "LSTM"
     state = ((h0, c0) if lstm else h0) if with_h0 else None
     names = (["x", "h0", "c0"] if lstm else ["x", "h0"]) if with_h0 else ["x"]
-    export(module, (x, state) if with_h0 else (x,), names, ["y", "hn", "cn"] if lstm else ["y", "hn"], path)
+    model = export(module, (x, state) if with_h0 else (x,), names, ["y", "hn", "cn"] if lstm else ["y", "hn"], path)
+    directions = {a.s.decode() for n in model.graph.node if n.op_type == kind for a in n.attribute if a.name == "direction"}
+    assert directions == ({"bidirectional"} if bidirectional else set()), directions
     values = {"x": x.numpy(), "h0": h0.numpy(), "c0": c0.numpy()}
     feeds = {k: values[k] for k in names}
     s, feeds, native = _export_gradients(path, feeds)
@@ -201,68 +207,76 @@ def test_rnn_gradient_graph_runs_in_onnxruntime(tmp_path, kind, with_h0):
     assert kind + "Grad" in {f.name for f in exported.functions}
     sess = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
     out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
-    assert len(native) >= 6
+    assert len(native) >= 6 * dirs
     for k, v in native.items():
         assert np.abs(v).max() > 0, k
         np.testing.assert_allclose(out[k + "_grad"], v, rtol=1e-4, atol=1e-6 * np.abs(v).max(), err_msg=k)
 
 
-@pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
-def test_rnn_gradient_graph_export_refuses_what_the_body_cannot_do(tmp_path, kind):
-    """A bidirectional RNN, GRU or LSTM trains natively, but the bodies serve one forward direction: the export names
-    the node and the attribute instead of writing a body that computes something else."""
+def test_rnn_gradient_graph_export_refuses_what_the_body_cannot_do(tmp_path):
+    """nn.RNN with relu trains natively, but RNNGrad's body serves the default activation (Tanh) only: the export
+    names the node and the attribute instead of writing a body that computes something else."""
     torch.manual_seed(6)
-    module = getattr(nn, kind)(3, 4, bidirectional=True)
+    module = nn.RNN(3, 4, nonlinearity="relu", bidirectional=True)
     x = torch.randn(4, 2, 3)
-    path = tmp_path / "birnn.onnx"
+    path = tmp_path / "relu_rnn.onnx"
     export(module, (x,), ["x"], ["y", "hn"], path)
     s, _, native = _export_gradients(path, {"x": x.numpy()})
     assert native
-    with pytest.raises(Exception, match=kind + r"Grad.*attribute 'direction' is 'bidirectional'"):
+    with pytest.raises(Exception, match=r"RNNGrad.*attribute 'activations' is not the default"):
         s.export_gradient_model()
 
 
-@pytest.mark.parametrize("bidirectional", [False, True])
-def test_checkpoint_carries_a_body_only_where_it_is_right(tmp_path, bidirectional):
-    """A checkpoint's training step carries LSTMGrad's function body for a one-direction LSTM, and none (rather than
-    a body that computes something else) for a bidirectional one, which the body does not serve; both resume."""
+@pytest.mark.parametrize("kind,kwargs,served", [("LSTM", {}, True), ("LSTM", {"bidirectional": True}, True),
+                                                ("RNN", {"nonlinearity": "relu"}, False)])
+def test_checkpoint_carries_a_body_only_where_it_is_right(tmp_path, kind, kwargs, served):
+    """A checkpoint's training step carries the fused recurrent grad's function body where the body serves the node
+    (an LSTM with one direction or bidirectional), and none (rather than a body that computes something else) for an
+    RNN with relu, whose activation the body does not serve; all resume."""
     torch.manual_seed(7)
-    module = nn.LSTM(3, 4, bidirectional=bidirectional)
+    module = getattr(nn, kind)(3, 4, **kwargs)
     x = torch.randn(4, 2, 3)
-    path = tmp_path / "lstm.onnx"
-    export(module, (x,), ["x"], ["y", "hn", "cn"], path)
+    path = tmp_path / "rnn.onnx"
+    export(module, (x,), ["x"], ["y", "hn", "cn"] if kind == "LSTM" else ["y", "hn"], path)
     s, feeds, _ = _export_gradients(path, {"x": x.numpy()})
     s.train_step(feeds)
     ckpt = tmp_path / "ckpt.onnx"
     s.save_checkpoint(str(ckpt))
     functions = {f.name for f in onnx.load(str(ckpt)).functions}
-    assert ("LSTMGrad" in functions) == (not bidirectional), functions
+    assert (kind + "Grad" in functions) == served, functions
     r = ot.TrainingSession.from_checkpoint(str(ckpt))
     assert r.train_step(feeds) == s.train_step(feeds)
 
 
+@pytest.mark.parametrize("direction,lens", [("reverse", None), ("reverse", [5, 0, 2]), ("forward", [3, 5, 1]),
+                                           ("bidirectional", [5, 0, 2])])
 @pytest.mark.parametrize("kind,gates,attrs", [("RNN", 1, {}), ("GRU", 3, {"linear_before_reset": 0}),
                                               ("GRU", 3, {"linear_before_reset": 1}), ("LSTM", 4, {})])
-def test_reverse_direction_gradient_graph_runs_in_onnxruntime(kind, gates, attrs):
-    """direction='reverse' (which torch never exports): one ONNX node with trainable W, R, B and initial_h; the
-    bodies run the same Scans on time-flipped tensors, and onnxruntime gives the native kernels' gradients."""
+def test_one_node_gradient_graph_runs_in_onnxruntime(kind, gates, attrs, direction, lens):
+    """direction='reverse' and sequence_lens (which torch never exports): one ONNX node with trainable W, R, B and
+    initial_h; the bodies run the same Scans on time-flipped tensors, skip the steps past a row's length (a row of
+    length 0 too), and onnxruntime gives the native kernels' gradients."""
     ort = pytest.importorskip("onnxruntime")
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(9)
     S, B, I, H = 5, 3, 4, 6
-    w = rng.uniform(-0.6, 0.6, size=(1, gates * H, I)).astype(np.float32)
-    r = rng.uniform(-0.6, 0.6, size=(1, gates * H, H)).astype(np.float32)
-    b = rng.uniform(-0.5, 0.5, size=(1, 2 * gates * H)).astype(np.float32)
-    h0 = rng.normal(size=(1, B, H)).astype(np.float32)
+    D = 2 if direction == "bidirectional" else 1
+    w = rng.uniform(-0.6, 0.6, size=(D, gates * H, I)).astype(np.float32)
+    r = rng.uniform(-0.6, 0.6, size=(D, gates * H, H)).astype(np.float32)
+    b = rng.uniform(-0.5, 0.5, size=(D, 2 * gates * H)).astype(np.float32)
+    h0 = rng.normal(size=(D, B, H)).astype(np.float32)
     inits = [numpy_helper.from_array(v, n) for v, n in ((w, "W"), (r, "R"), (b, "B"), (h0, "h0"))]
+    if lens:
+        inits.append(numpy_helper.from_array(np.array(lens, np.int32), "lens"))
     outs = ["y", "yh"] + (["yc"] if kind == "LSTM" else [])
-    node = helper.make_node(kind, ["x", "W", "R", "B", "", "h0"], outs, hidden_size=H, direction="reverse", **attrs)
+    node = helper.make_node(kind, ["x", "W", "R", "B", "lens" if lens else "", "h0"], outs, hidden_size=H,
+                            direction=direction, **attrs)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [S, B, I])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [S, 1, B, H])], initializer=inits)
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [S, D, B, H])], initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     s = ot.TrainingSession(model.SerializeToString(), loss="mse")
     feeds = {"x": rng.normal(size=(S, B, I)).astype(np.float32),
-             s.target_name: rng.normal(size=(S, 1, B, H)).astype(np.float32)}
+             s.target_name: rng.normal(size=(S, D, B, H)).astype(np.float32)}
     _, native = s.gradients(feeds)
     exported = s.export_gradient_model()
     onnx.checker.check_model(exported, full_check=True)
@@ -273,3 +287,6 @@ def test_reverse_direction_gradient_graph_runs_in_onnxruntime(kind, gates, attrs
     for k, v in native.items():
         assert np.abs(v).max() > 0, k
         np.testing.assert_allclose(out[k + "_grad"], v, rtol=1e-4, atol=1e-6 * np.abs(v).max(), err_msg=k)
+    if lens and 0 in lens:  # the spec, not the kernel: a row of length 0 runs no step, so its initial_h gets none
+        row = lens.index(0)  # (MSE reads only Y, which is zero on that row whatever h0)
+        assert np.all(native["h0"][:, row] == 0) and np.all(out["h0_grad"][:, row] == 0)
