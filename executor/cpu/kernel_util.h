@@ -1,14 +1,26 @@
 #pragma once
-// Plan-time helpers shared by the CPU kernel files in executor/cpu/. Kept out of executor/kernel.h because
-// they are conveniences of this backend's factories, not part of the kernel interface.
+// Plan-time helpers of the CPU kernel files in executor/cpu/: the CPU-only ones (threading, the host copy kernel)
+// and, re-exported so the kernel files name them unqualified, the device-neutral ones whose home is
+// executor/ops/kernel_util.h.
 #include <omp.h>
 
-#include <string>
-#include <vector>
-
 #include "executor/kernel.h"
+#include "executor/ops/kernel_util.h"
 
 namespace onnxtrain::cpu {
+
+using ops::add;
+using ops::contiguous_strides;
+using ops::dispatch;
+using ops::elem_size;
+using ops::expect_grad_inputs;
+using ops::fail_dtype;
+using ops::has_input;
+using ops::ints_of;
+using ops::normalize_axis;
+using ops::required_input;
+using ops::set_output;
+using ops::Tag;
 
 // Elements below which threading an elementwise loop costs more than it saves: cheap ops are memory bound,
 // expensive ones (pow, fmod, erf) pay off sooner.
@@ -27,41 +39,11 @@ template <class F> void parallel_for(int64_t n, bool parallel, F&& f) {
   for (int64_t i = 0; i < n; ++i) f(i);
 }
 
-template <class T> struct Tag {
-  using type = T;
-};
-// Calls f(Tag<T>{}) for the T in Ts whose dtype is t; false when t is none of them.
-template <class... Ts, class F> bool dispatch(DType t, F&& f) {
-  return ((t == dtype_of<Ts>() ? (f(Tag<Ts>{}), true) : false) || ...);
-}
-
-// Registers an ai.onnx (or, with `domain`, another domain's) kernel valid from opset `since` on.
-void add(KernelRegistry& r, const std::string& op, int64_t since, std::vector<DType> dtypes, KernelFactory f);
-void add(KernelRegistry& r, const std::string& domain, const std::string& op, int64_t since, std::vector<DType> dtypes,
-         KernelFactory f);
-
-const KernelInput& required_input(const PrepareContext& ctx, size_t i, const char* name);
-bool has_input(const PrepareContext& ctx, size_t i);
-// The element size of t; fails for dtypes without a fixed size.
-size_t elem_size(const PrepareContext& ctx, DType t);
-[[noreturn]] void fail_dtype(const PrepareContext& ctx, size_t input = 0);
-
-void set_output(PrepareContext& ctx, size_t i, DType t, std::vector<int64_t> shape);
-
-// An int64 or int32 tensor's values; `what` names it in the error.
-std::vector<int64_t> ints_of(const PrepareContext& ctx, const Tensor& t, const std::string& what);
-// Negative axes count from the back; valid range is [-rank, rank).
-int64_t normalize_axis(const PrepareContext& ctx, int64_t axis, int64_t rank, const std::string& what = "axis");
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
-
 // Output 0 = input 0's bytes. The plan usually makes the output a view, and then there is nothing to do.
 class CopyKernel final : public Kernel {
  public:
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override;
   bool output_is_view_of_input0() const override { return true; }
 };
-
-// The (dY, Y) inputs of a fused gradient op: both present, same dtype and shape, one output (dX).
-void expect_grad_inputs(const PrepareContext& ctx);
 
 }  // namespace onnxtrain::cpu

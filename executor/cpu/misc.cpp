@@ -9,10 +9,10 @@
 #include <optional>
 #include <random>
 
-#include "executor/cpu/einsum_plan.h"
 #include "executor/cpu/kernel_util.h"
 #include "executor/functors.h"
 #include "executor/kernel.h"
+#include "executor/ops/einsum_plan.h"
 #include "graph/einsum.h"
 #include "graph/error.h"
 
@@ -284,7 +284,7 @@ std::unique_ptr<Kernel> make_space_to_depth(PrepareContext& ctx) {
 // Einsum: one loop over every index of the equation, output indices outer and summed ones inner. An
 // ellipsis becomes fresh indices aligned from the right, and a size-1 dim broadcasts (stride 0).
 
-using cpu::EinsumPlan;
+using ops::EinsumPlan;
 
 EinsumPlan plan_einsum(const PrepareContext& ctx, std::vector<int64_t>& out_shape) {
   const EinsumEquation parsed = parse_einsum_equation(ctx.node.attr_string("equation", ""));
@@ -372,7 +372,7 @@ EinsumPlan plan_einsum(const PrepareContext& ctx, std::vector<int64_t>& out_shap
   return p;
 }
 
-template <class T> class EinsumKernel final : public Kernel, public cpu::EinsumPlanned {
+template <class T> class EinsumKernel final : public Kernel, public ops::EinsumPlanned {
  public:
   explicit EinsumKernel(EinsumPlan p) : p_(std::move(p)) {}
   const EinsumPlan& plan() const override { return p_; }

@@ -11,8 +11,8 @@
 
 #include "executor/broadcast.h"
 #include "executor/cpu/kernel_util.h"
-#include "executor/cpu/resize_taps.h"
 #include "executor/kernel.h"
+#include "executor/ops/resize_taps.h"
 
 namespace onnxtrain {
 namespace {
@@ -32,7 +32,7 @@ struct ResizeAttrs {
   double extrapolation_value = 0;
 };
 
-using cpu::AxisTaps;
+using ops::AxisTaps;
 
 // Interpolation weights for the taps around x_original; `ratio` is in (0, 1], the distance from the tap
 // left of x (1 when x is an integer), and `scale` the axis' scale (antialias widens the filter by 1/scale).
@@ -59,7 +59,7 @@ std::vector<double> coefficients(const ResizeAttrs& a, double ratio, double scal
     }
     case Mode::Cubic: {
       const double A = a.cubic_a;
-      auto kernel = [A](double x) { return cpu::cubic_kernel(A, x); };
+      auto kernel = [A](double x) { return ops::cubic_kernel(A, x); };
       if (!a.antialias) return {kernel(ratio + 1), kernel(ratio), kernel(1 - ratio), kernel(2 - ratio)};
       const double s = std::min(scale, 1.0);
       const auto start = static_cast<int64_t>(std::floor(-2 / s) + 1);
@@ -138,7 +138,7 @@ AxisTaps axis_taps(const ResizeAttrs& a, int64_t in, int64_t out, double scale, 
   return t;
 }
 
-template <class T> class ResizeKernel final : public Kernel, public cpu::ResizeTaps {
+template <class T> class ResizeKernel final : public Kernel, public ops::ResizeTaps {
  public:
   const std::vector<std::pair<size_t, AxisTaps>>& planned_axes() const override { return axes_; }
   double extrapolation() const override { return extrapolation_; }

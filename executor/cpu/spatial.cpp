@@ -13,10 +13,10 @@
 #include <limits>
 #include <memory>
 
-#include "executor/ops/conv_geometry.h"
 #include "executor/cpu/kernel_util.h"
-#include "executor/cpu/resize_taps.h"
 #include "executor/kernel.h"
+#include "executor/ops/conv_geometry.h"
+#include "executor/ops/resize_taps.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
@@ -134,8 +134,8 @@ AxisTap axis_taps(const GridGeo& g, double v, int64_t len) {
   for (int k = 0; k < 4; ++k) {
     const double d = f + 1 - k;  // signed distance from tap i0 - 1 + k
     t.idx[k] = pad_index(g, i0 - 1 + k, len, lo, hi);
-    t.w[k] = cpu::cubic_kernel(kCubicA, d);
-    t.dw[k] = cpu::cubic_kernel_slope(kCubicA, d) * slope;
+    t.w[k] = ops::cubic_kernel(kCubicA, d);
+    t.dw[k] = ops::cubic_kernel_slope(kCubicA, d) * slope;
   }
   return t;
 }

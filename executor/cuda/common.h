@@ -4,19 +4,20 @@
 // A CUDA kernel is registered as the twin of the CPU kernel defs of the same op: same domain, opset ranges,
 // dtypes and shape_only flag, copied from the registry, so the two cannot drift. Its factory first runs the
 // CPU factory on the same context: validation, attribute parsing and output dtypes and shapes then have one
-// source, and the CUDA side only adds what the device launch needs.
+// source, and the CUDA side only adds what the device launch needs. The factories' helpers (dispatch, inputs,
+// axes) are the device-neutral ones of executor/ops/kernel_util.h.
 #include <functional>
 #include <memory>
 #include <string>
 
-#include "executor/cpu/kernel_util.h"
 #include "executor/cuda/runtime.h"
 #include "executor/kernel.h"
+#include "executor/ops/kernel_util.h"
 
 namespace onnxtrain::cuda {
 
-using cpu::dispatch;
-using cpu::Tag;
+using ops::dispatch;
+using ops::Tag;
 
 // `host` is the CPU def's factory; calling it fills ctx.outputs (and returns the CPU kernel, which the
 // data-movement ops use to trace their gather maps).

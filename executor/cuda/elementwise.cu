@@ -77,7 +77,7 @@ template <class Op, bool BoolOut, class... Ts> CudaFactory same_type_binary(Op (
       using TO = std::conditional_t<BoolOut, bool, T>;
       k = std::make_unique<BinaryKernel<Op, T, T, TO>>(plan_for(ctx), op);
     });
-    if (!k) cpu::fail_dtype(ctx);
+    if (!k) ops::fail_dtype(ctx);
     return k;
   };
 }
@@ -92,7 +92,7 @@ std::unique_ptr<Kernel> make_pow(PrepareContext& ctx, const KernelFactory& host)
       k = std::make_unique<BinaryKernel<PowOp, TX, TY, TX>>(plan_for(ctx), PowOp{});
     });
   });
-  if (!k) cpu::fail_dtype(ctx);
+  if (!k) ops::fail_dtype(ctx);
   return k;
 }
 
@@ -118,7 +118,7 @@ std::unique_ptr<Kernel> make_where(PrepareContext& ctx, const KernelFactory& hos
     using T = typename decltype(tag)::type;
     k = std::make_unique<WhereKernel<T>>(plan_for(ctx));
   });
-  if (!k) cpu::fail_dtype(ctx, 1);
+  if (!k) ops::fail_dtype(ctx, 1);
   return k;
 }
 
@@ -163,7 +163,7 @@ template <class Op, class... Ts> CudaFactory variadic(bool mean) {
       using T = typename decltype(tag)::type;
       k = std::make_unique<VariadicKernel<Op, T>>(std::move(plans), mean);
     });
-    if (!k) cpu::fail_dtype(ctx);
+    if (!k) ops::fail_dtype(ctx);
     return k;
   };
 }
@@ -176,7 +176,7 @@ std::unique_ptr<Kernel> make_prelu(PrepareContext& ctx, const KernelFactory& hos
     using T = typename decltype(tag)::type;
     k = std::make_unique<BinaryKernel<PReluOp, T, T, T>>(plan_for(ctx), PReluOp{});
   });
-  if (!k) cpu::fail_dtype(ctx);
+  if (!k) ops::fail_dtype(ctx);
   return k;
 }
 

@@ -47,7 +47,7 @@ std::unique_ptr<Kernel> make_gather_grad(PrepareContext& ctx, const KernelFactor
   host_prepare(ctx, host);  // validation, and dX's shape from the plan-time shape input
   const std::vector<int64_t>& shape = ctx.outputs[0].shape;
   const auto rank = static_cast<int64_t>(shape.size());
-  const int64_t axis = cpu::normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank);
+  const int64_t axis = ops::normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank);
   int64_t inner = 1;
   for (int64_t d = axis + 1; d < rank; ++d) inner *= shape[d];
   const bool i32 = ctx.inputs[1].dtype == DType::Int32;

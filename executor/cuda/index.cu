@@ -33,7 +33,7 @@ Shape shape_of(const PrepareContext& ctx, const std::vector<int64_t>& dims, cons
     ctx.fail("the CUDA kernel supports rank <= " + std::to_string(kMaxRank) + ", got " + std::to_string(dims.size()));
   Shape s;
   s.rank = static_cast<int>(dims.size());
-  const std::vector<int64_t> st = cpu::contiguous_strides(addressed);
+  const std::vector<int64_t> st = ops::contiguous_strides(addressed);
   for (int d = 0; d < s.rank; ++d) {
     s.dims[d] = dims[d];
     s.strides[d] = st[d];
@@ -160,7 +160,7 @@ template <bool Scatter> std::unique_ptr<Kernel> make_elements(PrepareContext& ct
   host_prepare(ctx, host);
   const std::vector<int64_t>& data = ctx.inputs[0].shape;
   const auto rank = static_cast<int64_t>(data.size());
-  const int axis = static_cast<int>(cpu::normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank));
+  const int axis = static_cast<int>(ops::normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank));
   // Offsets address data; the loop walks indices' shape.
   const Shape idx = shape_of(ctx, ctx.inputs[1].shape, data);
   const bool i64 = ctx.inputs[1].dtype == DType::Int64;
@@ -172,7 +172,7 @@ template <bool Scatter> std::unique_ptr<Kernel> make_elements(PrepareContext& ct
   };
   if constexpr (Scatter) dispatch<float, double, int32_t, int64_t>(ctx.inputs[0].dtype, make);
   else by_size(ctx, ctx.inputs[0].dtype, make);
-  if (!k) cpu::fail_dtype(ctx);
+  if (!k) ops::fail_dtype(ctx);
   return k;
 }
 
@@ -252,7 +252,7 @@ template <bool Scatter> std::unique_ptr<Kernel> make_nd(PrepareContext& ctx, con
   };
   if constexpr (Scatter) dispatch<float, double, int32_t, int64_t>(ctx.inputs[0].dtype, make);
   else by_size(ctx, ctx.inputs[0].dtype, make);
-  if (!k) cpu::fail_dtype(ctx);
+  if (!k) ops::fail_dtype(ctx);
   return k;
 }
 
@@ -296,14 +296,14 @@ template <template <class> class K, class... A> std::unique_ptr<Kernel> numeric(
   dispatch<float, double, int32_t, int64_t>(ctx.inputs[0].dtype, [&](auto tag) {
     k = std::make_unique<K<typename decltype(tag)::type>>(args...);
   });
-  if (!k) cpu::fail_dtype(ctx);
+  if (!k) ops::fail_dtype(ctx);
   return k;
 }
 
 // The axis as [outer, n, inner]: n and inner.
 std::pair<int64_t, int64_t> axis_split(const PrepareContext& ctx, int64_t axis) {
   const std::vector<int64_t>& shape = ctx.inputs[0].shape;
-  const auto a = static_cast<size_t>(cpu::normalize_axis(ctx, axis, static_cast<int64_t>(shape.size())));
+  const auto a = static_cast<size_t>(ops::normalize_axis(ctx, axis, static_cast<int64_t>(shape.size())));
   int64_t inner = 1;
   for (size_t d = a + 1; d < shape.size(); ++d) inner *= shape[d];
   return {shape[a], inner};
@@ -311,7 +311,7 @@ std::pair<int64_t, int64_t> axis_split(const PrepareContext& ctx, int64_t axis) 
 
 std::unique_ptr<Kernel> make_cumsum(PrepareContext& ctx, const KernelFactory& host) {
   host_prepare(ctx, host);
-  const std::pair<int64_t, int64_t> split = axis_split(ctx, cpu::ints_of(ctx, ctx.constant_input(1), "axis").at(0));
+  const std::pair<int64_t, int64_t> split = axis_split(ctx, ops::ints_of(ctx, ctx.constant_input(1), "axis").at(0));
   const int64_t n = split.first, inner = split.second;
   const bool exclusive = ctx.node.attr_int("exclusive", 0) != 0, reverse = ctx.node.attr_int("reverse", 0) != 0;
   return numeric<CumSumKernel>(ctx, n, inner, exclusive, reverse);
@@ -366,7 +366,7 @@ std::unique_ptr<Kernel> make_topk(PrepareContext& ctx, const KernelFactory& host
   host_prepare(ctx, host);
   const std::pair<int64_t, int64_t> split = axis_split(ctx, ctx.node.attr_int("axis", -1));
   const int64_t n = split.first, inner = split.second;
-  const int64_t k = cpu::ints_of(ctx, ctx.constant_input(1), "K").at(0);
+  const int64_t k = ops::ints_of(ctx, ctx.constant_input(1), "K").at(0);
   const bool largest = ctx.opset < 11 || ctx.node.attr_int("largest", 1) != 0;
   return numeric<TopKKernel>(ctx, n, inner, k, largest);
 }

@@ -123,7 +123,7 @@ CudaFactory loss(bool softmax) {
       if (wide) k = std::make_unique<LossKernel<T, int64_t>>(g, softmax, reduction, std::move(scratch));
       else k = std::make_unique<LossKernel<T, int32_t>>(g, softmax, reduction, std::move(scratch));
     });
-    if (!k) cpu::fail_dtype(ctx);
+    if (!k) ops::fail_dtype(ctx);
     return k;
   };
 }

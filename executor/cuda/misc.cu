@@ -1,7 +1,7 @@
 // Resize, Einsum, Dropout and onnxtrain.DropoutMask on CUDA.
 //
-// Resize and Einsum run their CPU factory at plan time and take its plan (executor/cpu/resize_taps.h,
-// executor/cpu/einsum_plan.h), so the equation, coordinate modes and interpolation weights have one source.
+// Resize and Einsum run their CPU factory at plan time and take its plan (executor/ops/resize_taps.h,
+// executor/ops/einsum_plan.h), so the equation, coordinate modes and interpolation weights have one source.
 // Resize applies the tap tables axis by axis, innermost first, accumulating in double like the CPU kernel;
 // Einsum runs one thread per output element over the summed indices, in the CPU's order.
 // Dropout draws from a counter-based stream of its own (a splitmix64 hash of seed, run and element), not the
@@ -11,10 +11,10 @@
 #include <memory>
 #include <random>
 
-#include "executor/cpu/einsum_plan.h"
-#include "executor/cpu/resize_taps.h"
 #include "executor/cuda/common.h"
 #include "executor/cuda/device_util.cuh"
+#include "executor/ops/einsum_plan.h"
+#include "executor/ops/resize_taps.h"
 #include "graph/error.h"
 
 namespace onnxtrain::cuda {
@@ -89,7 +89,7 @@ template <class T> class ResizeKernel final : public Kernel {
 
 std::unique_ptr<Kernel> make_resize(PrepareContext& ctx, const KernelFactory& host) {
   const std::unique_ptr<Kernel> cpu_kernel = host(ctx);
-  const auto* plan = dynamic_cast<const cpu::ResizeTaps*>(cpu_kernel.get());
+  const auto* plan = dynamic_cast<const ops::ResizeTaps*>(cpu_kernel.get());
   if (!plan) ctx.fail("internal: the CPU Resize kernel did not expose its tap tables");
   if (plan->planned_axes().empty()) return std::make_unique<DeviceCopyKernel>();
   std::vector<int64_t> shape = ctx.inputs[0].shape;
@@ -173,9 +173,9 @@ template <class T> class EinsumKernel final : public Kernel {
 
 std::unique_ptr<Kernel> make_einsum(PrepareContext& ctx, const KernelFactory& host) {
   const std::unique_ptr<Kernel> cpu_kernel = host(ctx);
-  const auto* planned = dynamic_cast<const cpu::EinsumPlanned*>(cpu_kernel.get());
+  const auto* planned = dynamic_cast<const ops::EinsumPlanned*>(cpu_kernel.get());
   if (!planned) ctx.fail("internal: the CPU Einsum kernel did not expose its plan");
-  const cpu::EinsumPlan& p = planned->plan();
+  const ops::EinsumPlan& p = planned->plan();
   const size_t nt = p.out_strides.size();
   if (nt > static_cast<size_t>(kMaxOperands) || p.out_dims.size() > static_cast<size_t>(kMaxIndices) ||
       p.sum_dims.size() > static_cast<size_t>(kMaxIndices))
@@ -197,7 +197,7 @@ std::unique_ptr<Kernel> make_einsum(PrepareContext& ctx, const KernelFactory& ho
     }
     k = std::make_unique<EinsumKernel<T>>(g);
   });
-  if (!k) cpu::fail_dtype(ctx);
+  if (!k) ops::fail_dtype(ctx);
   return k;
 }
 
@@ -258,7 +258,7 @@ std::unique_ptr<Kernel> make_dropout(PrepareContext& ctx, const KernelFactory& h
   host_prepare(ctx, host);
   // Before opset 12 the CPU factory accepts only is_test=1: no training mode input, so always the identity.
   const bool inputs_form = ctx.opset >= 12;
-  const bool has_ratio = inputs_form && cpu::has_input(ctx, 1), has_mode = inputs_form && cpu::has_input(ctx, 2);
+  const bool has_ratio = inputs_form && ops::has_input(ctx, 1), has_mode = inputs_form && ops::has_input(ctx, 2);
   if (has_ratio && ctx.inputs[1].dtype != DType::Float32 && ctx.inputs[1].dtype != DType::Float64)
     ctx.fail("ratio must be float32 or float64, got " + dtype_name(ctx.inputs[1].dtype));
   const bool seeded = ctx.node.has_attr("seed");

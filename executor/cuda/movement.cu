@@ -230,7 +230,7 @@ std::unique_ptr<Kernel> make_gather(PrepareContext& ctx, const KernelFactory& ho
   host_prepare(ctx, host);
   const std::vector<int64_t>& shape = ctx.inputs[0].shape;
   const auto rank = static_cast<int64_t>(shape.size());
-  const int64_t axis = cpu::normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank);
+  const int64_t axis = ops::normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank);
   int64_t inner = 1;
   for (int64_t d = axis + 1; d < rank; ++d) inner *= shape[d];
   const DType idx = ctx.inputs[1].dtype;

@@ -139,10 +139,10 @@ std::unique_ptr<Kernel> make_layer_norm(PrepareContext& ctx, const KernelFactory
   host_prepare(ctx, host);
   const std::vector<int64_t>& x = ctx.inputs[0].shape;
   const auto rank = static_cast<int64_t>(x.size());
-  const int64_t axis = cpu::normalize_axis(ctx, ctx.node.attr_int("axis", -1), rank);
+  const int64_t axis = ops::normalize_axis(ctx, ctx.node.attr_int("axis", -1), rank);
   const std::vector<int64_t> row(x.begin() + axis, x.end());
   const int64_t rows = numel_of(std::vector<int64_t>(x.begin(), x.begin() + axis)), len = numel_of(row);
-  const bool has_b = cpu::has_input(ctx, 2);
+  const bool has_b = ops::has_input(ctx, 2);
   const std::vector<int64_t>& ss = ctx.inputs[1].shape;
   const std::vector<int64_t>& bs = has_b ? ctx.inputs[2].shape : ss;
   RowParams p{ss == row && bs == row, {}};
@@ -154,7 +154,7 @@ std::unique_ptr<Kernel> make_layer_norm(PrepareContext& ctx, const KernelFactory
     using T = typename decltype(tag)::type;
     k = double_stats ? layer_norm<T, double>(rows, len, eps, p) : layer_norm<T, float>(rows, len, eps, p);
   });
-  if (!k) cpu::fail_dtype(ctx);
+  if (!k) ops::fail_dtype(ctx);
   return k;
 }
 
@@ -187,7 +187,7 @@ std::unique_ptr<Kernel> row_norm(PrepareContext& ctx, int64_t rows, int64_t len,
                                                         out[0]->ptr<T>());
     });
   });
-  if (!k) cpu::fail_dtype(ctx);
+  if (!k) ops::fail_dtype(ctx);
   return k;
 }
 
@@ -259,7 +259,7 @@ std::unique_ptr<Kernel> make_batch_norm(PrepareContext& ctx, const KernelFactory
                                                           in[4]->ptr<T>(), out[0]->ptr<T>(), run_mean, run_var);
     });
   });
-  if (!k) cpu::fail_dtype(ctx);
+  if (!k) ops::fail_dtype(ctx);
   return k;
 }
 
@@ -331,14 +331,14 @@ template <class T> class LayerNormGradKernel final : public Kernel {
 std::unique_ptr<Kernel> make_layer_norm_grad(PrepareContext& ctx, const KernelFactory& host) {
   host_prepare(ctx, host);
   const std::vector<int64_t>& x = ctx.inputs[1].shape;
-  const int64_t axis = cpu::normalize_axis(ctx, ctx.node.attr_int("axis", -1), static_cast<int64_t>(x.size()));
+  const int64_t axis = ops::normalize_axis(ctx, ctx.node.attr_int("axis", -1), static_cast<int64_t>(x.size()));
   const int64_t rows = numel_of(std::vector<int64_t>(x.begin(), x.begin() + axis));
   const int64_t len = numel_of(std::vector<int64_t>(x.begin() + axis, x.end()));
   std::unique_ptr<Kernel> k;
   dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
     k = std::make_unique<LayerNormGradKernel<typename decltype(tag)::type>>(rows, len);
   });
-  if (!k) cpu::fail_dtype(ctx);
+  if (!k) ops::fail_dtype(ctx);
   return k;
 }
 
@@ -399,7 +399,7 @@ std::unique_ptr<Kernel> make_batch_norm_grad(PrepareContext& ctx, const KernelFa
                                                                in[2]->ptr<T>(), out[0]->ptr<T>(), dscale, dbias);
     });
   });
-  if (!k) cpu::fail_dtype(ctx);
+  if (!k) ops::fail_dtype(ctx);
   return k;
 }
 

@@ -176,7 +176,7 @@ std::vector<bool> reduced_axes(const PrepareContext& ctx, int64_t axes_input_sin
   std::vector<int64_t> axes;
   const bool from_input = ctx.opset >= axes_input_since;
   if (from_input) {
-    if (ctx.inputs.size() > 1 && ctx.inputs[1].present()) axes = cpu::ints_of(ctx, ctx.constant_input(1), "axes");
+    if (ctx.inputs.size() > 1 && ctx.inputs[1].present()) axes = ops::ints_of(ctx, ctx.constant_input(1), "axes");
   } else {
     axes = ctx.node.attr_ints("axes");
   }
@@ -237,7 +237,7 @@ CudaFactory reduce(ReduceKind kind, int64_t axes_input_since) {
         k = reduce_for<T>(kind, g, reduce_init<T>(kind));
       });
     }
-    if (!k) cpu::fail_dtype(ctx);
+    if (!k) ops::fail_dtype(ctx);
     return k;
   };
 }
@@ -278,7 +278,7 @@ template <bool IsMax> std::unique_ptr<Kernel> make_arg(PrepareContext& ctx, cons
   host_prepare(ctx, host);
   const std::vector<int64_t>& shape = ctx.inputs[0].shape;
   const auto rank = static_cast<int64_t>(shape.size());
-  const int64_t axis = cpu::normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank);
+  const int64_t axis = ops::normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank);
   const bool last = ctx.opset >= 12 && ctx.node.attr_int("select_last_index", 0) != 0;
   int64_t inner = 1;
   for (int64_t d = axis + 1; d < rank; ++d) inner *= shape[d];
@@ -287,7 +287,7 @@ template <bool IsMax> std::unique_ptr<Kernel> make_arg(PrepareContext& ctx, cons
     using T = typename decltype(tag)::type;
     k = std::make_unique<ArgKernel<IsMax, T>>(shape[axis], inner, last);
   });
-  if (!k) cpu::fail_dtype(ctx);
+  if (!k) ops::fail_dtype(ctx);
   return k;
 }
 

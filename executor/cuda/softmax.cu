@@ -73,7 +73,7 @@ template <bool Log, bool Backward> std::unique_ptr<Kernel> make(PrepareContext& 
   dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
     k = std::make_unique<SoftmaxKernel<typename decltype(tag)::type, Backward>>(ctx, l, algo);
   });
-  if (!k) cpu::fail_dtype(ctx);
+  if (!k) ops::fail_dtype(ctx);
   return k;
 }
 

@@ -40,7 +40,7 @@ template <class Op, class... Ts> CudaFactory unary(Op (*make_op)(const Node&) = 
       using T = typename decltype(tag)::type;
       k = std::make_unique<UnaryKernel<Op, T, T>>(op);
     });
-    if (!k) cpu::fail_dtype(ctx);
+    if (!k) ops::fail_dtype(ctx);
     return k;
   };
 }
@@ -69,7 +69,7 @@ std::unique_ptr<Kernel> make_cast(PrepareContext& ctx, const KernelFactory& host
       k = std::make_unique<UnaryKernel<CastOp<TT>, TF, TT>>(CastOp<TT>{});
     });
   });
-  if (!k) cpu::fail_dtype(ctx);
+  if (!k) ops::fail_dtype(ctx);
   return k;
 }
 
@@ -106,7 +106,7 @@ std::unique_ptr<Kernel> make_clip(PrepareContext& ctx, const KernelFactory& host
     const auto [lo, hi] = clip_bounds<T>(ctx.node, from_inputs);
     k = std::make_unique<ClipKernel<T>>(lo, hi, from_inputs);
   });
-  if (!k) cpu::fail_dtype(ctx);
+  if (!k) ops::fail_dtype(ctx);
   return k;
 }
 
@@ -162,7 +162,7 @@ std::unique_ptr<Kernel> make_hardmax(PrepareContext& ctx, const KernelFactory& h
   const std::vector<int64_t>& shape = ctx.inputs[0].shape;
   const auto rank = static_cast<int64_t>(shape.size());
   const bool coerce = ctx.opset < 13;
-  const int64_t axis = cpu::normalize_axis(ctx, ctx.node.attr_int("axis", coerce ? 1 : -1), rank);
+  const int64_t axis = ops::normalize_axis(ctx, ctx.node.attr_int("axis", coerce ? 1 : -1), rank);
   int64_t outer = 1, len = shape[axis], inner = 1;
   for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
   for (int64_t d = axis + 1; d < rank; ++d) (coerce ? len : inner) *= shape[d];

@@ -3,20 +3,13 @@
 
 #include <algorithm>
 
+#include "executor/ops/kernel_util.h"
 #include "graph/error.h"
 #include "graph/window.h"
 
 namespace onnxtrain::ops {
 
 namespace {
-
-// The CPU backend's helper of the same name (executor/cpu/kernel_util.h), which this device-neutral file may not
-// include.
-const KernelInput& required_input(const PrepareContext& ctx, size_t i, const char* name) {
-  if (i >= ctx.inputs.size() || !ctx.inputs[i].present())
-    ctx.fail("input " + std::to_string(i) + " (" + name + ") is required");
-  return ctx.inputs[i];
-}
 
 // Kernel dims from the attribute, else from the weights' trailing dims (they must agree when both exist).
 std::vector<int64_t> kernel_dims(const PrepareContext& ctx, const std::vector<int64_t>& w_shape) {
@@ -38,27 +31,50 @@ std::vector<int64_t> spatial_attr(const PrepareContext& ctx, const std::string& 
   return v;
 }
 
+namespace {
+
+// The attributes Conv, ConvTranspose and pooling share, read for `kernel`'s spatial dims: strides and dilations
+// (each >= 1, as is the kernel), pads and auto_pad.
+struct WindowAttrs {
+  std::vector<int64_t> strides, dilations, pads;  // pads: the r begins, then the r ends
+  std::string auto_pad;
+};
+
+WindowAttrs window_attrs(const PrepareContext& ctx, const std::vector<int64_t>& kernel) {
+  const size_t r = kernel.size();
+  WindowAttrs a;
+  a.strides = spatial_attr(ctx, "strides", r, 1);
+  a.dilations = spatial_attr(ctx, "dilations", r, 1);
+  a.pads = ctx.node.attr_ints("pads", std::vector<int64_t>(2 * r, 0));
+  if (a.pads.size() != 2 * r)
+    ctx.fail("attribute 'pads' has " + std::to_string(a.pads.size()) + " entries, expected " + std::to_string(2 * r));
+  a.auto_pad = ctx.node.attr_string("auto_pad", "NOTSET");
+  if (!is_auto_pad(a.auto_pad))
+    ctx.fail("auto_pad '" + a.auto_pad + "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+  for (size_t i = 0; i < r; ++i)
+    if (kernel[i] < 1 || a.strides[i] < 1 || a.dilations[i] < 1)
+      ctx.fail("kernel, strides and dilations must be >= 1, got " + std::to_string(kernel[i]) + ", " +
+               std::to_string(a.strides[i]) + ", " + std::to_string(a.dilations[i]) + " for spatial dim " +
+               std::to_string(i));
+  return a;
+}
+
+}  // namespace
+
 void window_geometry(const PrepareContext& ctx, const std::vector<int64_t>& x_shape, const std::vector<int64_t>& kernel,
                      bool ceil_mode, Geo& g) {
   const size_t r = x_shape.size() - 2;
   if (r < 1 || r > kMaxSpatial)
     ctx.fail("input " + shape_string(x_shape) + " must have 1 to 3 spatial dims (rank 3 to 5)");
   g.rank = r;
-  const std::vector<int64_t> strides = spatial_attr(ctx, "strides", r, 1);
-  const std::vector<int64_t> dil = spatial_attr(ctx, "dilations", r, 1);
-  std::vector<int64_t> pads = ctx.node.attr_ints("pads", std::vector<int64_t>(2 * r, 0));
-  if (pads.size() != 2 * r)
-    ctx.fail("attribute 'pads' has " + std::to_string(pads.size()) + " entries, expected " + std::to_string(2 * r));
-  const std::string auto_pad = ctx.node.attr_string("auto_pad", "NOTSET");
-  if (!is_auto_pad(auto_pad)) ctx.fail("auto_pad '" + auto_pad + "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+  if (kernel.size() != r)
+    ctx.fail("kernel has " + std::to_string(kernel.size()) + " dims for input " + shape_string(x_shape));
+  const WindowAttrs a = window_attrs(ctx, kernel);
   const size_t off = kMaxSpatial - r;
   for (size_t i = 0; i < r; ++i) {
-    const int64_t in = x_shape[2 + i], k = kernel[i], s = strides[i], d = dil[i];
-    if (k < 1 || s < 1 || d < 1)
-      ctx.fail("kernel, strides and dilations must be >= 1, got " + std::to_string(k) + ", " + std::to_string(s) +
-               ", " + std::to_string(d) + " for spatial dim " + std::to_string(i));
-    if (auto_pad == "NOTSET" && (pads[i] < 0 || pads[i + r] < 0)) ctx.fail("pads must be non-negative");
-    const WindowDim w = forward_window(in, (k - 1) * d + 1, s, pads[i], pads[i + r], auto_pad, ceil_mode);
+    const int64_t in = x_shape[2 + i], k = kernel[i], s = a.strides[i], d = a.dilations[i];
+    if (a.auto_pad == "NOTSET" && (a.pads[i] < 0 || a.pads[i + r] < 0)) ctx.fail("pads must be non-negative");
+    const WindowDim w = forward_window(in, (k - 1) * d + 1, s, a.pads[i], a.pads[i + r], a.auto_pad, ceil_mode);
     const int64_t out = w.out, pb = w.pad_begin, pe = w.pad_end;
     if (out <= 0) ctx.fail("the window does not fit: input " + shape_string(x_shape) + " gives an empty output");
     g.in[off + i] = in;
@@ -112,15 +128,8 @@ Geo conv_transpose_geometry(const PrepareContext& ctx, Dims3& right_pad) {
   const size_t r = x.shape.size() - 2;
   g.rank = r;
   const std::vector<int64_t> k = kernel_dims(ctx, w.shape);
-  const std::vector<int64_t> strides = spatial_attr(ctx, "strides", r, 1);
-  const std::vector<int64_t> dil = spatial_attr(ctx, "dilations", r, 1);
+  const WindowAttrs a = window_attrs(ctx, k);
   const std::vector<int64_t> opad = spatial_attr(ctx, "output_padding", r, 0);
-  std::vector<int64_t> pads = ctx.node.attr_ints("pads", std::vector<int64_t>(2 * r, 0));
-  if (pads.size() != 2 * r)
-    ctx.fail("attribute 'pads' has " + std::to_string(pads.size()) + " entries, expected " + std::to_string(2 * r));
-  const std::string auto_pad = ctx.node.attr_string("auto_pad", "NOTSET");
-  if (!is_auto_pad(auto_pad))
-    ctx.fail("auto_pad '" + auto_pad + "' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
   std::vector<int64_t> oshape;
   if (ctx.node.has_attr("output_shape")) {
     oshape = ctx.node.attr_ints("output_shape");
@@ -130,12 +139,11 @@ Geo conv_transpose_geometry(const PrepareContext& ctx, Dims3& right_pad) {
   const size_t off = kMaxSpatial - r;
   right_pad = {0, 0, 0};
   for (size_t i = 0; i < r; ++i) {
-    const int64_t in = x.shape[2 + i], s = strides[i], d = dil[i], ext = (k[i] - 1) * d + 1;
-    if (k[i] < 1 || s < 1 || d < 1) ctx.fail("kernel, strides and dilations must be >= 1");
+    const int64_t in = x.shape[2 + i], s = a.strides[i], d = a.dilations[i], ext = (k[i] - 1) * d + 1;
     const int64_t total = s * (in - 1) + opad[i] + ext - (oshape.empty() ? in * s : oshape[i]);
-    if (oshape.empty() && (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") && total < 0)
+    if (oshape.empty() && (a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER") && total < 0)
       ctx.fail("negative total padding");
-    const WindowDim w = transposed_window(in, ext, s, opad[i], pads[i], pads[i + r], auto_pad,
+    const WindowDim w = transposed_window(in, ext, s, opad[i], a.pads[i], a.pads[i + r], a.auto_pad,
                                           oshape.empty() ? std::nullopt : std::optional<int64_t>(oshape[i]));
     const int64_t out = w.out, pb = w.pad_begin, pe = w.pad_end;
     if (out <= 0) ctx.fail("the output would be empty for input " + shape_string(x.shape));

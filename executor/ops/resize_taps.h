@@ -1,13 +1,13 @@
 #pragma once
 // Resize's plan-time tap tables, shared by the CPU kernel (executor/cpu/resize.cpp, which builds them) and its
 // CUDA twin (executor/cuda/misc.cu, which uploads and applies them), so both backends interpolate with the
-// same weights.
+// same weights. Device-neutral: plain host data, the cubic kernel, and the interface the CPU kernel implements.
 #include <cmath>
 #include <cstdint>
 #include <utility>
 #include <vector>
 
-namespace onnxtrain::cpu {
+namespace onnxtrain::ops {
 
 // One resized axis: output o reads inputs index[o*n + k] with weights weight[o*n + k], or is the extrapolation
 // value when outside[o] (tf_crop_and_resize beyond the input).
@@ -54,4 +54,4 @@ class ResizeTaps {
   virtual double extrapolation() const = 0;
 };
 
-}  // namespace onnxtrain::cpu
+}  // namespace onnxtrain::ops

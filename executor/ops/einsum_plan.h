@@ -1,10 +1,11 @@
 #pragma once
 // Einsum's plan-time index plan, built by the CPU kernel (executor/cpu/misc.cpp) and read by its CUDA twin
-// (executor/cuda/misc.cu), so both backends parse the equation once, the same way.
+// (executor/cuda/misc.cu), so both backends parse the equation once, the same way. Device-neutral: plain host
+// data and the interface the CPU kernel implements.
 #include <cstdint>
 #include <vector>
 
-namespace onnxtrain::cpu {
+namespace onnxtrain::ops {
 
 // out[o] = sum over the summed indices s of prod_t operand_t[o . out_strides[t] + s . sum_strides[t]].
 struct EinsumPlan {
@@ -21,4 +22,4 @@ class EinsumPlanned {
   virtual const EinsumPlan& plan() const = 0;
 };
 
-}  // namespace onnxtrain::cpu
+}  // namespace onnxtrain::ops
