@@ -171,6 +171,7 @@ std::vector<Function> fused_grad_functions() {
   for (Function& f : fused_conv_functions()) out.push_back(std::move(f));
   for (Function& f : fused_spatial_functions()) out.push_back(std::move(f));
   for (Function& f : fused_recurrent_functions()) out.push_back(std::move(f));
+  out.push_back(dropout_mask_function());  // the training forward's adapter dropout, not a gradient
   return out;
 }
 

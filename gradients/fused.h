@@ -42,6 +42,10 @@
 //   outputs, likewise (default Sigmoid/Tanh, linear_before_reset read by reference, B required), and
 //   LSTMGrad(X, W, R, B, sequence_lens, initial_h, initial_c, P, dY, dY_h, dY_c) -> (dX, dW, dR, dB, -,
 //   dinitial_h, dinitial_c, dP) (default activations, no peepholes, input_forget 0).
+// Not a gradient but in the same domain and list, since the training graphs carry it the same way:
+//   DropoutMask(x, counter) -> mask, attributes seed (int) and ratio (float): LoRA adapter dropout's
+//   counter-based mask (training/adapters.h). Its body (gradients/fused_dropout.cpp) computes the kernel's bits
+//   exactly, in int64 base-256 digits; needs opset 14. add_lora_dropout always sets both attributes.
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,6 +62,9 @@ void add_gather_grad_functions(std::vector<Function>& out);  // GatherGrad, SumT
 
 // The convolution family's bodies (gradients/fused_conv.cpp), part of fused_grad_functions().
 std::vector<Function> fused_conv_functions();
+
+// DropoutMask's body (gradients/fused_dropout.cpp), part of fused_grad_functions().
+Function dropout_mask_function();
 
 // Why the standard-ONNX function body of fused op node `n` would not compute what its native kernel computes,
 // naming the attribute or input at fault; "" when it would (and for ops with no body). The recurrent grads'

@@ -130,13 +130,15 @@ Model TrainingSession::checkpoint_shell() const {
   // graph, but a checkpoint must still be written, and onnxtrain resumes it with its own kernels.
   const int64_t onnx_opset = std::max<int64_t>(m.opset(""), 13);
   m.opset_imports[""] = onnx_opset;
+  // The main graph is searched too: with adapter dropout it is the training forward, holding DropoutMask nodes.
   for (Function f : fused_grad_functions()) {
     bool used = false, refused = false;
-    for (const Node& n : alg.nodes) {
-      if (n.op_type != f.name || n.domain != f.domain) continue;
-      used = true;
-      refused = refused || !fused_body_refusal(n).empty();
-    }
+    for (const std::vector<Node>* nodes : {&m.graph.nodes, &alg.nodes})
+      for (const Node& n : *nodes) {
+        if (n.op_type != f.name || n.domain != f.domain) continue;
+        used = true;
+        refused = refused || !fused_body_refusal(n).empty();
+      }
     if (!used || refused || m.find_function(f.domain, f.name)) continue;
     f.opset_imports[""] = onnx_opset;
     m.opset_imports[f.domain] = 1;

@@ -279,7 +279,9 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
     const bool gather = f.name == "GatherGrad", sum_to = f.name == "SumToShape";
     const bool roi = f.name == "MaxRoiPoolGrad", grid = f.name == "GridSampleGrad", rnn = f.name == "RNNGrad" || f.name == "GRUGrad";
     const bool lstm = f.name == "LSTMGrad";
-    const std::vector<std::string> ins = ln       ? std::vector<std::string>{"dY", "X", "Scale", "Mean", "InvStdDev"}
+    const bool dropout = f.name == "DropoutMask";  // not a gradient: LoRA adapter dropout's mask
+    const std::vector<std::string> ins = dropout  ? std::vector<std::string>{"x", "counter"}
+                                         : ln     ? std::vector<std::string>{"dY", "X", "Scale", "Mean", "InvStdDev"}
                                          : roi    ? std::vector<std::string>{"dY", "X", "rois"}
                                          : grid   ? std::vector<std::string>{"dY", "X", "grid"}
                                          : lstm   ? std::vector<std::string>{"X", "W", "R", "B", "sequence_lens",
@@ -293,7 +295,8 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
                                          : gather ? std::vector<std::string>{"dY", "indices", "shape"}
                                          : sum_to ? std::vector<std::string>{"dY", "shape"}
                                                   : std::vector<std::string>{"dY", "Y"};
-    const std::vector<std::string> outs = ln || bn ? std::vector<std::string>{"dX", "dScale", "dBias"}
+    const std::vector<std::string> outs = dropout  ? std::vector<std::string>{"mask"}
+                                          : ln || bn ? std::vector<std::string>{"dX", "dScale", "dBias"}
                                           : conv     ? std::vector<std::string>{"dX", "dW", "dB"}
                                           : grid     ? std::vector<std::string>{"dX", "dGrid"}
                                           : lstm     ? std::vector<std::string>{"dX", "dW", "dR", "dB", "dsequence_lens",
@@ -311,12 +314,13 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
         EXPECT_TRUE(std::count(defined.begin(), defined.end(), i)) << f.name << ": '" << i << "' used before defined";
       defined.insert(defined.end(), n.outputs.begin(), n.outputs.end());
     }
-    EXPECT_TRUE(std::count(defined.begin(), defined.end(), "dX")) << f.name;
+    for (const std::string& o : f.outputs)
+      EXPECT_TRUE(std::count(defined.begin(), defined.end(), o)) << f.name << ": " << o;
   }
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"AveragePoolGrad", "BatchNormalizationGrad", "ConvGrad", "GRUGrad",
-                                              "GatherGrad", "GeluGrad", "GeluTanhGrad", "GridSampleGrad", "LSTMGrad",
-                                              "LayerNormalizationGrad", "LogSoftmaxGrad", "MaxPoolGrad",
+  EXPECT_EQ(names, (std::vector<std::string>{"AveragePoolGrad", "BatchNormalizationGrad", "ConvGrad", "DropoutMask",
+                                              "GRUGrad", "GatherGrad", "GeluGrad", "GeluTanhGrad", "GridSampleGrad",
+                                              "LSTMGrad", "LayerNormalizationGrad", "LogSoftmaxGrad", "MaxPoolGrad",
                                               "MaxRoiPoolGrad", "RNNGrad", "ReluGrad", "SigmoidGrad", "SoftmaxGrad",
                                               "SumToShape", "TanhGrad"}));
 
@@ -460,6 +464,14 @@ TEST(FusedFunctions, BodiesAreStandardOnnxAndWellFormed) {
       m.graph.nodes.push_back(n);
       m.graph.outputs.push_back({n.outputs[0], {DType::Float32, Shape{d(2), d(3), d(5), d(6)}}});
       m.graph.outputs.push_back({n.outputs[1], {DType::Float32, Shape{d(2), d(4), d(3), d(2)}}});
+      continue;
+    } else if (f.name == "DropoutMask") {  // the mask of dy's shape for an int64 scalar counter
+      m.graph.initializers["dropout_counter"] = TensorData::scalar<int64_t>(3);
+      n.inputs = {"dy", "dropout_counter"};
+      n.outputs = {f.name + "_out"};
+      n.attributes = {{"seed", int64_t{7}}, {"ratio", 0.25f}};
+      m.graph.nodes.push_back(n);
+      m.graph.outputs.push_back({n.outputs[0], {DType::Bool, Shape{d(2), d(3)}}});
       continue;
     } else if (f.name == "AveragePoolGrad") {  // 2x2 average pooling of a [1, 1, 4, 4] input
       using I = std::vector<int64_t>;
