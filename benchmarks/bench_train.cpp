@@ -226,18 +226,16 @@ int main(int argc, char** argv) {
     // state. Resetting only the weights would carry Adam's moments and step count, or SGD's momentum buffers,
     // from one run into the next; torch's harness likewise builds a new model and optimizer per run. Building
     // the session (planning included) stays outside the timer, as torch's build(w) does.
-    std::unique_ptr<TrainingSession> s;
-    std::unique_ptr<ReplicatedSession> replicated;
+    std::unique_ptr<Session> s;
     // A fresh session (or set of replicas): the previous one's memory goes before the next one is planned.
     auto build = [&] {
       s.reset();
-      replicated.reset();
-      if (a.replicas > 1) replicated = std::make_unique<ReplicatedSession>(model, cfg, a.replicas);
+      if (a.replicas > 1) s = std::make_unique<ReplicatedSession>(model, cfg, a.replicas);
       else s = std::make_unique<TrainingSession>(model, cfg);
     };
     build();
-    const std::string target = replicated ? replicated->primary().target_name() : s->target_name();
-    auto step = [&](const Feeds& f) { return replicated ? replicated->train_step(f) : s->train_step(f); };
+    const std::string target = s->target_name();
+    auto step = [&](const Feeds& f) { return s->train_step(f); };
 
     Tensor X = load_array(a.data, w->x), Y = load_array(a.data, w->y);
     const int64_t n = X.shape.at(0);
@@ -282,7 +280,7 @@ int main(int argc, char** argv) {
       for (int64_t r0 = 0; r0 < n; r0 += chunk) {
         const int64_t rows = std::min(chunk, n - r0);
         const Feeds in{{input, rows_view(X, r0, rows)}};
-        const Tensor p = (replicated ? replicated->infer(in) : s->infer(in)).at(0);
+        const Tensor p = s->infer(in).at(0);
         const Tensor y = target_view(r0, rows);
         const float* pv = p.ptr<float>();
         if (!ce) {
@@ -329,7 +327,7 @@ int main(int argc, char** argv) {
       cfg.profile = true;
       run(w->steps, nullptr);
       std::fprintf(stderr, "bench_train %s, %d thread(s): where one epoch's train_step time went\n%s", w->id.c_str(),
-                   a.threads, format_profile(replicated ? replicated->primary().profile() : s->profile(), a.profile_top).c_str());
+                   a.threads, format_profile(s->profile(), a.profile_top).c_str());
     }
 
     std::vector<double> metric;

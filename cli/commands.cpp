@@ -149,9 +149,9 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (!load_config_or_report("train", [&] { cfg = load_config(a.positional[0], a.sets); })) return kExitUsage;
   return run_guarded("train", &cfg, [&] {
     RunData data = load_run_data(cfg);
-    Sessions sessions = build_sessions(cfg, data);
-    TrainResult result = run(cfg, sessions, data);
-    return report(cfg, sessions, result);
+    std::unique_ptr<Session> session = build_session(cfg, data);
+    TrainResult result = run(cfg, *session, data);
+    return report(cfg, *session, result);
   });
 }
 
@@ -172,9 +172,9 @@ int cmd_resume(const std::vector<std::string>& argv) {
     RunData data = load_run_data(cfg);
     // The global batch stays the checkpoint's, whatever the number of ranks now (docs/distributed.md).
     cfg.batch_size = resumed_batch_size(ckpt, world()->size(), path);
-    Sessions sessions = restore_sessions(cfg, ckpt, path);
-    TrainResult result = run(cfg, sessions, data, Resume{ckpt, path});
-    return report(cfg, sessions, result);
+    std::unique_ptr<Session> session = restore_session(cfg, ckpt, path);
+    TrainResult result = run(cfg, *session, data, Resume{ckpt, path});
+    return report(cfg, *session, result);
   });
 }
 

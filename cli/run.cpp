@@ -61,11 +61,11 @@ struct Loaders {
 };
 
 // Data-parallel (mpirun): every rank reads its share of each epoch's order, batch_size rows per step.
-Loaders loaders_for(const RunConfig& cfg, Sessions& s, const RunData& data) {
-  TrainingSession& session = s.session();
+Loaders loaders_for(const RunConfig& cfg, const Session& session, const RunData& data) {
   return Loaders{
       DataLoader(make_feeds(cfg, session, data.train, "training"), cfg.batch_size,
-                 std::make_shared<RandomSampler>(data.train_rows, cfg.data.shuffle, cfg.data.seed, s.rank(), s.world_size()),
+                 std::make_shared<RandomSampler>(data.train_rows, cfg.data.shuffle, cfg.data.seed, session.rank(),
+                                                 session.world_size()),
                  cfg.data.drop_last),
       data.validation.empty()
           ? nullptr
@@ -86,42 +86,35 @@ TrainerOptions trainer_options(const RunConfig& cfg) {
   return opts;
 }
 
-// The one place that tells replicas from a single session; the common session interface (issue 28, point 1)
-// will let the Trainer take either and remove this branch.
-Trainer trainer_for(Sessions& s, DataLoader& train, const TrainerOptions& opts) {
-  return s.replicas() ? Trainer(*s.replicas(), train, opts) : Trainer(s.session(), train, opts);
-}
-
-void add_callbacks(Trainer& trainer, const RunConfig& cfg, Sessions& s, const std::filesystem::path& out,
+void add_callbacks(Trainer& trainer, const RunConfig& cfg, const std::filesystem::path& out,
                    bool validates) {
   std::vector<std::string> columns;
   if (validates)
     for (const std::string& m : cfg.metrics) columns.push_back("val_" + m);
-  if (s.rank() == 0) trainer.add_callback(std::make_shared<Progress>(cfg.progress));
+  if (trainer.rank() == 0) trainer.add_callback(std::make_shared<Progress>(cfg.progress));
   trainer.add_callback(std::make_shared<MetricsLog>(out / cfg.log_file, columns, cfg.log_format == "auto" ? "" : cfg.log_format,
                                                     cfg.log_every));
   trainer.add_callback(std::make_shared<CheckpointEvery>(out / "checkpoints", cfg.checkpoint_every, static_cast<int>(cfg.keep_last)));
   if (cfg.patience > 0)
     trainer.add_callback(std::make_shared<EarlyStopping>(cfg.early_metric, cfg.patience, cfg.min_delta, cfg.early_mode));
-  if (auto hook = test_signal_hook(s.rank())) trainer.add_callback(hook);
+  if (auto hook = test_signal_hook(trainer.rank())) trainer.add_callback(hook);
 }
 
 // Rank 0 speaks for the job (banner, progress, report); the others print only errors.
-void silence_other_ranks(Sessions& s) {
+void silence_other_ranks(const Session& s) {
   const int rank = s.rank();
   if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) fail("stdout", "cannot silence rank " + std::to_string(rank));
 }
 
-void print_banner(const RunConfig& cfg, Sessions& s, const RunData& data, const Loaders& loaders,
+void print_banner(const RunConfig& cfg, const Session& session, const RunData& data, const Loaders& loaders,
                   const Trainer& trainer, bool resumed) {
-  TrainingSession& session = s.session();
-  const int world = s.world_size();
+  const int world = session.world_size();
   if (world > 1)
     std::printf("data-parallel: %d ranks (%s), batch %lld per rank (%lld per step)\n", world,
                 session.communicator()->backend().c_str(), static_cast<long long>(cfg.batch_size),
                 static_cast<long long>(cfg.batch_size) * world);
-  if (s.replicas())
-    std::printf("replicas: %d one-thread replicas, each on a part of every batch of %lld\n", s.replicas()->replicas(),
+  if (session.replicas() > 1)
+    std::printf("replicas: %d one-thread replicas, each on a part of every batch of %lld\n", session.replicas(),
                 static_cast<long long>(cfg.batch_size));
   std::printf("training %s on %s: %zu trainable tensors, %lld training rows%s, batch %lld, %s lr %g, %lld epochs\n",
               cfg.model.c_str(), cfg.device.c_str(), session.trainable().size(), static_cast<long long>(data.train_rows),
@@ -148,22 +141,21 @@ std::filesystem::path trained_model_path(const RunConfig& cfg) { return cfg.outp
 
 }  // namespace
 
-TrainResult run(const RunConfig& cfg, Sessions& sessions, const RunData& data, std::optional<Resume> resume) {
+TrainResult run(const RunConfig& cfg, Session& session, const RunData& data, std::optional<Resume> resume) {
   const std::filesystem::path out = output_folder(cfg);
-  Loaders loaders = loaders_for(cfg, sessions, data);
-  Trainer trainer = trainer_for(sessions, loaders.train, trainer_options(cfg));
+  Loaders loaders = loaders_for(cfg, session, data);
+  Trainer trainer(session, loaders.train, trainer_options(cfg));
   if (loaders.validation) trainer.set_validation(loaders.validation.get());
-  add_callbacks(trainer, cfg, sessions, out, loaders.validation != nullptr);
+  add_callbacks(trainer, cfg, out, loaders.validation != nullptr);
   if (resume) trainer.restore(resume->checkpoint, resume->source);
-  silence_other_ranks(sessions);
-  print_banner(cfg, sessions, data, loaders, trainer, resume.has_value());
+  silence_other_ranks(session);
+  print_banner(cfg, session, data, loaders, trainer, resume.has_value());
   TrainResult r = fit_until_interrupted(trainer);
-  sessions.session().export_inference(trained_model_path(cfg));
+  session.export_inference(trained_model_path(cfg));
   return r;
 }
 
-int report(const RunConfig& cfg, Sessions& sessions, const TrainResult& r) {
-  TrainingSession& session = sessions.session();
+int report(const RunConfig& cfg, Session& session, const TrainResult& r) {
   const std::filesystem::path out = cfg.output_dir();
   std::printf("stopped: %s after %lld steps (%lld epochs complete)\n", r.reason.c_str(), static_cast<long long>(r.steps),
               static_cast<long long>(r.epochs));

@@ -22,11 +22,11 @@ struct Resume {
 
 // Trains until the config's epochs or steps are done, early stopping ends the run, or Ctrl-C stops it at a step
 // boundary (a checkpoint is saved either way); prints the banner first and writes OUTPUT/model.onnx last.
-TrainResult run(const RunConfig& cfg, Sessions& sessions, const RunData& data,
+TrainResult run(const RunConfig& cfg, Session& session, const RunData& data,
                 std::optional<Resume> resume = std::nullopt);
 
 // Prints what the run did and where its files are; returns the exit code (0, 130 interrupted, 1 when it stopped
 // on too many skipped steps or diverged).
-int report(const RunConfig& cfg, Sessions& sessions, const TrainResult& result);
+int report(const RunConfig& cfg, Session& session, const TrainResult& result);
 
 }  // namespace onnxtrain::cli

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "distributed/mpi.h"
+#include "training/replicas.h"
 #include "graph/error.h"
 #include "graph/model_io.h"
 #include "optimizers/optimizer.h"
@@ -83,7 +84,7 @@ RunData load_run_data(const RunConfig& cfg) {
   return r;
 }
 
-std::map<std::string, Tensor> make_feeds(const RunConfig& cfg, const TrainingSession& s, const Dataset& data,
+std::map<std::string, Tensor> make_feeds(const RunConfig& cfg, const Session& s, const Dataset& data,
                                          const std::string& what) {
   const Graph& g = s.gradient_graph();
   std::vector<const ValueInfo*> feeds;
@@ -210,13 +211,13 @@ TrainingSession session_for(const RunConfig& cfg, Model model, int64_t train_row
 
 // `replicas:` copies made by `make`, one per replica. Replicas split one process's batches; MPI ranks each run
 // their own process. Both at once is not supported.
-Sessions replicated(const RunConfig& cfg, const ReplicatedSession::Factory& make) {
+std::unique_ptr<Session> replicated(const RunConfig& cfg, const ReplicatedSession::Factory& make) {
   if (world()->size() > 1)
     fail(cfg.source.string() + ": replicas", std::to_string(cfg.replicas) + " replicas cannot be combined with " +
                                                  std::to_string(world()->size()) + " MPI ranks; use one or the other");
   if (!replicas_run_on(cfg.device))
     fail(cfg.source.string() + ": replicas", "replicas run on the CPU; device is '" + cfg.device + "'");
-  return Sessions(std::make_unique<ReplicatedSession>(static_cast<int>(cfg.replicas), make));
+  return std::make_unique<ReplicatedSession>(static_cast<int>(cfg.replicas), make);
 }
 
 }  // namespace
@@ -234,23 +235,17 @@ const std::string* metadata_value(const Model& m, const std::string& key) {
   return nullptr;
 }
 
-Sessions::Sessions(TrainingSession single) : single_(std::make_unique<TrainingSession>(std::move(single))) {}
-Sessions::Sessions(std::unique_ptr<ReplicatedSession> replicas) : replicas_(std::move(replicas)) {}
-
-int Sessions::rank() { return !replicas_ && session().communicator() ? session().communicator()->rank() : 0; }
-int Sessions::world_size() { return !replicas_ && session().communicator() ? session().communicator()->size() : 1; }
-
-Sessions build_sessions(const RunConfig& cfg, const RunData& data) {
+std::unique_ptr<Session> build_session(const RunConfig& cfg, const RunData& data) {
   apply_threads(cfg);
   Model model = load_model(cfg.resolve(cfg.model));
   if (cfg.replicas > 1)
     return replicated(cfg, [&](const DataParallelSpec& spec) {
       return session_for(cfg, model, data.train_rows, spec.communicator);
     });
-  return Sessions(session_for(cfg, std::move(model), data.train_rows, world()));
+  return std::make_unique<TrainingSession>(session_for(cfg, std::move(model), data.train_rows, world()));
 }
 
-Sessions restore_sessions(const RunConfig& cfg, const Model& checkpoint, const std::string& path) {
+std::unique_ptr<Session> restore_session(const RunConfig& cfg, const Model& checkpoint, const std::string& path) {
   apply_threads(cfg);
   if (cfg.replicas > 1)
     return replicated(cfg, [&](const DataParallelSpec& spec) {
@@ -258,7 +253,7 @@ Sessions restore_sessions(const RunConfig& cfg, const Model& checkpoint, const s
     });
   DataParallelSpec spec = cfg.training.parallel;  // the distributed.* keys
   spec.communicator = world();
-  return Sessions(TrainingSession::from_checkpoint(checkpoint, path, spec, cfg.device));
+  return std::make_unique<TrainingSession>(TrainingSession::from_checkpoint(checkpoint, path, spec, cfg.device));
 }
 
 TrainingSession evaluation_session(const RunConfig& cfg, const std::string& model_path) {

@@ -1,5 +1,5 @@
 #pragma once
-// Setting a run up, for train, resume and eval: the config's data, and the session or replicas that train on it.
+// Setting a run up, for train, resume and eval: the config's data, and the session that trains on it.
 // cli/run.h runs what this builds.
 #include <map>
 #include <memory>
@@ -9,7 +9,8 @@
 #include "cli/config.h"
 #include "distributed/communicator.h"
 #include "training/data.h"
-#include "training/replicas.h"
+#include "training/session.h"
+#include "training/session_interface.h"
 
 namespace onnxtrain::cli {
 
@@ -32,7 +33,7 @@ struct RunData {
 RunData load_run_data(const RunConfig& cfg);
 
 // Feeds for the session (model inputs converted to their dtype and per-sample shape, the target to the loss's).
-std::map<std::string, Tensor> make_feeds(const RunConfig& cfg, const TrainingSession& s, const Dataset& data,
+std::map<std::string, Tensor> make_feeds(const RunConfig& cfg, const Session& s, const Dataset& data,
                                          const std::string& what);
 
 // Optimizer steps the run plans: max_steps, or epochs * batches / gradient_accumulation, where a batch is
@@ -48,33 +49,15 @@ Communicator* world_if_made();
 // A model's metadata value for `key` (checkpoints carry the run's config and format there), or null.
 const std::string* metadata_value(const Model& m, const std::string& key);
 
-// What a run trains: one session (alone, or one MPI rank of a job), or `replicas:` one-thread copies of it
-// in this process that split every batch.
-class Sessions {
- public:
-  explicit Sessions(TrainingSession single);
-  explicit Sessions(std::unique_ptr<ReplicatedSession> replicas);
-
-  // The session, or replica 0: every replica holds the same weights and state after each step, so reading
-  // (banner, export, profile, report) reads the run.
-  TrainingSession& session() { return replicas_ ? replicas_->replica0() : *single_; }
-  // Null for one session.
-  ReplicatedSession* replicas() { return replicas_.get(); }
-  // This process's data-parallel rank and the number of ranks. Replicas are one process, rank 0 of 1: they
-  // split the batches the loader gives instead of reading a share of the data.
-  int rank();
-  int world_size();
-
- private:
-  std::unique_ptr<TrainingSession> single_;
-  std::unique_ptr<ReplicatedSession> replicas_;
-};
-
+// What a run trains is one Session: a TrainingSession (alone, or one MPI rank of a job), or with `replicas:`
+// one-thread copies of it in this process that split every batch (a ReplicatedSession). Only these two
+// functions tell them apart.
+//
 // A new run: the config's model with its trainable weights, loss, optimizer and schedule. `data` sizes the
 // schedule when the config leaves total_steps to the run.
-Sessions build_sessions(const RunConfig& cfg, const RunData& data);
+std::unique_ptr<Session> build_session(const RunConfig& cfg, const RunData& data);
 // A resumed run: the checkpoint's graph, weights and optimizer state (the config it carries decides the rest).
-Sessions restore_sessions(const RunConfig& cfg, const Model& checkpoint, const std::string& path);
+std::unique_ptr<Session> restore_session(const RunConfig& cfg, const Model& checkpoint, const std::string& path);
 // `onnxtrain eval`: the model at `model_path` as a checkpoint restored, or as a plain model trained the
 // config's way (its loss is what eval reports).
 TrainingSession evaluation_session(const RunConfig& cfg, const std::string& model_path);

@@ -125,7 +125,7 @@ Model TrainingSession::checkpoint_shell() const {
   for (const std::string& name : state_names_) ti.initialization_binding.emplace_back(name, "init/" + name);
 
   // Fused gradient ops travel as functions with standard-op bodies, as in export_gradient_model. Where a body
-  // would not compute what the kernel computes for some node (fused_body_refusal: a bidirectional LSTM, say),
+  // would not compute what the kernel computes for some node (fused_body_refusal: an RNN with Relu activations, say),
   // the checkpoint carries no body for that op rather than a wrong one: export_gradient_model refuses such a
   // graph, but a checkpoint must still be written, and onnxtrain resumes it with its own kernels.
   const int64_t onnx_opset = std::max<int64_t>(m.opset(""), 13);

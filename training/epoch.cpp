@@ -43,7 +43,7 @@ double sum_of_squares(const Tensor& w) {
                                    : sum_of_squares(w.ptr<double>(), w.numel());
 }
 
-DType feed_dtype(const TrainingSession& s, const std::string& name) {
+DType feed_dtype(const Session& s, const std::string& name) {
   const Graph& g = s.training_graph();
   std::string all;
   for (const ValueInfo& v : g.inputs) {
@@ -54,11 +54,9 @@ DType feed_dtype(const TrainingSession& s, const std::string& name) {
   fail("sample_weight_feed '" + name + "'", "is not a feed of this session; its feeds are: " + all);
 }
 
-const TrainingSession& first_replica(const TrainingSession& s) { return s; }
-const TrainingSession& first_replica(const ReplicatedSession& s) { return s.primary(); }
+}  // namespace
 
-template <class Session>
-EpochResult run_epoch(Session& session, const Feeds& data, const Tensor* sample_weight, const EpochSpec& spec) {
+EpochResult train_epoch(Session& session, const Feeds& data, const Tensor* sample_weight, const EpochSpec& spec) {
   if (spec.batch_size < 1) fail("batch_size", "expected at least 1, got " + std::to_string(spec.batch_size));
   if (data.empty()) fail("data", "expected at least one feed");
   std::string rows;
@@ -80,7 +78,7 @@ EpochResult run_epoch(Session& session, const Feeds& data, const Tensor* sample_
     if (data.count(spec.sample_weight_feed))
       fail("sample_weight_feed '" + spec.sample_weight_feed + "'", "is also given in data; give the raw weights as "
                                                                     "sample_weight instead");
-    sw_type = feed_dtype(first_replica(session), spec.sample_weight_feed);
+    sw_type = feed_dtype(session, spec.sample_weight_feed);
     if (sw_type != DType::Float32 && sw_type != DType::Float64)
       fail("sample_weight_feed '" + spec.sample_weight_feed + "'", "expected a float or double feed, got " +
                                                                     dtype_name(sw_type));
@@ -178,18 +176,6 @@ EpochResult run_epoch(Session& session, const Feeds& data, const Tensor* sample_
     r.weight_sums.push_back(weight_sum);
   }
   return r;
-}
-
-}  // namespace
-
-EpochResult train_epoch(TrainingSession& session, const Feeds& data, const Tensor* sample_weight,
-                        const EpochSpec& spec) {
-  return run_epoch(session, data, sample_weight, spec);
-}
-
-EpochResult train_epoch(ReplicatedSession& session, const Feeds& data, const Tensor* sample_weight,
-                        const EpochSpec& spec) {
-  return run_epoch(session, data, sample_weight, spec);
 }
 
 }  // namespace onnxtrain

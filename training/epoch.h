@@ -8,8 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "training/replicas.h"
-#include "training/session.h"
+#include "training/session_interface.h"
 
 namespace onnxtrain {
 
@@ -42,10 +41,7 @@ struct EpochResult {
 // null or one raw weight per row (float32 or float64). Errors name the feed, index or weight at fault. A step
 // that throws (a non-finite loss with on_non_finite = "raise", before_step) ends the epoch there: the steps
 // before it were applied.
-EpochResult train_epoch(TrainingSession& session, const Feeds& data, const Tensor* sample_weight,
-                        const EpochSpec& spec);
-// The same over the replicas of a ReplicatedSession: each batch is split across them.
-EpochResult train_epoch(ReplicatedSession& session, const Feeds& data, const Tensor* sample_weight,
-                        const EpochSpec& spec);
+// Any session kind: replicas split each batch across them.
+EpochResult train_epoch(Session& session, const Feeds& data, const Tensor* sample_weight, const EpochSpec& spec);
 
 }  // namespace onnxtrain

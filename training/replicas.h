@@ -22,6 +22,7 @@
 
 #include "distributed/threads.h"
 #include "training/session.h"
+#include "training/session_interface.h"
 
 namespace onnxtrain {
 
@@ -29,7 +30,7 @@ namespace onnxtrain {
 // run where the CPU kernels run, on "cpu" and on the guarded test device (which is how CI checks their edges).
 bool replicas_run_on(const std::string& device);
 
-class ReplicatedSession {
+class ReplicatedSession final : public Session {
  public:
   // Builds replica r as make(parallel_r), each on its own thread (replica 0 on the caller's), at the same time:
   // data-parallel sessions broadcast replica 0's weights and state while they are built.
@@ -39,40 +40,75 @@ class ReplicatedSession {
   ReplicatedSession(const Model& model, const TrainingConfig& config, int replicas);
   // N replicas resumed from a trainable checkpoint (TrainingSession::from_checkpoint).
   static std::unique_ptr<ReplicatedSession> from_checkpoint(const std::filesystem::path& path, int replicas);
-  ~ReplicatedSession();
+  ~ReplicatedSession() override;
   ReplicatedSession(const ReplicatedSession&) = delete;
   ReplicatedSession& operator=(const ReplicatedSession&) = delete;
 
-  int replicas() const { return static_cast<int>(sessions_.size()); }
+  int replicas() const override { return static_cast<int>(sessions_.size()); }
 
   // One step on the whole batch: every feed is split along dimension 0 (the batch: the smallest first dimension;
   // a feed with k times as many, such as per-token targets flattened, is split in blocks of k). A batch with
-  // fewer rows than replicas leaves the extra ones standing in with weight 0. Returns the batch's loss. After an error raised by every replica alike (a
-  // non-finite loss with on_non_finite = "raise", a bad label in every part) the session can go on; after one
-  // raised by some replicas only, the replicas may be out of step and every later call throws.
-  float train_step(const Feeds& feeds);
-  // The model's outputs on replica 0 (one thread).
-  std::vector<Tensor> infer(const Feeds& inputs);
+  // fewer rows than replicas leaves the extra ones standing in with weight 0. Returns the batch's loss. After an
+  // error raised by every replica alike (a non-finite loss with on_non_finite = "raise", a bad label in every
+  // part) the session can go on; after one raised by some replicas only, the replicas may be out of step and
+  // every later call throws.
+  float train_step(const Feeds& feeds) override;
+  // The calls that change weights or state reach every replica, each on its replica's thread.
+  void set_weight(const std::string& name, const Tensor& value) override;
+  void set_learning_rate(double lr) override;
+  void end_epoch(double mean_loss) override;
 
   // Replica 0. Every replica holds the same weights and state after each step, so reading it (weights, state,
-  // checkpoint(), export) reads the replicated session. Change state only through the calls below or
-  // for_each, which reach every replica.
+  // checkpoint(), export) reads the replicated session; the calls below do.
   const TrainingSession& primary() const { return *sessions_.front(); }
-  // Replica 0 for calls that compute without changing weights or optimizer state (infer, gradients,
-  // run_forward/run_backward, profile), made from the caller's thread. Anything that changes them goes through
-  // the calls below, or the replicas drift apart.
-  TrainingSession& replica0() { return *sessions_.front(); }
-  const Tensor& weight_value(const std::string& name) const { return primary().weight_value(name); }
-  void set_weight(const std::string& name, const Tensor& value);
-  void set_learning_rate(double lr);
-  void end_epoch(double mean_loss);
+  // Computations that change no weights or state run on replica 0, from the caller's thread (infer on one
+  // OpenMP thread, as the replicas run).
+  std::vector<Tensor> infer(const Feeds& inputs) override;
+  Gradients gradients(const Feeds& feeds) override { return replica0().gradients(feeds); }
+  std::vector<Tensor> run_forward(const Feeds& inputs) override { return replica0().run_forward(inputs); }
+  std::map<std::string, Tensor> run_backward(const std::vector<std::optional<Tensor>>& output_grads) override {
+    return replica0().run_backward(output_grads);
+  }
+  bool stop_requested() const override { return primary().stop_requested(); }
+  const std::vector<std::string>& trainable() const override { return primary().trainable(); }
+  Tensor get_weight(const std::string& name) const override { return primary().get_weight(name); }
+  const Tensor& weight_value(const std::string& name) const override { return primary().weight_value(name); }
+  std::map<std::string, Tensor> weights() const override { return primary().weights(); }
+  double learning_rate() const override { return primary().learning_rate(); }
+  int64_t step() const override { return primary().step(); }
+  int64_t skipped_steps() const override { return primary().skipped_steps(); }
+  const std::string& last_skip_reason() const override { return primary().last_skip_reason(); }
+  int64_t train_step_calls() const override { return primary().train_step_calls(); }
+  float loss_scale() const override { return primary().loss_scale(); }
+  int64_t overflow_steps() const override { return primary().overflow_steps(); }
+  Tensor state(const std::string& name) const override { return primary().state(name); }
+  const std::vector<std::string>& state_names() const override { return primary().state_names(); }
+  Model checkpoint() const override { return primary().checkpoint(); }
+  Model checkpoint_shell() const override { return primary().checkpoint_shell(); }
+  TensorBytes stored_bytes() const override { return primary().stored_bytes(); }
   // Only replica 0 writes.
-  void save_checkpoint(const std::filesystem::path& path) const { primary().save_checkpoint(path); }
+  void save_checkpoint(const std::filesystem::path& path) const override { primary().save_checkpoint(path); }
+  Model export_inference() const override { return primary().export_inference(); }
+  void export_inference(const std::filesystem::path& path) const override { primary().export_inference(path); }
+  Model export_gradient_model() const override { return primary().export_gradient_model(); }
+  const TrainingConfig& config() const override { return primary().config(); }
+  const std::string& target_name() const override { return primary().target_name(); }
+  const Graph& training_graph() const override { return primary().training_graph(); }
+  const Graph& gradient_graph() const override { return primary().gradient_graph(); }
+  Device device() const override { return primary().device(); }
+  // Replica 0's plan: each replica's profile covers its part of the batch.
+  std::vector<StepTime> profile() const override { return primary().profile(); }
+  size_t arena_bytes() const override { return primary().arena_bytes(); }
+  size_t arena_update_bytes() const override { return primary().arena_update_bytes(); }
+  // Null: the replicas are one process (their own communicator joins the threads, inside train_step).
+  const std::shared_ptr<Communicator>& communicator() const override { return no_communicator_; }
+
   // Runs f on every replica at once, each on its replica's thread; rethrows the first error.
   void for_each(const std::function<void(TrainingSession&)>& f);
 
  private:
   struct Pool;
+  TrainingSession& replica0() { return *sessions_.front(); }
   // Runs job(ctx, r) for every replica r on its thread and waits; then rethrows as train_step describes.
   void run(void (*job)(void*, int), void* ctx, const char* what);
   void check_usable() const;
@@ -88,6 +124,7 @@ class ReplicatedSession {
   std::vector<std::pair<int64_t, int64_t>> rows_;  // per replica: first row, row count
   std::vector<float> losses_;
   int64_t batch_rows_ = -1;
+  std::shared_ptr<Communicator> no_communicator_;
 };
 
 }  // namespace onnxtrain

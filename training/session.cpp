@@ -34,57 +34,84 @@ TrainingSession TrainingSession::from_file(const std::filesystem::path& model, T
   return TrainingSession(load_model(model), std::move(config));
 }
 
+// The constructor's steps hand these along: the graphs being built and what each step leaves for the next.
+struct TrainingSession::Build {
+  int64_t dropout_steps = 0;                 // adapter dropout masks a checkpoint had drawn
+  std::vector<std::string> adapter_weights;  // the LoRA factors, when adapter is active
+  std::optional<Graph> compute;              // the model with mixed precision's casts, when asked for
+  std::optional<Graph> dropped;              // the training forward with adapter dropout, when asked for
+  std::string prediction;                    // the output the loss reads
+  Graph gradients, step;                     // model + loss + backward; the same + optimizer
+  std::optional<Graph> accumulate;           // the accumulate-only step, with gradient accumulation
+  std::vector<std::string> step_checked, micro_checked;  // what each step checks for NaN/Inf
+  std::vector<std::pair<std::string, std::string>> step_updates, accumulate_updates;  // (new value, state)
+};
+
 TrainingSession::TrainingSession(Model model, TrainingConfig config)
     : model_(std::move(model)),
       config_(std::move(config)),
       device_(parse_device(config_.device)),
       store_(std::make_shared<TensorStore>()) {
+  Build b;
+  adapt_model(b);            // adapters, static shapes; the model's large weights move to the store
+  build_forward_graphs(b);   // mixed precision's casts; adapter dropout for training
+  choose_trainable(b);       // which initializers train, and the checks on the configuration
+  build_gradient_graph(b);   // + loss (+ penalty) + backward
+  build_step_graphs(b);      // + collectives + optimizer; the accumulate-only step
+  compile(b);                // one executor per graph, sharing the store
+  if (config_.parallel.active()) synchronize_initial_state();  // rank 0's weights and state on every rank
+}
+
+const Graph& TrainingSession::forward_of(const Build& b) const { return b.compute ? *b.compute : model_.graph; }
+
+void TrainingSession::adapt_model(Build& b) {
   // A checkpoint's model is the training forward, adapter dropout included: the session keeps the model without
-  // it and adds it to its training graphs below, continuing from the steps drawn so far.
+  // it and adds it to its training graphs (build_forward_graphs), continuing from the steps drawn so far.
   const size_t nodes_before = model_.graph.nodes.size();
-  const int64_t dropout_steps = remove_lora_dropout(model_.graph);
+  b.dropout_steps = remove_lora_dropout(model_.graph);
   if (model_.graph.nodes.size() != nodes_before &&
       std::none_of(model_.graph.nodes.begin(), model_.graph.nodes.end(), [](const Node& n) { return n.domain == "onnxtrain"; }))
     model_.opset_imports.erase("onnxtrain");  // imported for DropoutMask alone: the exports do not need it
   fold_static_shapes(model_);  // exported slice bounds and pads become the constants gradient rules need
   validate_adapter(config_.adapter);
-  std::vector<std::string> adapter_weights;
   if (config_.adapter.active()) {
     std::vector<LoraAdapter> adapters = find_lora(model_.graph);
     if (adapters.empty()) adapters = apply_lora(model_, config_.adapter);
-    for (const LoraAdapter& a : adapters) adapter_weights.insert(adapter_weights.end(), {a.a, a.b});
+    for (const LoraAdapter& a : adapters) b.adapter_weights.insert(b.adapter_weights.end(), {a.a, a.b});
   }
   keep_in_store(model_.graph);  // before the graphs below copy it
+}
+
+void TrainingSession::build_forward_graphs(Build& b) {
   validate_mixed_precision(config_.mixed_precision);
   const bool mixed = config_.mixed_precision.active();
-  // The graph the session computes: the model, with mixed precision's casts when asked for.
-  std::optional<Graph> compute;
   if (mixed) {
     if (config_.optimizer.gradient_accumulation > 1)
       fail("mixed_precision", "does not support optimizer.gradient_accumulation > 1 yet");
     if (config_.parallel.active()) fail("mixed_precision", "does not support data-parallel training yet");
-    compute = model_.graph;
-    apply_mixed_precision(*compute, half_dtype(config_.mixed_precision));
+    b.compute = model_.graph;
+    apply_mixed_precision(*b.compute, half_dtype(config_.mixed_precision));
   }
-  const Graph& g = compute ? *compute : model_.graph;
-  if (g.outputs.empty()) fail("model", "has no outputs to train");
+  if (forward_of(b).outputs.empty()) fail("model", "has no outputs to train");
   // Adapter dropout exists in the training graphs only: inference, export and checkpoints' models compute the
   // adapters without it (as peft's eval mode does).
-  std::optional<Graph> dropped;
   if (config_.adapter.active() && config_.adapter.dropout != 0) {
-    dropped = model_.graph;
-    dropout_counter_ = add_lora_dropout(*dropped, config_.adapter);
-    if (!dropout_counter_.empty()) dropped->initializers.at(dropout_counter_) = TensorData::scalar(dropout_steps);
-    if (mixed) apply_mixed_precision(*dropped, half_dtype(config_.mixed_precision));
+    b.dropped = model_.graph;
+    dropout_counter_ = add_lora_dropout(*b.dropped, config_.adapter);
+    if (!dropout_counter_.empty()) b.dropped->initializers.at(dropout_counter_) = TensorData::scalar(b.dropout_steps);
+    if (mixed) apply_mixed_precision(*b.dropped, half_dtype(config_.mixed_precision));
   }
-  const std::string& dropout_counter = dropout_counter_;
-  const Graph& train_src = dropped ? *dropped : g;
+}
+
+void TrainingSession::choose_trainable(Build& b) {
+  const Graph& g = forward_of(b);
   trainable_ = config_.trainable;
-  if (!adapter_weights.empty()) {
+  if (!b.adapter_weights.empty()) {
     // The adapters, then the extra weights asked for (a new head); everything else is the frozen base.
+    std::vector<std::string> chosen = b.adapter_weights;
     for (const std::string& w : trainable_)
-      if (std::find(adapter_weights.begin(), adapter_weights.end(), w) == adapter_weights.end()) adapter_weights.push_back(w);
-    trainable_ = std::move(adapter_weights);
+      if (std::find(chosen.begin(), chosen.end(), w) == chosen.end()) chosen.push_back(w);
+    trainable_ = std::move(chosen);
   } else if (trainable_.empty()) {
     for (const auto& [name, t] : g.initializers)
       if (is_floating(t.dtype)) trainable_.push_back(name);
@@ -104,28 +131,32 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
     fail("check_every_value", "cannot be combined with on_non_finite 'skip' in data-parallel training (a rank would "
                               "skip before a collective the others wait in); debug with on_non_finite 'raise'");
   validate_optimizer(config_.optimizer, trainable_);  // before anything else reads the learning rate
-  std::string prediction = config_.prediction.empty() ? g.outputs.front().name : config_.prediction;
-  if (std::none_of(g.outputs.begin(), g.outputs.end(), [&](const ValueInfo& v) { return v.name == prediction; }))
-    fail("prediction '" + prediction + "'", "is not an output of the model");
+  b.prediction = config_.prediction.empty() ? g.outputs.front().name : config_.prediction;
+  if (std::none_of(g.outputs.begin(), g.outputs.end(), [&](const ValueInfo& v) { return v.name == b.prediction; }))
+    fail("prediction '" + b.prediction + "'", "is not an output of the model");
+}
 
-  // Gradients graph: model + loss + backward.
-  Graph gg = train_src;
-  LossGraph lg = append_loss(gg, prediction, config_.loss, model_.opset(""));
+void TrainingSession::build_gradient_graph(Build& b) {
+  const bool mixed = config_.mixed_precision.active();
+  Graph& gg = b.gradients;
+  gg = b.dropped ? *b.dropped : forward_of(b);
+  LossGraph lg = append_loss(gg, b.prediction, config_.loss, model_.opset(""));
   target_ = lg.target;
   loss_ = lg.loss;
-  if (auto r = label_range(config_.loss, g.type_of(prediction), target_)) labels_ = std::make_shared<LabelRange>(*r);
+  if (auto r = label_range(config_.loss, forward_of(b).type_of(b.prediction), target_))
+    labels_ = std::make_shared<LabelRange>(*r);
   if (config_.penalty.l1 != 0 || config_.penalty.l2 != 0) loss_ = append_penalty(gg, loss_, trainable_, config_.penalty);
   // Validated even when constant, so a bad key is reported rather than ignored.
   std::unique_ptr<LrSchedule> schedule = make_schedule(config_.schedule, config_.optimizer.learning_rate);
   if (config_.schedule.kind != "constant") schedule_ = std::move(schedule);
-  GraphBuilder b(gg, "seed/");
-  Expr loss = value(b, loss_);
-  Expr seed = scalar(b, loss.dtype(), 1.0);
+  GraphBuilder gb(gg, "seed/");
+  Expr loss = value(gb, loss_);
+  Expr seed = scalar(gb, loss.dtype(), 1.0);
   if (mixed) {
     if (loss.dtype() != DType::Float32)
       fail("mixed_precision", "needs a float32 loss; this model's loss is " + dtype_name(loss.dtype()));
     add_loss_scale_state(gg, config_.mixed_precision);
-    seed = value(b, kLossScale);  // the backward computes loss_scale * d(loss); unscaled below
+    seed = value(gb, kLossScale);  // the backward computes loss_scale * d(loss); unscaled below
   }
   GradientRequest req;
   req.wrt = trainable_;
@@ -139,13 +170,15 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   gg.outputs.clear();
   gg.outputs.push_back({loss_, loss.type});
   for (const std::string& w : trainable_) gg.outputs.push_back({grad_names_.at(w), *gg.type_of(grad_names_.at(w))});
+}
 
-  // Training-step graph: the same plus the optimizer.
-  Graph tg = gg;
+void TrainingSession::build_step_graphs(Build& b) {
+  const bool mixed = config_.mixed_precision.active();
+  Graph& tg = b.step;
+  tg = b.gradients;
   tg.outputs.resize(1);
   std::map<std::string, std::string> step_grads = grad_names_;
   // Checked after the reduction: a NaN on one rank reaches every rank's reduced values, and all must skip it.
-  std::vector<std::string> step_checked;
   // With accumulation and parallel.reduce_every_micro_batch false, the micro-batches stay local and the ranks
   // reduce the accumulated sums inside the update (one reduction per update); else each step's own gradients.
   const bool reduce_sums = config_.parallel.active() && config_.optimizer.gradient_accumulation > 1 &&
@@ -156,11 +189,11 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
     reduce_accumulated = [&](Graph& g, std::map<std::string, std::string>& sums) {
       reduce_gradients(g, sums);
       reduced_sums = sums;
-      step_checked = describe_guarded(g.outputs.front().name, sums);
+      b.step_checked = describe_guarded(g.outputs.front().name, sums);
     };
   } else {
     reduce_gradients(tg, step_grads);
-    step_checked = describe_guarded(tg.outputs.front().name, step_grads);
+    b.step_checked = describe_guarded(tg.outputs.front().name, step_grads);
   }
   OptimizerGraph og = append_optimizer(tg, step_grads, config_.optimizer, OptimizerPhase::Update, reduce_accumulated);
   lr_name_ = og.learning_rate;
@@ -173,45 +206,46 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
     guard_updates_with_loss_scale(tg, tg.outputs.front().name, guarded, og.updates, config_.mixed_precision);
     for (const std::string& n : loss_scale_state_names()) state_names_.push_back(n);
   }
-  updates_ = og.updates;
   // The dropout masks' counter: one more after every training step (an update or a micro-batch). Checkpoints
   // store it in their model (export_shell), so that a resumed run draws the masks the straight run would have.
   std::vector<std::pair<std::string, std::string>> counter_update;
   auto advance_counter = [&](Graph& step_graph) {
-    if (dropout_counter.empty()) return;
+    if (dropout_counter_.empty()) return;
     GraphBuilder cb(step_graph, "lora/dropout/");
-    const std::string next = cb.add("Add", {dropout_counter, cb.constant(TensorData::scalar<int64_t>(1), "one")});
+    const std::string next = cb.add("Add", {dropout_counter_, cb.constant(TensorData::scalar<int64_t>(1), "one")});
     cb.set_type(next, TypeInfo{DType::Int64, Shape{}});
-    counter_update = {{next, dropout_counter}};
+    counter_update = {{next, dropout_counter_}};
   };
   advance_counter(tg);
-  updates_.insert(updates_.end(), counter_update.begin(), counter_update.end());  // the checkpoint's update binding
-  std::optional<Graph> ag;
-  OptimizerGraph accumulate_og;
-  std::vector<std::string> micro_checked;
+  b.step_updates = og.updates;
+  b.step_updates.insert(b.step_updates.end(), counter_update.begin(), counter_update.end());
+  updates_ = b.step_updates;  // the checkpoint's update binding
   if (config_.optimizer.gradient_accumulation > 1) {
-    ag = gg;
-    ag->outputs.resize(1);
+    Graph& ag = b.accumulate.emplace(b.gradients);
+    ag.outputs.resize(1);
     // Reduced every micro-batch (the sum of the ranks' means is the mean of their sums), or kept local until the
     // update reduces their sum (reduce_sums).
     std::map<std::string, std::string> micro_grads = grad_names_;
-    if (!reduce_sums) reduce_gradients(*ag, micro_grads);
-    micro_checked = describe_guarded(ag->outputs.front().name, micro_grads);
-    accumulate_og = append_optimizer(*ag, micro_grads, config_.optimizer, OptimizerPhase::AccumulateOnly);
-    advance_counter(*ag);  // the same value's name in both graphs
+    if (!reduce_sums) reduce_gradients(ag, micro_grads);
+    b.micro_checked = describe_guarded(ag.outputs.front().name, micro_grads);
+    OptimizerGraph accumulate_og = append_optimizer(ag, micro_grads, config_.optimizer, OptimizerPhase::AccumulateOnly);
+    advance_counter(ag);  // the same value's name in both graphs
+    b.accumulate_updates = accumulate_og.updates;
+    b.accumulate_updates.insert(b.accumulate_updates.end(), counter_update.begin(), counter_update.end());
   }
-
   // With overlap: each reduction starts where its gradients are complete and is waited for where the optimizer
   // first reads it, now that the graphs are complete.
   place_collectives(tg);
-  if (ag) place_collectives(*ag);
+  if (b.accumulate) place_collectives(*b.accumulate);
+}
 
+void TrainingSession::compile(Build& b) {
   // The optimizer state's initial values, for checkpoints; then every graph hands its tensors to the store.
-  initialization_ = initialization_graph(tg, state_names_);
-  if (compute) keep_in_store(*compute);
-  keep_in_store(gg);
-  keep_in_store(tg);
-  if (ag) keep_in_store(*ag);
+  initialization_ = initialization_graph(b.step, state_names_);
+  if (b.compute) keep_in_store(*b.compute);
+  keep_in_store(b.gradients);
+  keep_in_store(b.step);
+  if (b.accumulate) keep_in_store(*b.accumulate);
 
   auto opsets = model_.opset_imports;
   opsets.emplace("onnxtrain", 1);  // fused gradient ops (ReluGrad, ...)
@@ -224,24 +258,21 @@ TrainingSession::TrainingSession(Model model, TrainingConfig config)
   }
   eo.variables.insert(trainable_.begin(), trainable_.end());
   eo.variables.insert(state_names_.begin(), state_names_.end());
-  if (!dropout_counter.empty()) eo.variables.insert(dropout_counter);
+  if (!dropout_counter_.empty()) eo.variables.insert(dropout_counter_);
   eo.check_every_value = config_.check_every_value;
-  infer_ = std::make_unique<Executor>(g, opsets, store_, eo);
-  grad_ = std::make_unique<Executor>(std::move(gg), opsets, store_, eo);
+  infer_ = std::make_unique<Executor>(forward_of(b), opsets, store_, eo);
+  grad_ = std::make_unique<Executor>(std::move(b.gradients), opsets, store_, eo);
   // The steps that write state check the loss and every gradient before anything is written (with mixed
   // precision the graph itself keeps the state on such a step, and counts it).
-  if (!mixed) eo.must_be_finite = step_checked;
-  eo.updates = og.updates;
-  eo.updates.insert(eo.updates.end(), counter_update.begin(), counter_update.end());
+  if (!config_.mixed_precision.active()) eo.must_be_finite = b.step_checked;
+  eo.updates = b.step_updates;
   eo.profile = config_.profile;  // only the training step: the other executors serve other calls
-  train_ = std::make_unique<Executor>(std::move(tg), opsets, store_, eo);
-  if (ag) {
-    eo.must_be_finite = micro_checked;
-    eo.updates = accumulate_og.updates;
-    eo.updates.insert(eo.updates.end(), counter_update.begin(), counter_update.end());
-    accumulate_ = std::make_unique<Executor>(std::move(*ag), opsets, store_, eo);
+  train_ = std::make_unique<Executor>(std::move(b.step), opsets, store_, eo);
+  if (b.accumulate) {
+    eo.must_be_finite = b.micro_checked;
+    eo.updates = b.accumulate_updates;
+    accumulate_ = std::make_unique<Executor>(std::move(*b.accumulate), opsets, store_, eo);
   }
-  if (config_.parallel.active()) synchronize_initial_state();
 }
 
 std::vector<std::string> TrainingSession::describe_guarded(const std::string& loss,

@@ -12,145 +12,90 @@
 #include <string>
 #include <vector>
 
-#include "training/data_parallel.h"
 #include "executor/device.h"
 #include "executor/executor.h"
 #include "graph/ir.h"
 #include "graph/model_io.h"  // TensorBytes
-#include "losses/loss.h"
-#include "losses/penalty.h"
-#include "optimizers/optimizer.h"
-#include "optimizers/schedule.h"
-#include "training/adapters.h"
 #include "training/forward_backward.h"
-#include "training/mixed_precision.h"
-#include "training/recompute.h"
+#include "training/session_interface.h"
+#include "training/training_config.h"
 
 namespace onnxtrain {
 
 class NonFiniteError;  // executor/finite.h
 struct LabelRange;      // training/labels.h
 
-struct TrainingConfig {
-  std::vector<std::string> trainable;  // initializer names; empty = every floating-point initializer
-  // Graph inputs whose gradients run_backward also returns (floating-point inputs of the model).
-  std::vector<std::string> inputs_requiring_grad;
-  std::string prediction;              // the model output the loss reads; empty = the first output
-  LossSpec loss;
-  // L1/L2 on every trainable weight, added to the loss (so train_step and gradients() report loss + penalty).
-  PenaltySpec penalty;
-  OptimizerSpec optimizer;
-  // The learning rate per optimizer step, written into "optim.lr" before each update. "constant" (the
-  // default) leaves the rate alone, so set_learning_rate() keeps working; any other kind overrides it.
-  ScheduleSpec schedule;
-  // Where the session runs: "cpu", "cuda" or "cuda:N" (or "guarded", the test device), read by parse_device()
-  // (executor/device.h) when the session is built; a CUDA name fails there, saying whether CUDA is not compiled
-  // in or no device is visible. Defaults to $ONNXTRAIN_DEVICE, else "cpu" (default_device_name()).
-  std::string device = default_device_name();
-  // Data-parallel training (docs/distributed.md): with a communicator of more than one rank, rank 0's weights
-  // and optimizer state are broadcast at construction, and each step averages the gradients (summed for
-  // loss.reduction "sum") and the loss across ranks before the optimizer. Every rank must then call
-  // train_step with its own shard of the batch at the same time. Not stored in checkpoints.
-  DataParallelSpec parallel;
-  // Numerical guard (docs/reliability.md): a NaN or Inf in the loss or a gradient is found on the step it
-  // appears and that step's update is never applied. "raise": train_step throws NonFiniteError naming the step
-  // and the tensor; "skip": train_step returns NaN and counts the step (skipped_steps()). Data-parallel, the
-  // values checked are the ones reduced over the ranks, so every rank takes the same decision.
-  std::string on_non_finite = "raise";
-  // Mixed precision (docs/trainer.md): MatMul/Gemm/Conv compute on float16 or bfloat16 values, weights stay
-  // float32, a dynamic loss scale (torch.amp.GradScaler's rule) guards the backward; a step whose loss or
-  // gradients are not finite is skipped and counted (overflow_steps()) instead of following on_non_finite.
-  MixedPrecisionSpec mixed_precision;
-  // Parameter-efficient fine-tuning (docs/lora.md): with kind "lora" the session rewrites the model with LoRA
-  // adapters on the targeted weights (training/adapters.h) and trains the adapters only, plus the weights
-  // `trainable` names (a fresh classification head, say); the base weights stay frozen. A model that already
-  // carries adapters (a checkpoint, an exported adapted model) keeps them and trains them on.
-  AdapterSpec adapter;
-  // Activation recomputation (docs/memory.md): the backward pass of train_step and gradients() recomputes the
-  // chosen forward activations ("auto", or node globs) from kept boundaries instead of keeping them alive.
-  // Losses and gradients are the same bits. run_forward/run_backward recompute too (run_forward keeps fewer values).
-  MemorySpec memory;
-  // Debugging aid: check every value a step computes, so the error names the node that first produced a
-  // NaN/Inf rather than the loss or gradient it reached. Costs a pass over every intermediate.
-  bool check_every_value = false;
-  // Time every step of the training-step plan (docs/performance.md "Profiling a step"); read with profile().
-  bool profile = false;
-};
-
-using Feeds = std::map<std::string, Tensor>;
-
-class TrainingSession {
+// The one-process session (data-parallel when config.parallel has a communicator); the Session interface's
+// calls are documented here.
+class TrainingSession final : public Session {
  public:
   TrainingSession(Model model, TrainingConfig config);
   static TrainingSession from_file(const std::filesystem::path& model, TrainingConfig config);
 
   // One step on a batch: the model's inputs plus the loss target (target_name()). Returns the loss before
   // the update; when data-parallel, the loss of the ranks' batches together (the same on every rank).
-  float train_step(const Feeds& feeds);
+  float train_step(const Feeds& feeds) override;
   // The model's outputs, in order.
-  std::vector<Tensor> infer(const Feeds& inputs);
+  std::vector<Tensor> infer(const Feeds& inputs) override;
   // Loss and the gradient of every trainable weight, without updating anything. This rank's own batch only:
   // no communication, also when data-parallel.
-  struct Gradients {
-    float loss = 0;
-    std::map<std::string, Tensor> grads;
-  };
-  Gradients gradients(const Feeds& feeds);
+  // (Session::Gradients: loss, and grads by weight name.)
+  Gradients gradients(const Feeds& feeds) override;
 
-  const std::vector<std::string>& trainable() const { return trainable_; }
-  const TrainingConfig& config() const { return config_; }
-  const std::string& target_name() const { return target_; }
+  const std::vector<std::string>& trainable() const override { return trainable_; }
+  const TrainingConfig& config() const override { return config_; }
+  const std::string& target_name() const override { return target_; }
   // The session's edge (docs/gpu.md): weights, state and every result below come back as host tensors, and
   // set_weight and feeds take tensors on any device, whatever device the session runs on.
-  Tensor get_weight(const std::string& name) const;  // a host copy
+  Tensor get_weight(const std::string& name) const override;  // a host copy
   // The live value of a trainable weight, not a copy, on the session's device: every step updates it in place
   // (read it between steps, through executor/transfer.h unless the session runs on the CPU).
-  const Tensor& weight_value(const std::string& name) const;
-  std::map<std::string, Tensor> weights() const;     // host copies of every trainable weight
-  void set_weight(const std::string& name, const Tensor& value);
+  const Tensor& weight_value(const std::string& name) const override;
+  std::map<std::string, Tensor> weights() const override;     // host copies of every trainable weight
+  void set_weight(const std::string& name, const Tensor& value) override;
   // The default group's learning rate. Setting it scales every parameter group's rate by the same factor
   // (as torch's schedulers do), so groups keep their ratio to the default.
-  double learning_rate() const;
-  void set_learning_rate(double lr);
+  double learning_rate() const override;
+  void set_learning_rate(double lr) override;
   // Optimizer updates applied so far ("optim.step"); micro-batches of an accumulation do not count.
-  int64_t step() const;
+  int64_t step() const override;
   // With on_non_finite = "skip": train_step calls whose update was not applied (micro-batches included; they
   // do not advance step()), and the report of the latest one ("" before the first, and after a resume). The
   // count is saved in checkpoints.
-  int64_t skipped_steps() const { return skipped_steps_; }
-  const std::string& last_skip_reason() const { return last_skip_reason_; }
+  int64_t skipped_steps() const override { return skipped_steps_; }
+  const std::string& last_skip_reason() const override { return last_skip_reason_; }
   // train_step calls so far, skipped ones and micro-batches included: the "training step N" of a non-finite
   // report. Saved in checkpoints, so a resumed run keeps numbering.
-  int64_t train_step_calls() const { return step_calls_; }
+  int64_t train_step_calls() const override { return step_calls_; }
   // With mixed precision: the current loss scale, and the steps skipped because of an overflow (both 0 without).
-  float loss_scale() const;
-  int64_t overflow_steps() const;
+  float loss_scale() const override;
+  int64_t overflow_steps() const override;
   // For epoch-based schedules (scikit-learn's adaptive): report an epoch's mean training loss, and ask whether
   // the schedule wants training to stop.
-  void end_epoch(double mean_loss);
-  bool stop_requested() const;
+  void end_epoch(double mean_loss) override;
+  bool stop_requested() const override;
   // A host copy of an optimizer state tensor by its documented name ("fc1.weight.exp_avg", "optim.step", ...).
-  Tensor state(const std::string& name) const;
-  const std::vector<std::string>& state_names() const { return state_names_; }
+  Tensor state(const std::string& name) const override;
+  const std::vector<std::string>& state_names() const override { return state_names_; }
   // The inference model with the current weights (no training_info, no optimizer state).
-  Model export_inference() const;
-  void export_inference(const std::filesystem::path& path) const;  // the same, saved atomically
+  Model export_inference() const override;
+  void export_inference(const std::filesystem::path& path) const override;  // the same, saved atomically
   // Trainable checkpoint (docs/checkpoint.md): the inference model with the current weights, plus
   // training_info[0] holding one training step, its update bindings and the optimizer state, plus the
   // configuration in metadata_props. Standard ONNX: inference runtimes run it and ignore training_info.
-  Model checkpoint() const;
+  Model checkpoint() const override;
   // checkpoint() and export_inference() without the copies: every tensor the session stores (weights,
   // optimizer state) is hollow (dtype and dims, no bytes; graph/model_io.h), and stored_bytes() reads them in
   // place until the next train_step. save_checkpoint and export_inference(path) stream them to the file this way
   // (docs/checkpoint.md, "Large models"). On a device other than the CPU they hold host copies instead.
-  Model checkpoint_shell() const;
+  Model checkpoint_shell() const override;
   // The model a checkpoint stores: the inference model, plus the training forward's adapter dropout nodes and
   // their step counter when adapter.dropout > 0 (docs/lora.md). export_inference never has them.
   Model export_shell() const;
-  TensorBytes stored_bytes() const;
+  TensorBytes stored_bytes() const override;
   // Atomic: temp file, fsync, rename. When data-parallel only rank 0 writes (the others return at once; the
   // ranks hold the same state), as for export_inference(path).
-  void save_checkpoint(const std::filesystem::path& path) const;
+  void save_checkpoint(const std::filesystem::path& path) const override;
   // Rebuilds the session a checkpoint was saved from; training continues bit-for-bit on CPU. Errors name the
   // file (or `source`).
   // `parallel` resumes data-parallel (every rank reads the same checkpoint). `device` is where the resumed
@@ -162,33 +107,42 @@ class TrainingSession {
   // A standard ONNX model of the gradients graph with the current weights: inputs are the model's plus the
   // target, outputs are the loss and "<weight>_grad" per trainable weight. Fused gradient ops ship as
   // model-local functions with standard-op bodies, so any ONNX runtime can run it.
-  Model export_gradient_model() const;
+  Model export_gradient_model() const override;
   // The Yield boundary (docs/yield.md), for an outside autograd that owns the loss: the model's outputs, in
   // order, keeping the activations the backward pass reads; then the gradients of the trainable weights and
   // of config.inputs_requiring_grad, by name, given one gradient per output (nullopt = zeros). Runs on this
   // session's weights: a train_step or set_weight between calls is seen by the next run_forward. The
   // forward/backward graphs are built on the first run_forward. See ForwardBackwardSession.
-  std::vector<Tensor> run_forward(const Feeds& inputs);
-  std::map<std::string, Tensor> run_backward(const std::vector<std::optional<Tensor>>& output_grads);
+  std::vector<Tensor> run_forward(const Feeds& inputs) override;
+  std::map<std::string, Tensor> run_backward(const std::vector<std::optional<Tensor>>& output_grads) override;
   // The session behind run_forward/run_backward (built on first use), for inspection.
   ForwardBackwardSession& forward_backward();
   // The full training-step graph (for inspection and for portable export).
-  const Graph& training_graph() const { return train_->graph(); }
+  const Graph& training_graph() const override { return train_->graph(); }
   // With TrainingConfig::profile: where train_step's time went, per step of its plan, most expensive first
   // (accumulation micro-batches not included). Empty without.
-  std::vector<StepTime> profile() const { return train_->profile(); }
-  const Graph& gradient_graph() const { return grad_->graph(); }
+  std::vector<StepTime> profile() const override { return train_->profile(); }
+  const Graph& gradient_graph() const override { return grad_->graph(); }
   // Bytes of the arena of train_step's latest plan (every intermediate value, placed by lifetime by the
   // memory planner; 0 before the first step): the activation memory that memory.recompute reduces.
-  size_t arena_bytes() const { return train_->last_plan() ? train_->last_plan()->arena_bytes() : 0; }
+  size_t arena_bytes() const override { return train_->last_plan() ? train_->last_plan()->arena_bytes() : 0; }
   // Of arena_bytes(), the optimizer's new weights and state, which the plan hands over to the store: the same at
   // every batch size and with or without recomputation. The rest is the activations, gradients and temporaries.
-  size_t arena_update_bytes() const { return train_->last_plan() ? train_->last_plan()->handed_over_bytes() : 0; }
+  size_t arena_update_bytes() const override { return train_->last_plan() ? train_->last_plan()->handed_over_bytes() : 0; }
   // The communicator of a data-parallel session; null otherwise.
-  const std::shared_ptr<Communicator>& communicator() const { return config_.parallel.communicator; }
-  Device device() const { return device_; }
+  const std::shared_ptr<Communicator>& communicator() const override { return config_.parallel.communicator; }
+  Device device() const override { return device_; }
 
  private:
+  // The constructor, step by step (session.cpp): each reads what the ones before it built.
+  struct Build;
+  void adapt_model(Build& b);
+  void build_forward_graphs(Build& b);
+  void choose_trainable(Build& b);
+  void build_gradient_graph(Build& b);
+  void build_step_graphs(Build& b);
+  void compile(Build& b);
+  const Graph& forward_of(const Build& b) const;  // the model as computed: with mixed precision's casts
   // from_checkpoint on a model it may take apart (the path overload's, loaded for it).
   static TrainingSession resume(Model&& checkpoint, const std::string& source, DataParallelSpec parallel,
                                 std::string device);

@@ -84,7 +84,7 @@ bool metric_higher_is_better(const std::string& metric) {
   return ends("accuracy") || ends("r2");
 }
 
-Evaluator::Evaluator(const TrainingSession& session, std::string prediction, std::string loss_kind)
+Evaluator::Evaluator(const Session& session, std::string prediction, std::string loss_kind)
     : store_(std::make_shared<TensorStore>()), target_(session.target_name()), loss_kind_(std::move(loss_kind)) {
   const Model m = session.export_inference();
   if (prediction.empty()) prediction = m.graph.outputs.at(0).name;
@@ -101,7 +101,7 @@ Evaluator::Evaluator(const TrainingSession& session, std::string prediction, std
   exec_ = std::make_unique<Executor>(std::move(g), opsets, store_, eo);
 }
 
-std::map<std::string, double> Evaluator::evaluate(const TrainingSession& session, DataLoader& data,
+std::map<std::string, double> Evaluator::evaluate(const Session& session, DataLoader& data,
                                                   const std::vector<std::string>& metrics) {
   for (const std::string& k : metrics)
     if (std::find(metric_kinds().begin(), metric_kinds().end(), k) == metric_kinds().end()) {
@@ -190,12 +190,7 @@ std::map<std::string, double> Evaluator::evaluate(const TrainingSession& session
   return r;
 }
 
-Trainer::Trainer(ReplicatedSession& replicas, DataLoader& train, TrainerOptions options)
-    : Trainer(replicas.replica0(), train, std::move(options)) {
-  replicas_ = &replicas;
-}
-
-Trainer::Trainer(TrainingSession& session, DataLoader& train, TrainerOptions options)
+Trainer::Trainer(Session& session, DataLoader& train, TrainerOptions options)
     : session_(session), train_(train), options_(std::move(options)) {
   if (options_.epochs < 1) fail("epochs", "expected an integer >= 1, got " + std::to_string(options_.epochs));
   if (options_.max_steps < 0) fail("max_steps", "expected an integer >= 0, got " + std::to_string(options_.max_steps));
@@ -268,7 +263,7 @@ TrainResult Trainer::fit() {
       const Feeds& f = train_.batch(batch_);
       const int64_t before = session_.step();
       const int64_t skipped_before = session_.skipped_steps();
-      const float loss = replicas_ ? replicas_->train_step(f) : session_.train_step(f);
+      const float loss = session_.train_step(f);
       const bool skipped = session_.skipped_steps() != skipped_before;
       ++batch_;
       if (skipped) ++epoch_skipped_;
@@ -297,8 +292,7 @@ TrainResult Trainer::fit() {
     e.metrics = validate();
     e.step = session_.step();
     e.seconds = since(epoch_start);
-    if (replicas_) replicas_->end_epoch(e.train_loss);
-    else session_.end_epoch(e.train_loss);
+    session_.end_epoch(e.train_loss);
     last_metrics_ = e.metrics;
     // The position moves before the callbacks run, so a checkpoint taken there resumes in the next epoch.
     ++epoch_;
@@ -347,8 +341,6 @@ void Trainer::save_checkpoint(const std::filesystem::path& path) const {
   save_model_large(m, path, {}, session_.stored_bytes());
 }
 
-int Trainer::rank() const { return !replicas_ && session_.communicator() ? session_.communicator()->rank() : 0; }
-int Trainer::world_size() const { return !replicas_ && session_.communicator() ? session_.communicator()->size() : 1; }
 
 namespace {
 

@@ -1,5 +1,5 @@
 #pragma once
-// Trainer: the training loop over a TrainingSession and a DataLoader, with callbacks (progress, checkpoints,
+// Trainer: the training loop over a Session (any kind: training/session_interface.h) and a DataLoader, with callbacks (progress, checkpoints,
 // early stopping, metrics files), validation metrics, Ctrl-C handling and resumable position. docs/trainer.md.
 //
 //   Trainer t(session, train_loader, opts);
@@ -18,8 +18,7 @@
 
 #include "training/checkpoint.h"
 #include "training/data.h"
-#include "training/replicas.h"
-#include "training/session.h"
+#include "training/session_interface.h"
 
 namespace onnxtrain {
 
@@ -35,8 +34,8 @@ bool metric_higher_is_better(const std::string& metric);
 class Evaluator {
  public:
   // `prediction`: the output the loss reads ("" = the first output); `loss_kind` picks the accuracy threshold.
-  Evaluator(const TrainingSession& session, std::string prediction = "", std::string loss_kind = "");
-  std::map<std::string, double> evaluate(const TrainingSession& session, DataLoader& data,
+  Evaluator(const Session& session, std::string prediction = "", std::string loss_kind = "");
+  std::map<std::string, double> evaluate(const Session& session, DataLoader& data,
                                          const std::vector<std::string>& metrics);
 
  private:
@@ -117,10 +116,9 @@ struct TrainerOptions {
 
 class Trainer {
  public:
-  Trainer(TrainingSession& session, DataLoader& train, TrainerOptions options = {});
-  // The loop over replicas (training/replicas.h): each batch is split across them; session() is replica 0, and
-  // the run counts as one process (rank 0 of 1) for the data, logs and checkpoints.
-  Trainer(ReplicatedSession& replicas, DataLoader& train, TrainerOptions options = {});
+  // Any session kind. Over replicas (training/replicas.h) each batch is split across them, and the run counts as
+  // one process (rank 0 of 1) for the data, logs and checkpoints; data-parallel, each rank runs its own Trainer.
+  Trainer(Session& session, DataLoader& train, TrainerOptions options = {});
 
   void set_validation(DataLoader* validation) { validation_ = validation; }
   void add_callback(std::shared_ptr<Callback> cb) { callbacks_.push_back(std::move(cb)); }
@@ -144,20 +142,19 @@ class Trainer {
   // resumed_batch_size). Errors name `source` and the key.
   void restore(const Model& checkpoint, const std::string& source);
 
-  TrainingSession& session() { return session_; }
+  Session& session() { return session_; }
   const TrainerOptions& options() const { return options_; }
   int64_t epoch() const { return epoch_; }
   int64_t batch() const { return batch_; }
   const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
   // The session's data-parallel rank and number of ranks (0 and 1 without a communicator, and with replicas).
   // Files (checkpoints, metrics logs) are written by rank 0 only.
-  int rank() const;
-  int world_size() const;
+  int rank() const { return session_.rank(); }
+  int world_size() const { return session_.world_size(); }
 
  private:
   void add_checkpoint_metadata(Model& m) const;  // the loop's position and the callbacks' state
-  TrainingSession& session_;
-  ReplicatedSession* replicas_ = nullptr;  // steps and end_epoch go through it when set
+  Session& session_;
   DataLoader& train_;
   DataLoader* validation_ = nullptr;
   TrainerOptions options_;

@@ -10,6 +10,7 @@
 
 #include "graph/error.h"
 #include "graph/model_io.h"
+#include "training/replicas.h"
 #include "training/trainer.h"
 
 using namespace onnxtrain;
@@ -26,11 +27,11 @@ int main(int argc, char** argv) {
     cfg.loss.kind = "cross_entropy";
     cfg.optimizer.kind = "adam";
     cfg.optimizer.learning_rate = 0.01;
-    std::unique_ptr<TrainingSession> one;
-    std::unique_ptr<ReplicatedSession> many;
-    if (replicas > 1) many = std::make_unique<ReplicatedSession>(load_model(argv[1]), cfg, replicas);
-    else one = std::make_unique<TrainingSession>(TrainingSession::from_file(argv[1], cfg));
-    const TrainingSession& s = many ? many->primary() : *one;  // reads: target name, export
+    // Either kind is a Session; everything below takes one.
+    std::unique_ptr<Session> session;
+    if (replicas > 1) session = std::make_unique<ReplicatedSession>(load_model(argv[1]), cfg, replicas);
+    else session = std::make_unique<TrainingSession>(TrainingSession::from_file(argv[1], cfg));
+    Session& s = *session;
 
     // Feeds by name: the model input and the loss target.
     Dataset train = read_npz(argv[2]), val = read_npz(argv[3]);
@@ -42,7 +43,7 @@ int main(int argc, char** argv) {
     TrainerOptions opts;
     opts.epochs = 10;
     opts.metrics = {"loss", "accuracy"};
-    Trainer t = many ? Trainer(*many, train_data, opts) : Trainer(*one, train_data, opts);
+    Trainer t(s, train_data, opts);
     t.set_validation(&val_data);
     const std::filesystem::path out = argv[4];
     t.add_callback(std::make_shared<CheckpointEvery>(out / "checkpoints", 50, 2));

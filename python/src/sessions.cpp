@@ -79,25 +79,14 @@ struct Locked {
   }
 };
 
-// With replicas (training/replicas.h), `s` is replica 0, sharing ownership with `replicas`: reads and
-// computations that change no state run there, and every call that changes weights or state goes through
-// `replicas`, which reaches them all.
-struct PyTraining : Locked<TrainingSession> {
-  std::shared_ptr<ReplicatedSession> replicas;
-
-  // Runs single(session) or, with replicas, replicated(replicas), without the GIL and with the lock.
-  template <class F, class G>
-  auto change(F&& single, G&& replicated) {
-    return run([&](TrainingSession& t) { return replicas ? replicated(*replicas) : single(t); });
-  }
-  void set_weight(const std::string& name, const py::handle& value) {
-    std::vector<py::object> keep;
-    Tensor t = to_tensor(value, io.weight_type(name), "weight '" + name + "'", keep);
-    change([&](TrainingSession& x) { x.set_weight(name, t); }, [&](ReplicatedSession& x) { x.set_weight(name, t); });
-  }
-  void adopt(std::unique_ptr<ReplicatedSession> r) {
-    replicas = std::move(r);
-    s = std::shared_ptr<TrainingSession>(replicas, &replicas->replica0());
+// Python's TrainingSession: any Session (training/session_interface.h). With replicas it is a ReplicatedSession,
+// which reaches every replica with the calls that change weights or state; nothing here tells the kinds apart
+// after construction.
+struct PyTraining : Locked<Session> {
+  // The training feeds: the model's inputs plus the loss target (and sample weights), with their dtypes.
+  void describe_feeds() {
+    for (const ValueInfo& v : s->training_graph().inputs)
+      if (v.type.dtype != DType::Undefined && !s->training_graph().is_initializer(v.name)) io.feed_types[v.name] = v.type.dtype;
   }
 };
 
@@ -139,12 +128,9 @@ std::unique_ptr<PyTraining> make_training(const py::handle& model, TrainingConfi
   Model m = load_model_from(model, p->io.source);
   p->io.describe(m.graph);
   py::gil_scoped_release nogil;
-  if (replicas != 1) p->adopt(std::make_unique<ReplicatedSession>(m, config, replicas));
-  else p->s = std::make_unique<TrainingSession>(std::move(m), std::move(config));
-  // Training feeds: the model's inputs plus the loss target (and sample weights), with their dtypes.
-  for (const ValueInfo& v : p->s->training_graph().inputs)
-    if (v.type.dtype != DType::Undefined && !p->s->training_graph().is_initializer(v.name))
-      p->io.feed_types[v.name] = v.type.dtype;
+  if (replicas != 1) p->s = std::make_shared<ReplicatedSession>(m, config, replicas);
+  else p->s = std::make_shared<TrainingSession>(std::move(m), std::move(config));
+  p->describe_feeds();
   return p;
 }
 
@@ -168,13 +154,11 @@ std::unique_ptr<PyTraining> from_checkpoint(const py::handle& checkpoint, std::s
     return is_path ? TrainingSession::from_checkpoint(p->io.source, spec)
                    : TrainingSession::from_checkpoint(m, p->io.source, spec);
   };
-  if (replicas != 1) p->adopt(std::make_unique<ReplicatedSession>(replicas, resume));
-  else p->s = std::make_unique<TrainingSession>(resume(dp));
+  if (replicas != 1) p->s = std::make_shared<ReplicatedSession>(replicas, resume);
+  else p->s = std::make_shared<TrainingSession>(resume(dp));
   Model inference = p->s->export_inference();
   p->io.describe(inference.graph);
-  for (const ValueInfo& v : p->s->training_graph().inputs)
-    if (v.type.dtype != DType::Undefined && !p->s->training_graph().is_initializer(v.name))
-      p->io.feed_types[v.name] = v.type.dtype;
+  p->describe_feeds();
   return p;
 }
 
@@ -227,8 +211,7 @@ py::dict py_train_epoch(PyTraining& self, const py::handle& data, int64_t batch_
   EpochResult r;
   try {
     const Tensor* w = weights ? &*weights : nullptr;
-    r = self.change([&](TrainingSession& s) { return onnxtrain::train_epoch(s, f.tensors, w, spec); },
-                    [&](ReplicatedSession& s) { return onnxtrain::train_epoch(s, f.tensors, w, spec); });
+    r = self.run([&](Session& s) { return onnxtrain::train_epoch(s, f.tensors, w, spec); });
   } catch (const PythonSignal&) {
     throw py::error_already_set();
   }
@@ -240,15 +223,15 @@ py::dict py_train_epoch(PyTraining& self, const py::handle& data, int64_t batch_
   return out;
 }
 
-py::bytes serialized(PyTraining& self, Model (TrainingSession::*what)() const) {
-  std::string bytes = self.run([&](TrainingSession& s) { return serialize_model((s.*what)()); });
+py::bytes serialized(PyTraining& self, Model (Session::*what)() const) {
+  std::string bytes = self.run([&](Session& s) { return serialize_model((s.*what)()); });
   return py::bytes(bytes);
 }
 
 template <class Save>
 void saved_to(PyTraining& self, const py::handle& path, Save save) {
   std::string p = fspath(path, "path");
-  self.run([&](TrainingSession& s) { save(s, p); });
+  self.run([&](Session& s) { save(s, p); });
 }
 
 // One gradient per model output (None = zeros), converted with the output's dtype; `keep` holds any copies.
@@ -301,14 +284,13 @@ The feeds of train_step/gradients are the model's inputs plus the loss target (t
                   "Rebuilds the session a checkpoint (path, bytes or ModelProto) was saved from; parallel: a "
                   "Communicator to resume data-parallel; replicas: to resume on that many one-thread replicas; "
                   "distributed: how gradients are reduced (a DataParallelSpec; not stored in checkpoints).")
-      .def_property_readonly("replicas", [](PyTraining& self) { return self.replicas ? self.replicas->replicas() : 1; },
+      .def_property_readonly("replicas", [](PyTraining& self) { return self.s->replicas(); },
                              "One-thread replicas that split each batch (1: one session on OpenMP's threads).")
       .def_property_readonly("communicator", [](PyTraining& self) { return self.s->communicator(); },
                              "The Communicator of a data-parallel session, else None.")
       .def("train_step", [](PyTraining& self, const py::handle& feeds) {
              Feeds f = to_feeds(feeds, self.io.feed_types, "train_step");
-             return self.change([&](TrainingSession& s) { return s.train_step(f.tensors); },
-                                [&](ReplicatedSession& s) { return s.train_step(f.tensors); });
+             return self.run([&](Session& s) { return s.train_step(f.tensors); });
            }, py::arg("feeds"), "One optimizer step on a batch; returns the loss before the update.")
       .def("train_epoch", &py_train_epoch, py::arg("data"), py::arg("batch_size"), py::arg("order") = py::none(),
            py::arg("sample_weight") = py::none(), py::arg("sample_weight_feed") = "",
@@ -318,23 +300,23 @@ The feeds of train_step/gradients are the model's inputs plus the loss target (t
            "arrays: loss, rows, weight_sum, squares (docs/python.md, 'Epochs in one call').")
       .def("infer", [](PyTraining& self, const py::handle& feeds) {
              Feeds f = to_feeds(feeds, self.io.feed_types, "infer");
-             return to_numpy(self.run([&](TrainingSession& s) { return s.infer(f.tensors); }));
+             return to_numpy(self.run([&](Session& s) { return s.infer(f.tensors); }));
            }, py::arg("feeds"), "The model's outputs, in order, for these inputs.")
       .def("gradients", [](PyTraining& self, const py::handle& feeds) {
              Feeds f = to_feeds(feeds, self.io.feed_types, "gradients");
-             TrainingSession::Gradients g = self.run([&](TrainingSession& s) { return s.gradients(f.tensors); });
+             Session::Gradients g = self.run([&](Session& s) { return s.gradients(f.tensors); });
              return py::make_tuple(g.loss, to_numpy(std::move(g.grads)));
            }, py::arg("feeds"), "(loss, {weight: gradient}) without updating anything.")
       .def("run_forward", [](PyTraining& self, const py::handle& feeds) {
              Feeds f = to_feeds(feeds, self.io.feed_types, "run_forward");
-             return to_numpy(self.run([&](TrainingSession& s) { return s.run_forward(f.tensors); }));
+             return to_numpy(self.run([&](Session& s) { return s.run_forward(f.tensors); }));
            }, py::arg("feeds"),
            "The model's outputs for these inputs (no target); keeps what run_backward needs. Runs on the session's\n"
            "own weights, so train_step and set_weight are seen by the next call.")
       .def("run_backward", [](PyTraining& self, const py::sequence& output_grads) {
              std::vector<py::object> keep;
              auto grads = output_grads_from(self.io, output_grads, keep);
-             return to_numpy(self.run([&](TrainingSession& s) { return s.run_backward(grads); }));
+             return to_numpy(self.run([&](Session& s) { return s.run_backward(grads); }));
            }, py::arg("output_grads"),
            "One gradient per model output (None = zeros) for the last run_forward; returns {weight or input: gradient}\n"
            "for the trainable weights and the config's inputs_requiring_grad.")
@@ -346,35 +328,34 @@ The feeds of train_step/gradients are the model's inputs plus the loss target (t
                if (!self.s->training_graph().is_initializer(v.name)) names.push_back(v.name);
              return names;
            }, "Every feed train_step needs: the model's inputs, the target, and 'sample_weight' if requested.")
-      .def_property("learning_rate", [](PyTraining& self) { return self.run([](TrainingSession& s) { return s.learning_rate(); }); },
+      .def_property("learning_rate", [](PyTraining& self) { return self.run([](Session& s) { return s.learning_rate(); }); },
                     [](PyTraining& self, double lr) {
-                      self.change([&](TrainingSession& s) { s.set_learning_rate(lr); },
-                                  [&](ReplicatedSession& s) { s.set_learning_rate(lr); });
+                      self.run([&](Session& s) { s.set_learning_rate(lr); });
                     },
                     "The default group's current learning rate.")
-      .def_property_readonly("step", [](PyTraining& self) { return self.run([](TrainingSession& s) { return s.step(); }); },
+      .def_property_readonly("step", [](PyTraining& self) { return self.run([](Session& s) { return s.step(); }); },
                              "Optimizer updates applied so far.")
       .def("end_epoch", [](PyTraining& self, double loss) {
-             self.change([&](TrainingSession& s) { s.end_epoch(loss); }, [&](ReplicatedSession& s) { s.end_epoch(loss); });
+             self.run([&](Session& s) { s.end_epoch(loss); });
            },
            py::arg("mean_loss"), "Reports an epoch's mean training loss (the adaptive schedule reads it).")
-      .def_property_readonly("loss_scale", [](PyTraining& self) { return self.run([](TrainingSession& s) { return s.loss_scale(); }); },
+      .def_property_readonly("loss_scale", [](PyTraining& self) { return self.run([](Session& s) { return s.loss_scale(); }); },
                              "Mixed precision: the current loss scale (0 without mixed precision).")
       .def_property_readonly("overflow_steps", [](PyTraining& self) {
-             return self.run([](TrainingSession& s) { return s.overflow_steps(); });
+             return self.run([](Session& s) { return s.overflow_steps(); });
            }, "Mixed precision: steps skipped because the loss or a gradient was not finite.")
       .def_property_readonly("skipped_steps", [](PyTraining& self) {
-             return self.run([](TrainingSession& s) { return s.skipped_steps(); });
+             return self.run([](Session& s) { return s.skipped_steps(); });
            }, "on_non_finite='skip': train_step calls whose loss or a gradient was NaN/Inf, so nothing was applied.")
       .def_property_readonly("last_skip_reason", [](PyTraining& self) {
-             return self.run([](TrainingSession& s) { return s.last_skip_reason(); });
+             return self.run([](Session& s) { return s.last_skip_reason(); });
            }, "The report of the latest skipped step (step and tensor); '' before the first.")
       .def_property_readonly("train_step_calls", [](PyTraining& self) {
-             return self.run([](TrainingSession& s) { return s.train_step_calls(); });
+             return self.run([](Session& s) { return s.train_step_calls(); });
            }, "train_step calls so far (skipped ones and micro-batches included): the 'training step N' of a report.")
       .def("profile", [](PyTraining& self) {
              py::list rows;
-             for (const StepTime& t : self.run([](TrainingSession& s) { return s.profile(); })) {
+             for (const StepTime& t : self.run([](Session& s) { return s.profile(); })) {
                py::dict r;
                r["step"] = t.step;
                r["op"] = t.op;
@@ -386,33 +367,33 @@ The feeds of train_step/gradients are the model's inputs plus the loss target (t
            }, "With profile=True: train_step's time per step of its plan, most expensive first (dicts with step, op, "
               "calls, seconds); [] without.")
       .def_property_readonly("arena_bytes", [](PyTraining& self) {
-             return self.run([](TrainingSession& s) { return s.arena_bytes(); });
+             return self.run([](Session& s) { return s.arena_bytes(); });
            }, "Bytes of the arena of train_step's latest plan (every intermediate value, placed by lifetime); 0 "
               "before the first step. memory='auto' reduces it (docs/memory.md).")
       .def_property_readonly("arena_update_bytes", [](PyTraining& self) {
-             return self.run([](TrainingSession& s) { return s.arena_update_bytes(); });
+             return self.run([](Session& s) { return s.arena_update_bytes(); });
            }, "Of arena_bytes, the optimizer's new weights and state (handed over to the store; batch-independent). "
               "arena_bytes - arena_update_bytes is the activations, gradients and temporaries at their peak.")
       .def("profile_report", [](PyTraining& self, size_t top) {
-             return format_profile(self.run([](TrainingSession& s) { return s.profile(); }), top);
+             return format_profile(self.run([](Session& s) { return s.profile(); }), top);
            }, py::arg("top") = 15, "The profile as text: the total per op, then the `top` most expensive steps.")
       .def_property_readonly("stop_requested", [](PyTraining& self) { return self.s->stop_requested(); },
                              "True when the schedule (adaptive) asks training to stop.")
       .def("state", [](PyTraining& self, const std::string& name) {
-             return to_numpy(self.run([&](TrainingSession& s) { return s.state(name); }));
+             return to_numpy(self.run([&](Session& s) { return s.state(name); }));
            }, py::arg("name"), "A copy of an optimizer state tensor ('optim.step', '<w>.exp_avg', ...).")
       .def_property_readonly("state_names", [](PyTraining& self) { return self.s->state_names(); })
-      .def("export_inference", [](PyTraining& self) { return serialized(self, &TrainingSession::export_inference); },
+      .def("export_inference", [](PyTraining& self) { return serialized(self, &Session::export_inference); },
            "The inference model with the current weights, serialized.")
       .def("export_inference", [](PyTraining& self, const py::handle& path) {
-             saved_to(self, path, [](const TrainingSession& s, const std::string& p) { s.export_inference(p); });
+             saved_to(self, path, [](const Session& s, const std::string& p) { s.export_inference(p); });
            }, py::arg("path"), "Saves the inference model with the current weights (atomically).")
-      .def("checkpoint", [](PyTraining& self) { return serialized(self, &TrainingSession::checkpoint); },
+      .def("checkpoint", [](PyTraining& self) { return serialized(self, &Session::checkpoint); },
            "The trainable checkpoint (docs/checkpoint.md), serialized.")
       .def("save_checkpoint", [](PyTraining& self, const py::handle& path) {
-             saved_to(self, path, [](const TrainingSession& s, const std::string& p) { s.save_checkpoint(p); });
+             saved_to(self, path, [](const Session& s, const std::string& p) { s.save_checkpoint(p); });
            }, py::arg("path"), "Saves a trainable checkpoint (atomically).")
-      .def("export_gradient_model", [](PyTraining& self) { return serialized(self, &TrainingSession::export_gradient_model); },
+      .def("export_gradient_model", [](PyTraining& self) { return serialized(self, &Session::export_gradient_model); },
            "A standard ONNX model computing the loss and every weight's gradient, serialized.")
       .def("__repr__", [](PyTraining& self) {
              return "<onnxtrain.TrainingSession " + self.io.source + ", " + std::to_string(self.s->trainable().size()) +

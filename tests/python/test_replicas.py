@@ -37,6 +37,9 @@ def test_session_steps_match_one_session_in_float64(replicas):
     assert many.train_step(feeds) == pytest.approx(one.train_step(feeds), rel=1e-6)
     for name, w in one.weights().items():
         np.testing.assert_allclose(many.get_weight(name), w, rtol=1e-12, atol=1e-14, err_msg=name)
+    # Replicas are one process, as the CLI and the Trainer count them: no communicator, rank 0 of 1.
+    assert (many.communicator, many.rank, many.world_size) == (None, 0, 1)
+    assert many.step == one.step and many.state_names == one.state_names
 
 
 def test_estimators_fit_the_same_model_with_replicas():

@@ -8,6 +8,7 @@
 
 #include "common/test_env.h"
 #include "training/epoch.h"
+#include "training/session.h"
 
 namespace onnxtrain {
 namespace {

@@ -258,5 +258,48 @@ TEST(ReplicatedSession, ReplicasRunTheFusedPlanOfOneSession) {
   EXPECT_EQ(many.primary().profile().size(), one.profile().size() + 2);
 }
 
+// The Session interface (training/session_interface.h): one function over Session& drives both kinds, and the calls
+// that change state reach every replica through it.
+float three_steps_through_the_interface(Session& s, const std::string& target) {
+  float loss = 0;
+  for (unsigned step = 0; step < 3; ++step)
+    loss = s.train_step({{"x", random_tensor({8, 6}, 30 + step)}, {target, random_tensor({8, 1}, 40 + step)}});
+  s.set_learning_rate(0.005);
+  s.end_epoch(loss);
+  s.train_step({{"x", random_tensor({8, 6}, 33)}, {target, random_tensor({8, 1}, 43)}});
+  return loss;
+}
+
+TEST(ReplicatedSession, IsASessionLikeOneSession) {
+  auto dir = test::temp_dir("replicas_interface");
+  const auto model = test::make_mlp(dir, "6 16 1");
+  const TrainingConfig cfg = config("mse");
+  TrainingSession one = TrainingSession::from_file(model, cfg);
+  ReplicatedSession many(load_model(model), cfg, 2);
+  const std::string target = one.target_name();
+  const float want = three_steps_through_the_interface(one, target);
+  const float got = three_steps_through_the_interface(many, target);
+  EXPECT_NEAR(got, want, 1e-5 * (1 + std::abs(want)));
+  expect_close_weights(many.primary(), one, 1e-5);
+  EXPECT_EQ(static_cast<Session&>(many).step(), 4);
+  EXPECT_EQ(static_cast<Session&>(many).learning_rate(), 0.005);
+  // set_learning_rate went to every replica, not only to the one the reads see.
+  std::mutex mu;
+  std::vector<double> rates;
+  many.for_each([&](TrainingSession& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    rates.push_back(r.learning_rate());
+  });
+  EXPECT_EQ(rates, std::vector<double>(2, 0.005));
+  // Replicas are one process: the run's rank and size are those of one session without a communicator.
+  const Session& as_session = many;
+  EXPECT_EQ(as_session.replicas(), 2);
+  EXPECT_EQ(static_cast<const Session&>(one).replicas(), 1);
+  EXPECT_EQ(as_session.communicator(), nullptr);
+  EXPECT_EQ(as_session.rank(), 0);
+  EXPECT_EQ(as_session.world_size(), 1);
+  EXPECT_EQ(as_session.state_names(), one.state_names());
+}
+
 }  // namespace
 }  // namespace onnxtrain
