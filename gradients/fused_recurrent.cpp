@@ -126,6 +126,17 @@ void states_entering(Function& d) {
   add(d, "Concat", {"h0_3", "h_after"}, "h_prev", {{"axis", int64_t{0}}});
 }
 
+// In a direction's body (GRU, LSTM): "xw", the input projections of every step at once, x_d W^T + "wb"
+// [S, B, gates H], as one Gemm over the flattened steps and batch; also "x2", x_d flattened to [S B, I].
+void input_projections(Function& d) {
+  add(d, "Flatten", {"x_d"}, "x2", {{"axis", int64_t{2}}});
+  add(d, "Gemm", {"x2", "w_d", "wb"}, "xw2", {{"transB", int64_t{1}}});
+  add(d, "Shape", {"x_d"}, "x_shape");
+  add(d, "Slice", {"x_shape", "ax0", "ax2"}, "sb");
+  add(d, "Concat", {"sb", "minus1"}, "sb_1", {{"axis", int64_t{0}}});
+  add(d, "Reshape", {"xw2", "sb_1"}, "xw");
+}
+
 // A value a direction's body reads: `outer` in the function, `inner` in the body; `axis`, for a value sliced
 // per direction, is its direction axis (0 for W, R, B and the states, 1 for Y and dY).
 struct Slot {
@@ -318,13 +329,7 @@ Function gru_grad() {
     add(d, "Slice", {"b_d", starts[3 + k], ends[3 + k], "ax0"}, std::string("rb_") + "zrh"[k]);
   }
   add(d, "Slice", {"b_d", "ax0", "H3", "ax0"}, "wb");
-  // Input projections for every step: [S, B, 3H], split by gate.
-  add(d, "Flatten", {"x_d"}, "x2", {{"axis", int64_t{2}}});
-  add(d, "Gemm", {"x2", "w_d", "wb"}, "xw2", {{"transB", int64_t{1}}});
-  add(d, "Shape", {"x_d"}, "x_shape");
-  add(d, "Slice", {"x_shape", "ax0", "ax2"}, "sb");
-  add(d, "Concat", {"sb", "minus1"}, "sb_1", {{"axis", int64_t{0}}});
-  add(d, "Reshape", {"xw2", "sb_1"}, "xw");
+  input_projections(d);  // [S, B, 3H], split by gate below
   for (int k = 0; k < 3; ++k)
     add(d, "Slice", {"xw", starts[k], ends[k], "ax2"}, std::string("x_") + "zrh"[k]);
   states_entering(d);
@@ -470,12 +475,7 @@ Function lstm_grad() {
   add(d, "Slice", {"w_shape", "ax0", "ax1"}, "H4");  // [4H]
   add(d, "Slice", {"b_d", "ax0", "H4", "ax0"}, "wb");
   add(d, "Slice", {"b_d", "H4", "big", "ax0"}, "rb");
-  add(d, "Flatten", {"x_d"}, "x2", {{"axis", int64_t{2}}});
-  add(d, "Gemm", {"x2", "w_d", "wb"}, "xw2", {{"transB", int64_t{1}}});
-  add(d, "Shape", {"x_d"}, "x_shape");
-  add(d, "Slice", {"x_shape", "ax0", "ax2"}, "sb");
-  add(d, "Concat", {"sb", "minus1"}, "sb_1", {{"axis", int64_t{0}}});
-  add(d, "Reshape", {"xw2", "sb_1"}, "xw");  // [S, B, 4H]
+  input_projections(d);  // [S, B, 4H]
 
   // The cell from the states entering a step and the step's projections: gates i, o, f, c~ and the new c.
   const auto cell = [&](Graph& g) {
