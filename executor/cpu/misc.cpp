@@ -567,7 +567,7 @@ std::unique_ptr<Kernel> make_trilu(PrepareContext& ctx) {
   const size_t r = x.shape.size();
   const int64_t n = x.shape[r - 2], m = x.shape[r - 1];
   set_output(ctx, 0, x.dtype, x.shape);
-  return std::make_unique<TriluKernel>(n * m ? numel_of(x.shape) / (n * m) : 0, n, m, k,
+  return std::make_unique<TriluKernel>(n * m != 0 ? numel_of(x.shape) / (n * m) : 0, n, m, k,
                                        ctx.node.attr_int("upper", 1) != 0, es);
 }
 

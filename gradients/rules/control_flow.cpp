@@ -180,7 +180,7 @@ void scan_rule(RuleContext& c) {
     if (is_floating(c.X(N + j).dtype())) float_scans.push_back(j);
   std::vector<size_t> outer_targets;  // indices of the outer references that need a gradient
   for (size_t i = own; i < c.num_inputs(); ++i)
-    if (c.needs_dX(i)) outer_targets.push_back(i);
+    if (c.needs_dX(i) && is_floating(c.X(i).dtype())) outer_targets.push_back(i);
   for (size_t i = own; i < c.num_inputs(); ++i)
     if (c.has_input(i) && c.builder().graph().type_of(n.inputs[i])) c.X(i);  // recomputed from: saved
   const std::vector<int64_t> in_axes = ints_or(n, "scan_input_axes", M, 0);
@@ -355,13 +355,21 @@ void scan_rule(RuleContext& c) {
 
 // ---- Loop ----
 //
-// With a trip count T known when the gradient is built and nothing that ends the loop earlier (no cond input,
-// whereupon ONNX ignores the body's condition, or a constant true one that the body passes through or keeps
-// true), so that exactly T iterations run, Loop(M, cond, v) is the Scan over the iteration numbers 0..T-1 with the carried
-// values as states: body'(v, i) = body(i, true, v) without the condition output, its scan outputs stacked on
-// axis 0 like Loop's. Its gradient is that Scan's (above): a recomputing Scan and a reverse Scan. Loops that can
-// end early, or whose trip count is computed at run time, are refused: their number of iterations (and so the
-// shape of the saved states) is only known at run time.
+// Loop(M, cond, v) runs body(i, cond_i, v_i) -> (cond_{i+1}, v_{i+1}, y_i) while i < M and the condition holds. Every
+// iteration that runs does so with its condition true, so a recomputed step takes the constant true there. Two
+// backward passes, by what the executor can know when it plans the step (it plans static shapes, folding values
+// computed from constants and shapes: executor/plan.cpp):
+//
+// - The number of iterations is M, and M is known at plan time: no cond input (whereupon ONNX ignores the body's
+//   condition), or a constant true one that the body passes through or keeps true, and M a constant or computed
+//   from shapes (torch's `for _ in range(x.size(0))` with a dynamic axis). Then Loop(M, cond, v) is the Scan over
+//   the iteration numbers Range(0, M) with the carried values as states: body'(v, i) = body(i, true, v) without
+//   the condition output, its scan outputs stacked on axis 0 like Loop's. Its gradient is that Scan's (above): a
+//   Scan that recomputes and stacks the states entering each step (saved for the backward, L times one state),
+//   and the reverse Scan. One extra forward run.
+// - Otherwise (a condition that can end the loop early, a trip count computed from data) the number of
+//   iterations L is known only when the loop has run, and so would be the length of any stack of saved states.
+//   See loop_by_recomputation below: nothing there has a length of L.
 
 // True when the body's condition output is, through Identity nodes, its condition input or a constant true (a
 // Constant or initializer of the body, or a constant of the enclosing graph `outer`: torch's export writes
@@ -385,6 +393,253 @@ bool passes_condition_through(const Graph& body, const Graph& outer) {
   return t && t->dtype == DType::Bool && t->numel() == 1 && t->as<bool>()[0];
 }
 
+// True when value v of g is computed from constants and shapes alone, so that the executor folds it when it plans
+// the step (executor/plan.cpp folds every node whose inputs it knows, and Shape and Size of any value). A graph
+// input is fed at run time; random ops and control flow are never folded.
+bool known_when_planned(const Graph& g, const std::string& v, int depth = 0) {
+  if (g.initializers.count(v)) return true;
+  if (depth > 64 || g.find_input(v)) return false;
+  auto it = std::find_if(g.nodes.begin(), g.nodes.end(), [&](const Node& n) {
+    return std::find(n.outputs.begin(), n.outputs.end(), v) != n.outputs.end();
+  });
+  if (it == g.nodes.end()) return false;
+  const Node& p = *it;
+  if (p.op_type == "Constant" || p.op_type == "Shape" || p.op_type == "Size") return p.domain.empty();
+  if (!p.domain.empty() || p.op_type.starts_with("Random") || p.op_type == "Bernoulli" || p.op_type == "Multinomial" ||
+      p.op_type == "Dropout" || p.op_type == "If" || p.op_type == "Loop" || p.op_type == "Scan")
+    return false;
+  return std::all_of(p.inputs.begin(), p.inputs.end(),
+                     [&](const std::string& in) { return in.empty() || known_when_planned(g, in, depth + 1); });
+}
+
+Node make_node(const std::string& name, const std::string& op, std::vector<std::string> inputs, std::string output,
+               std::map<std::string, Attribute> attrs = {}) {
+  Node k;
+  k.name = name;
+  k.op_type = op;
+  k.inputs = std::move(inputs);
+  k.outputs = {std::move(output)};
+  k.attributes = std::move(attrs);
+  return k;
+}
+
+// Renames, in g and in the subgraphs of its nodes (copied, since the original shares them), every value in `to`.
+void rename_values(Graph& g, const std::unordered_map<std::string, std::string>& to) {
+  auto fix = [&](std::string& v) {
+    if (auto it = to.find(v); it != to.end()) v = it->second;
+  };
+  for (ValueInfo& v : g.inputs) fix(v.name);
+  for (ValueInfo& v : g.outputs) fix(v.name);
+  std::map<std::string, TensorData> inits;
+  for (auto& [name, t] : g.initializers) inits[to.count(name) ? to.at(name) : name] = std::move(t);
+  g.initializers = std::move(inits);
+  std::map<std::string, TypeInfo> infos;
+  for (auto& [name, t] : g.value_info) infos[to.count(name) ? to.at(name) : name] = std::move(t);
+  g.value_info = std::move(infos);
+  for (Node& n : g.nodes) {
+    for (std::string& v : n.inputs) fix(v);
+    for (std::string& v : n.outputs) fix(v);
+    for (auto& [key, a] : n.attributes)
+      if (auto* sub = std::get_if<std::shared_ptr<Graph>>(&a); sub && *sub) {
+        auto copy = std::make_shared<Graph>(**sub);
+        rename_values(*copy, to);
+        a = copy;
+      }
+  }
+}
+
+// A copy of `body` whose own values (inputs, node outputs, initializers) have fresh names, also where its nested
+// subgraphs read them: it can then sit inside a graph that defines the originals, which ONNX forbids a subgraph
+// to redefine.
+std::shared_ptr<Graph> with_fresh_names(GraphBuilder& b, const Graph& body, const std::string& tag) {
+  std::unordered_map<std::string, std::string> to;
+  auto fresh = [&](const std::string& v) {
+    if (!v.empty() && !to.count(v)) to[v] = b.unique_name(tag + v);
+  };
+  for (const ValueInfo& v : body.inputs) fresh(v.name);
+  for (const auto& [name, t] : body.initializers) fresh(name);
+  for (const Node& n : body.nodes)
+    for (const std::string& o : n.outputs) fresh(o);
+  auto g = std::make_shared<Graph>(body);
+  rename_values(*g, to);
+  return g;
+}
+
+// The Loop whose number of iterations L is only known when it runs:
+//   1. a replay Loop, the body with its scan outputs dropped and a counter carried along, gives L;
+//   2. the backward Loop runs L iterations, k = 0..L-1, each for the forward step t = L-1-k: an inner Loop of t
+//      iterations (no condition: all of them ran) recomputes the state v_t entering step t from the initial
+//      values, and step t, recomputed from v_t, is differentiated (build_gradients on the body) with the carried
+//      gradient of its state output and slice t of each scan output's gradient. It carries dv and one accumulator
+//      per outer value that needs a gradient.
+// Recompute rather than save: every value keeps a shape the plan knows, and memory stays that of one state, at
+// the cost of L(L+1)/2 + 2L body runs instead of 2L. That suits loops that run until a condition holds (a few to
+// tens of iterations); loops whose trip count the plan knows take the Scan path, linear in L.
+void loop_by_recomputation(RuleContext& c, const Graph& body) {
+  const Node& n = c.node();
+  GraphBuilder& b = c.builder();
+  const size_t own = own_inputs(c), N = own - 2, K = c.num_outputs() - N;
+  const std::string tag = (n.name.empty() ? std::string("loop") : n.name) + "/";
+  const std::map<std::string, int64_t> opsets{{"", c.opset()}, {"onnxtrain", 1}};
+  const TypeInfo i64{DType::Int64, Shape{}}, boolean{DType::Bool, Shape{}};
+  for (size_t i = 2; i < own; ++i)
+    if (!c.X(i).valid() || !c.X(i).shape())
+      c.fail("the gradient of Loop needs every loop-carried value with a known type and rank; input " +
+             std::to_string(i) + " has none");
+  // Carried values and scan outputs that are not floating-point (an int counter, a flag) take no gradient: they
+  // are recomputed with the rest, and no gradient is carried for them.
+  std::vector<size_t> fs, fk;  // floating-point carried values and scan outputs
+  for (size_t j = 0; j < N; ++j)
+    if (is_floating(c.X(2 + j).dtype())) fs.push_back(j);
+  for (size_t k = 0; k < K; ++k)
+    if (c.Y(N + k).valid() && is_floating(c.Y(N + k).dtype())) fk.push_back(k);
+  std::vector<size_t> outer_targets;
+  for (size_t i = own; i < c.num_inputs(); ++i)
+    if (c.needs_dX(i) && is_floating(c.X(i).dtype())) outer_targets.push_back(i);
+  for (size_t i = 0; i < c.num_inputs(); ++i)  // the replays read every input again: saved
+    if (c.has_input(i) && b.graph().type_of(n.inputs[i])) c.X(i);
+
+  Graph stepper = body;  // what the replays run: the body without its scan outputs
+  stepper.outputs.resize(1 + N);
+
+  // 1. L: the forward loop again, counting.
+  auto counting = std::make_shared<Graph>(stepper);
+  counting->name = body.name + "_count";
+  const std::string count = b.unique_name(tag + "count"), one = b.unique_name(tag + "count_one"),
+                    next = b.unique_name(tag + "count_next");
+  counting->inputs.push_back({count, i64});
+  counting->nodes.push_back(make_node(one, "Constant", {}, one, {{"value", TensorData::scalar<int64_t>(1)}}));
+  counting->nodes.push_back(make_node(next, "Add", {count, one}, next));
+  counting->outputs.push_back({next, i64});
+  std::vector<std::string> count_in(n.inputs.begin(), n.inputs.begin() + static_cast<std::ptrdiff_t>(own));
+  count_in.push_back(b.constant(TensorData::scalar<int64_t>(0), tag + "count_from"));
+  const std::vector<std::string> counted = b.add_node("Loop", count_in, N + 1, {{"body", counting}});
+  for (size_t j = 0; j < N; ++j) b.set_type(counted[j], c.X(2 + j).type);
+  const std::string L = counted[N];
+  b.set_type(L, i64);
+
+  // 2. One step, differentiated: while the engine works on it, the step's inputs, the incoming gradients and the
+  // outer values are inputs of it (as in the Scan rule).
+  Graph g = body;
+  g.name = body.name + "_grad";
+  g.inputs[0].type = i64;
+  g.inputs[1].type = boolean;
+  for (size_t j = 0; j < N; ++j) g.inputs[2 + j].type = c.X(2 + j).type;
+  std::vector<std::string> ds_in, dy_in, acc_in;  // per entry of fs, fk and outer_targets
+  for (size_t j : fs) {
+    ds_in.push_back(b.unique_name(tag + "d_state_" + std::to_string(j)));
+    g.inputs.push_back({ds_in.back(), c.X(2 + j).type});
+  }
+  for (size_t k : fk) {
+    const Expr y = c.Y(N + k);
+    if (!y.shape()) c.fail("scan output " + std::to_string(k) + " has no known rank");
+    dy_in.push_back(b.unique_name(tag + "d_out_" + std::to_string(k)));
+    g.inputs.push_back({dy_in.back(), without_dim(y.type, 0)});
+  }
+  Node probe;
+  probe.attributes["g"] = std::make_shared<Graph>(body);
+  for (const std::string& v : subgraph_outer_references(probe)) {
+    const TypeInfo* t = b.graph().type_of(v);
+    if (!t) c.fail("the body reads '" + v + "', whose type is unknown; run shape inference first");
+    g.inputs.push_back({v, *t});
+  }
+  {
+    Model m;
+    m.opset_imports = opsets;
+    m.graph = g;
+    infer_shapes(m);
+    for (auto& [name, t] : m.graph.value_info) g.value_info.try_emplace(name, t);
+  }
+  GradientRequest req;
+  for (size_t j : fs) req.wrt.push_back(body.inputs[2 + j].name);
+  for (size_t p : outer_targets) req.wrt.push_back(n.inputs[p]);
+  for (size_t q = 0; q < fs.size(); ++q) {
+    req.outputs.push_back(body.outputs[1 + fs[q]].name);
+    req.output_grads.push_back(ds_in[q]);
+  }
+  for (size_t q = 0; q < fk.size(); ++q) {
+    req.outputs.push_back(body.outputs[1 + N + fk[q]].name);
+    req.output_grads.push_back(dy_in[q]);
+  }
+  const size_t n_forward = g.nodes.size();
+  GradientResult r;
+  try {
+    r = build_gradients(g, opsets, req);
+  } catch (const Error& e) {
+    c.fail(std::string("differentiating the body: ") + e.what());
+  }
+  std::unordered_map<std::string, std::string> renamed;
+  for (size_t i = n_forward; i < g.nodes.size(); ++i)
+    for (std::string& o : g.nodes[i].outputs)
+      if (!o.empty()) o = renamed[o] = b.unique_name(tag + "body_grad/" + o);
+  for (size_t i = n_forward; i < g.nodes.size(); ++i)
+    for (std::string& in : g.nodes[i].inputs)
+      if (auto it = renamed.find(in); it != renamed.end()) in = it->second;
+  for (const auto& [from, to] : renamed)
+    if (auto it = g.value_info.find(from); it != g.value_info.end()) g.value_info[to] = it->second;
+  auto grad_of = [&](const std::string& w) {
+    const std::string& name = r.grads.at(w);
+    auto it = renamed.find(name);
+    return it == renamed.end() ? name : it->second;
+  };
+
+  // The step's inputs now come from the backward iteration: t = L-1-k, i = t, the condition true, v_t recomputed
+  // by the inner Loop, slice t of each scan output's gradient.
+  const std::string k_in = b.unique_name(tag + "k"), k_cond = b.unique_name(tag + "k_cond");
+  g.inputs = {{k_in, i64}, {k_cond, boolean}};
+  for (size_t q = 0; q < fs.size(); ++q) g.inputs.push_back({ds_in[q], c.X(2 + fs[q]).type});
+  for (size_t p : outer_targets) {
+    acc_in.push_back(b.unique_name(tag + "d_" + n.inputs[p] + "_acc"));
+    g.inputs.push_back({acc_in.back(), c.X(p).type});
+  }
+  std::vector<Node> prelude;
+  const std::string last = b.unique_name(tag + "last"), t = b.unique_name(tag + "t"), t_one = b.unique_name(tag + "one");
+  prelude.push_back(make_node(t_one, "Constant", {}, t_one, {{"value", TensorData::scalar<int64_t>(1)}}));
+  prelude.push_back(make_node(last, "Sub", {L, t_one}, last));
+  prelude.push_back(make_node(t, "Sub", {last, k_in}, t));
+  prelude.push_back(make_node(body.inputs[0].name, "Identity", {t}, body.inputs[0].name));
+  prelude.push_back(make_node(body.inputs[1].name, "Constant", {}, body.inputs[1].name,
+                              {{"value", TensorData::scalar<bool>(true)}}));
+  if (N > 0) {
+    Node replay;
+    replay.name = b.unique_name(tag + "state_at_t");
+    replay.op_type = "Loop";
+    replay.inputs = {t, ""};
+    for (size_t j = 0; j < N; ++j) {
+      replay.inputs.push_back(n.inputs[2 + j]);
+      replay.outputs.push_back(body.inputs[2 + j].name);
+    }
+    auto inner = with_fresh_names(b, stepper, tag + "replay/");
+    inner->name = body.name + "_replay";
+    replay.attributes["body"] = inner;
+    prelude.push_back(replay);
+  }
+  for (size_t q = 0; q < fk.size(); ++q)
+    prelude.push_back(make_node(dy_in[q], "Gather", {c.dY(N + fk[q]).name, t}, dy_in[q], {{"axis", int64_t{0}}}));
+  g.nodes.insert(g.nodes.begin(), prelude.begin(), prelude.end());
+  const std::string keep_going = b.unique_name(tag + "k_cond_out");
+  g.nodes.push_back(make_node(keep_going, "Constant", {}, keep_going, {{"value", TensorData::scalar<bool>(true)}}));
+  g.outputs = {{keep_going, boolean}};
+  for (size_t j : fs) g.outputs.push_back({grad_of(body.inputs[2 + j].name), c.X(2 + j).type});
+  for (size_t q = 0; q < outer_targets.size(); ++q) {
+    const std::string sum = b.unique_name(tag + "d_" + n.inputs[outer_targets[q]] + "_acc_next");
+    g.nodes.push_back(make_node(sum, "Add", {acc_in[q], grad_of(n.inputs[outer_targets[q]])}, sum));
+    g.outputs.push_back({sum, c.X(outer_targets[q]).type});
+  }
+
+  std::vector<std::string> bwd_in{L, ""};
+  for (size_t j : fs) bwd_in.push_back(c.dY(j).name);
+  for (size_t p : outer_targets) bwd_in.push_back(zeros_like(c.X(p)).name);
+  std::vector<std::string> outs =
+      b.add_node("Loop", bwd_in, fs.size() + outer_targets.size(), {{"body", std::make_shared<Graph>(std::move(g))}});
+  auto emit = [&](size_t input, const std::string& name) {
+    b.set_type(name, c.X(input).type);
+    c.set_dX(input, value(b, name, c.X(input).type));
+  };
+  for (size_t q = 0; q < fs.size(); ++q) emit(2 + fs[q], outs[q]);
+  for (size_t q = 0; q < outer_targets.size(); ++q) emit(outer_targets[q], outs[fs.size() + q]);
+}
+
 void loop_rule(RuleContext& c) {
   const Node& n = c.node();
   const Graph& body = graph_attr(c, "body");
@@ -397,11 +652,27 @@ void loop_rule(RuleContext& c) {
   const TensorData* cond = c.has_input(1) ? rules::constant_tensor(b.graph(), n.inputs[1]) : nullptr;
   const bool starts = !c.has_input(1) || (cond && cond->dtype == DType::Bool && cond->numel() == 1 && cond->as<bool>()[0]);
   // Without the cond input ONNX ignores the body's condition: M iterations run.
-  if (!trips || trips->size() != 1 || !starts || (c.has_input(1) && !passes_condition_through(body, b.graph())))
-    c.fail("the gradient of Loop needs a number of iterations known when the gradient is built: a constant trip "
-           "count M, a constant true (or absent) cond, and a body that passes its condition through unchanged; "
-           "this loop's number of iterations is only known at run time");
-  const int64_t T = std::max<int64_t>(0, (*trips)[0]);
+  const bool runs_m = starts && (!c.has_input(1) || passes_condition_through(body, b.graph()));
+  const bool m_planned = c.has_input(0) && (trips ? trips->size() == 1 : known_when_planned(b.graph(), n.inputs[0]));
+  if (!runs_m || !m_planned) return loop_by_recomputation(c, body);
+
+  // The iteration numbers 0..M-1: a constant, or Range(0, M) that the plan folds.
+  std::string iters;
+  TypeInfo iters_type;
+  if (trips) {
+    const int64_t T = std::max<int64_t>(0, (*trips)[0]);
+    std::vector<int64_t> iota(static_cast<size_t>(T));
+    for (int64_t i = 0; i < T; ++i) iota[static_cast<size_t>(i)] = i;
+    iters = b.constant(TensorData::from<int64_t>({T}, std::span<const int64_t>(iota)), n.name + "_iterations");
+    iters_type = {DType::Int64, Shape{Dim::of(T)}};
+  } else {
+    const Expr m = reshape(c.X(0), int64s(b, {}), Shape{});
+    const std::string from = b.constant(TensorData::scalar<int64_t>(0), n.name + "_first_iteration");
+    const std::string step = b.constant(TensorData::scalar<int64_t>(1), n.name + "_iteration_step");
+    iters = b.add("Range", {from, m.name, step});
+    iters_type = {DType::Int64, Shape{Dim{}}};
+  }
+  b.set_type(iters, iters_type);
 
   // body'(v..., i) -> (v'..., scan outputs...), the condition a constant true inside.
   auto scan_body = std::make_shared<Graph>(body);
@@ -415,12 +686,6 @@ void loop_rule(RuleContext& c) {
   t.attributes["value"] = TensorData::scalar<bool>(true);
   scan_body->nodes.insert(scan_body->nodes.begin(), t);
   scan_body->outputs.erase(scan_body->outputs.begin());
-
-  std::vector<int64_t> iota(static_cast<size_t>(T));
-  for (int64_t i = 0; i < T; ++i) iota[static_cast<size_t>(i)] = i;
-  const std::string iters = b.constant(TensorData::from<int64_t>({T}, std::span<const int64_t>(iota)), n.name + "_iterations");
-  const TypeInfo iters_type{DType::Int64, Shape{Dim::of(T)}};
-  b.set_type(iters, iters_type);
 
   Node scan;
   scan.name = n.name;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "common/node.h"
 #include "executor/executor.h"
@@ -238,6 +239,114 @@ TEST(ControlFlowGradients, LoopWithTripCountCarriedValueAndScanOutputMatchesCent
   int scans = 0;
   for (const Node& k : built.nodes) scans += k.op_type == "Scan";
   EXPECT_EQ(scans, 2);
+}
+
+// A Loop's trip count computed from a shape (torch's `for _ in range(x.size(0))` with a dynamic axis): the plan
+// folds it, so the gradient takes the Scan path over Range(0, M): the states of every step are recomputed and
+// stacked, and the reverse Scan runs over them.
+TEST(ControlFlowGradients, LoopWithTripCountFromAShapeTakesTheScanPathAndMatchesCentralDifferences) {
+  Model m;
+  m.opset_imports = {{"", 17}};
+  Graph& g = m.graph;
+  g.inputs = {{"h0", f64({3})}, {"X", f64({3})}, {"W", f64({3})}, {"S", f64({4, 2})}};
+  g.nodes.push_back(named_node("shape", "Shape", {"S"}, {"s_shape"}));
+  g.initializers["zero"] = TensorData::scalar<int64_t>(0);
+  g.nodes.push_back(named_node("rows", "Gather", {"s_shape", "zero"}, {"M"}));
+  auto body = std::make_shared<Graph>();
+  body->inputs = {{"i", {DType::Int64, Shape{}}}, {"cond_in", {DType::Bool, Shape{}}}, {"h", f64({3})}};
+  body->nodes = {named_node("keep", "Identity", {"cond_in"}, {"cond_out"}), named_node("hw", "Mul", {"h", "W"}, {"hw"}),
+                 named_node("pre", "Add", {"hw", "X"}, {"pre"}), named_node("act", "Tanh", {"pre"}, {"h_next"}),
+                 named_node("emit", "Mul", {"h_next", "h"}, {"y"})};
+  body->outputs = {{"cond_out", {DType::Bool, Shape{}}}, {"h_next", f64({3})}, {"y", f64({3})}};
+  Node n = named_node("repeat", "Loop", {"M", "", "h0"}, {"H", "Ys"});
+  n.attributes["body"] = body;
+  g.nodes.push_back(n);
+  g.nodes.push_back(named_node("hh", "Mul", {"H", "H"}, {"HH"}));
+  g.nodes.push_back(named_node("hsum", "ReduceSum", {"HH"}, {"Lh"}));
+  g.nodes.back().attributes["keepdims"] = int64_t{0};
+  g.initializers["R"] = f64_tensor({4, 3}, 0.7, -0.15).to_data();
+  g.nodes.push_back(named_node("weigh", "Mul", {"Ys", "R"}, {"weighted"}));
+  g.nodes.push_back(named_node("ysum", "ReduceSum", {"weighted"}, {"Ly"}));
+  g.nodes.back().attributes["keepdims"] = int64_t{0};
+  g.nodes.push_back(named_node("total", "Add", {"Lh", "Ly"}, {"L"}));
+  g.outputs.push_back({"L", f64({})});
+  Graph built = expect_gradients_match(m, {"h0", "X", "W"},
+                                       {{"h0", f64_tensor({3}, 0.1, 0.2)}, {"X", f64_tensor({3}, -0.5, 0.4)},
+                                        {"W", f64_tensor({3}, 0.9, -0.3)}, {"S", f64_tensor({4, 2}, 0.0, 1.0)}});
+  int scans = 0, ranges = 0;
+  for (const Node& k : built.nodes) {
+    scans += k.op_type == "Scan";
+    ranges += k.op_type == "Range";
+  }
+  EXPECT_EQ(scans, 2);
+  EXPECT_EQ(ranges, 1);
+}
+
+// A loop that runs while a condition on its data holds (a `while` loop), at most M times:
+//   h' = h * W + X, n' = n + 1 (an int64 counter, which takes no gradient), cond' = sum(h' * h') < 12,
+// cond given from outside (false runs no iteration at all), W and X read from the enclosing scope. The number of
+// iterations is only known when the loop runs, so the gradient recomputes (loop_by_recomputation).
+// L = sum(H * R): with the feeds below the loop runs 4 times, and the sums of squares after each iteration
+// (1.3, 3.7, 9.0, 20.3) stay far from 12, so central differences never change the count.
+Model while_model() {
+  Model m;
+  m.opset_imports = {{"", 17}};
+  Graph& g = m.graph;
+  g.inputs = {{"go", {DType::Bool, Shape{}}}, {"M", {DType::Int64, Shape{}}}, {"h0", f64({3})}, {"X", f64({3})},
+              {"W", f64({3})}};
+  g.initializers["n0"] = TensorData::scalar<int64_t>(0);
+  auto body = std::make_shared<Graph>();
+  body->inputs = {{"i", {DType::Int64, Shape{}}}, {"cond_in", {DType::Bool, Shape{}}}, {"h", f64({3})}, {"n", {DType::Int64, Shape{}}}};
+  Node total = named_node("sq_sum", "ReduceSum", {"sq"}, {"energy"});
+  total.attributes["keepdims"] = int64_t{0};
+  body->initializers["limit"] = TensorData::scalar<double>(12.0);
+  body->initializers["one"] = TensorData::scalar<int64_t>(1);
+  body->nodes = {named_node("hw", "Mul", {"h", "W"}, {"hw"}), named_node("pre", "Add", {"hw", "X"}, {"h_next"}),
+                 named_node("count", "Add", {"n", "one"}, {"n_next"}), named_node("sq", "Mul", {"h_next", "h_next"}, {"sq"}),
+                 total, named_node("test", "Less", {"energy", "limit"}, {"cond_out"})};
+  body->outputs = {{"cond_out", {DType::Bool, Shape{}}}, {"h_next", f64({3})}, {"n_next", {DType::Int64, Shape{}}}};
+  Node n = named_node("until", "Loop", {"M", "go", "h0", "n0"}, {"H", "N"});
+  n.attributes["body"] = body;
+  g.nodes.push_back(n);
+  g.initializers["R"] = f64_tensor({3}, 0.7, -0.35).to_data();
+  g.nodes.push_back(named_node("weigh", "Mul", {"H", "R"}, {"weighted"}));
+  g.nodes.push_back(named_node("hsum", "ReduceSum", {"weighted"}, {"L"}));
+  g.nodes.back().attributes["keepdims"] = int64_t{0};
+  g.outputs.push_back({"L", f64({})});
+  g.outputs.push_back({"N", {DType::Int64, Shape{}}});
+  return m;
+}
+
+Tensor int64_scalar(int64_t v) {
+  Tensor t = Tensor::empty(DType::Int64, {});
+  *t.ptr<int64_t>() = v;
+  return t;
+}
+
+TEST(ControlFlowGradients, LoopEndedByADataDependentConditionMatchesCentralDifferences) {
+  const Model m = while_model();
+  for (auto [go, trips, runs] : {std::tuple{true, int64_t{10}, int64_t{4}},
+                                 std::tuple{true, int64_t{2}, int64_t{2}}, std::tuple{false, int64_t{10}, int64_t{0}}}) {
+    SCOPED_TRACE("go " + std::to_string(go) + ", M " + std::to_string(trips));
+    const std::map<std::string, Tensor> feeds{{"go", bool_scalar(go)},
+                                              {"M", int64_scalar(trips)},
+                                              {"h0", Tensor::from_vector<double>({3}, {0.1, 0.3, 0.5})},
+                                              {"X", Tensor::from_vector<double>({3}, {0.2, 0.1, 0.3})},
+                                              {"W", Tensor::from_vector<double>({3}, {1.3, 1.2, 1.4})}};
+    Executor forward(m.graph, m.opset_imports, std::make_shared<TensorStore>());
+    EXPECT_EQ(forward.run(feeds).at(1).ptr<int64_t>()[0], runs) << "iterations the loop ran";
+    Model only_loss = m;
+    only_loss.graph.outputs.resize(1);
+    Graph built = expect_gradients_match(only_loss, {"h0", "X", "W"}, feeds);
+    // The backward is ONNX control flow of its own: the counting replay and the backward Loop, no stack of states.
+    int loops = 0, scans = 0;
+    for (const Node& k : built.nodes) {
+      loops += k.op_type == "Loop";
+      scans += k.op_type == "Scan";
+    }
+    EXPECT_EQ(loops, 3);
+    EXPECT_EQ(scans, 0);
+  }
 }
 
 // Through the Yield boundary (ForwardBackwardSession's split): the backward If reads, inside its branches, a
