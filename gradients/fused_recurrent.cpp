@@ -1,30 +1,42 @@
 // Standard-ONNX bodies of onnxtrain.RNNGrad, GRUGrad and LSTMGrad (native kernels: executor/cpu/recurrent.cpp; the
 // design is in gradients/rules/recurrent.cpp). They serve every direction (forward, reverse and bidirectional),
-// sequence_lens or none, the default activations, no clip, layout 0, no peepholes, and B (GRU, LSTM), the initial
-// states and every incoming gradient present (the rule passes zeros for absent ones).
-// fused_body_refusal() names what a node has outside that case; TrainingSession::export_gradient_model refuses
-// such a node rather than export a body that would compute something else.
+// sequence_lens or none, layout 0 and 1, clip or none, LSTM peepholes and input_forget, with the default
+// activations, and B, the initial states, P (LSTM) and every incoming gradient present (the rule passes zeros for
+// absent ones). fused_body_refusal() names what a node has outside that case (other activations);
+// TrainingSession::export_gradient_model refuses such a node rather than export a body that would compute
+// something else.
 //
 // Directions. Each op's backpropagation through time is written once, for one direction, and run once per
 // direction as the body of a Scan over the direction axis (over_directions): on that direction's slices of W, R,
-// B, the initial states, Y and the incoming gradients. The Scan stacks the per-direction dW, dR, dB and initial
-// states' gradients on a new axis, which is their direction axis; dX, to which every direction contributes, is
-// the sum over it. A direction that runs backwards in time (the only one of 'reverse', the second of
-// 'bidirectional') works in step order, on tensors flipped along time (flip_setup), and flips its dX back.
+// B, P, the initial states, Y and the incoming gradients. The Scan stacks the per-direction dW, dR, dB, dP and
+// initial states' gradients on a new axis, which is their direction axis; dX, to which every direction
+// contributes, is the sum over it. A direction that runs backwards in time (the only one of 'reverse', the second
+// of 'bidirectional') works in step order, on tensors flipped along time (flip_setup), and flips its dX back.
 //
 // sequence_lens. A row's steps past its length do not run (its Y is zero there, its Y_h the state after its last
 // step). The Scans read which steps run (active_steps) and, on a step that did not, emit no gradient and pass dH
 // (and dC) through unchanged; LSTM's forward Scan keeps its states there, and the state entering a step is
 // initial_h until the row's first step (states_entering). A row of length 0 so passes dY_h straight to initial_h.
 //
+// layout 1 (batch-major X, Y, the states and their gradients). The bodies work in layout 0: they move the
+// batch-major inputs to it first and the gradients of X and of the initial states back last (by_layout), and
+// rerun the forward ops on the moved inputs without the attribute.
+//
+// clip. Every gate's pre-activation a is clipped to [-clip, clip] before its activation (LSTM's cell state
+// is not); the slope of f(clip(a)) is zero where |a| > clip (activation()). The rule writes the float attribute
+// clip_bound (the clip, or the largest float when the node has none), since a body cannot read an attribute
+// the caller may leave out; the forward reruns take `clip` itself by reference (left out when the caller has none).
+//
 // RNNGrad:
-// The body reruns the forward RNN (the standard op, with the caller's hidden_size) for the states h_t, then, per
-// direction, runs backpropagation through time as a reverse Scan carrying dH (R rides along as a second state, so
-// the Scan body reads nothing from the enclosing scope) and emitting da_t = (dY_t + dH) * (1 - h_t^2); dH becomes
+// The body reruns the forward RNN (the standard op, with the caller's hidden_size and clip) for the states h_t,
+// then, per direction, recomputes every step's pre-activation a_t = x_t W^T + h_{t-1} R^T + Wb + Rb at once and
+// its slope, and runs backpropagation through time as a reverse Scan carrying dH (R rides along as a second state,
+// so the Scan body reads nothing from the enclosing scope) and emitting da_t = (dY_t + dH) * slope_t; dH becomes
 // da_t R. The weight gradients come after the Scan from the stacked da: dW = da^T X, dR = da^T h_{t-1},
 // dB = (sum da, sum da), dX = da W, d initial_h the final dH. The Scans and the products run in float64 (cast
 // in and out), so their bodies have one concrete type whatever the caller's, as ONNX requires of a graph's inputs.
 #include <cctype>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <string>
@@ -45,6 +57,69 @@ constexpr int64_t kDouble = 11;  // TensorProto element type
 const TypeInfo kF64{DType::Float64, std::nullopt};
 const TypeInfo kBool{DType::Bool, std::nullopt};
 
+// What the rule writes as clip_bound when the node has no clip: no finite pre-activation exceeds it.
+constexpr float kNoClip = std::numeric_limits<float>::max();
+
+// Appends single-output nodes, named after their outputs, to a function's or a Scan body's node list alike.
+struct Nodes {
+  std::vector<Node>& nodes;
+  std::string operator()(std::string type, std::vector<std::string> in, const std::string& out,
+                         std::map<std::string, Attribute> attrs = {}) const {
+    nodes.push_back(fused_body::op(out, std::move(type), std::move(in), out, std::move(attrs)));
+    return out;
+  }
+};
+
+// y = kind(clip(a)) (kind Sigmoid or Tanh) and its slope "<y>_slope" = dy/da, which is zero where |a| > clip: a
+// clipped pre-activation does not move (the kernel's derivative()). `clip` names a float64 scalar; reads "one" and
+// "zero". The one place the bodies apply a gate's activation, so clip is applied alike in every cell. (Names made
+// here end in suffixes that no enclosing graph uses, so that no Scan body's name shadows an outer one.)
+void activation(const Nodes& e, const std::string& kind, const std::string& a, const std::string& y,
+                const std::string& clip) {
+  e("Neg", {clip}, y + "_lo");
+  e("Clip", {a, y + "_lo", clip}, y + "_clipin");
+  e(kind, {y + "_clipin"}, y);
+  if (kind == "Sigmoid") {
+    e("Sub", {"one", y}, y + "_1m");
+    e("Mul", {y, y + "_1m"}, y + "_raw");
+  } else {
+    e("Mul", {y, y}, y + "_sq");
+    e("Sub", {"one", y + "_sq"}, y + "_raw");
+  }
+  e("Abs", {a}, y + "_abs");
+  e("Greater", {y + "_abs", clip}, y + "_clipped");
+  e("Where", {y + "_clipped", "zero", y + "_raw"}, y + "_slope");
+}
+
+// `in` with its axes permuted by perm when the caller's layout is 1 ("batch_major", from prologue), else as it
+// is, named `out`. A body cannot branch on an attribute (an If's branches would read the function's names, which
+// the inliner does not rename inside subgraphs), so it computes both and picks one: flattened (the same count
+// either way), then reshaped to the picked shape.
+std::string by_layout(Function& f, const std::string& in, const std::vector<int64_t>& perm, const std::string& out) {
+  add(f, "Transpose", {in}, out + "_t", {{"perm", perm}});
+  add(f, "Reshape", {in, "lay_flat"}, out + "_f0");
+  add(f, "Reshape", {out + "_t", "lay_flat"}, out + "_f1");
+  add(f, "Where", {"batch_major", out + "_f1", out + "_f0"}, out + "_f");
+  add(f, "Shape", {in}, out + "_s0");
+  add(f, "Shape", {out + "_t"}, out + "_s1");
+  add(f, "Where", {"batch_major", out + "_s1", out + "_s0"}, out + "_s");
+  return add(f, "Reshape", {out + "_f", out + "_s"}, out, {{"allowzero", int64_t{1}}});
+}
+
+// What every body does first. "batch_major" from the int attribute layout (the rule always writes it), and the
+// inputs in layout 0: X_l0 [S, B, I], dY_l0 [S, D, B, H], and <s>_l0 [D, B, H] for each state or state gradient
+// in `states`. "clip" [scalar float64] from clip_bound.
+void prologue(Function& f, const std::vector<std::string>& states) {
+  fused_body::caller_attribute(f, "layout_i", "layout", fused_body::kInt);
+  add(f, "Constant", {}, "layout_one", {{"value", TensorData::scalar<int64_t>(1)}});
+  add(f, "Equal", {"layout_i", "layout_one"}, "batch_major");
+  int64s(f, "lay_flat", {-1});
+  by_layout(f, "X", {1, 0, 2}, "X_l0");           // [B, S, I] -> [S, B, I]
+  by_layout(f, "dY", {1, 2, 0, 3}, "dY_l0");      // [B, S, D, H] -> [S, D, B, H]
+  for (const std::string& s : states) by_layout(f, s, {1, 0, 2}, s + "_l0");  // [B, D, H] -> [D, B, H]
+  fused_body::caller_attribute(f, "clip_f", "clip_bound", fused_body::kFloat);
+  add(f, "Cast", {"clip_f"}, "clip_f64", {{"to", kDouble}});
+}
 // Which directions run backwards in time, "flips" [D] (bool, D is W's first dim). The int attribute `reverse`
 // (the rule writes it beside the string direction, which a body cannot compare before opset 19) says it of the
 // first direction; a second one (bidirectional) always runs backwards, and the rule writes reverse 0 there. So
@@ -73,7 +148,7 @@ void active_steps(Function& f) {
   int64s(f, "live_one", {1});
   int64s(f, "live_two", {2});
   int64s(f, "live_three", {3});
-  add(f, "Shape", {"X"}, "x_dims");
+  add(f, "Shape", {"X_l0"}, "x_dims");
   add(f, "Slice", {"x_dims", "live_two", "live_three"}, "input_size");
   add(f, "Concat", {"num_dirs", "live_one", "input_size"}, "live_w_dims", {{"axis", int64_t{0}}});
   add(f, "Concat", {"num_dirs", "live_one", "live_one"}, "live_r_dims", {{"axis", int64_t{0}}});
@@ -81,16 +156,16 @@ void active_steps(Function& f) {
   const float zero = 0, one = 1;
   const auto filled = [&](const std::string& dims, float v, const std::string& out) {
     add(f, "ConstantOfShape", {dims}, out + "_f", {{"value", TensorData::from<float>({1}, std::span<const float>(&v, 1))}});
-    return add(f, "CastLike", {out + "_f", "X"}, out);
+    return add(f, "CastLike", {out + "_f", "X_l0"}, out);
   };
   filled("live_w_dims", zero, "live_w");
   filled("live_r_dims", zero, "live_r");
   filled("live_b_dims", one, "live_b");
-  Node rnn = fused_body::op("live_rnn", "RNN", {"X", "live_w", "live_r", "live_b", "sequence_lens"}, "live_y",
+  Node rnn = fused_body::op("live_rnn", "RNN", {"X_l0", "live_w", "live_r", "live_b", "sequence_lens"}, "live_y",
                             {{"hidden_size", int64_t{1}}});
   rnn.attribute_refs["direction"] = {"direction", fused_body::kString};
   f.nodes.push_back(std::move(rnn));
-  add(f, "CastLike", {add(f, "Constant", {}, "live_zero_d", {{"value", TensorData::scalar<double>(0.0)}}), "X"},
+  add(f, "CastLike", {add(f, "Constant", {}, "live_zero_d", {{"value", TensorData::scalar<double>(0.0)}}), "X_l0"},
       "live_zero");
   add(f, "Not", {add(f, "Equal", {"live_y", "live_zero"}, "live_idle")}, "active");
 }
@@ -148,11 +223,11 @@ struct Slot {
 // How every recurrent body ends. `dir` holds one direction's BPTT (a node list built with the same helpers as
 // the function; as a subgraph it reads nothing from the enclosing scope, since the inliner renames only the
 // function's own names); a Scan over the direction axis runs it once per direction. `carried` are values every
-// direction reads whole (X, linear_before_reset), passed through as states; `scanned` the direction's flip flag
-// and slices. `grads` names the body's results (value -> function output), dX last ("dX", in time order): the
-// Scan stacks them on a new axis, the direction axis of dW, dR, dB and the initial states' gradients, and dX, to
-// which every direction contributes, is their sum over it. All are cast to X's type; sequence_lens gets an empty
-// gradient.
+// direction reads whole (X, clip, flags), passed through as states; `scanned` the direction's flip flag and
+// slices. `grads` names the body's results (value -> function output), dX last ("dX", in time order): the Scan
+// stacks them on a new axis, the direction axis of dW, dR, dB, dP and the initial states' gradients, and dX, to
+// which every direction contributes, is their sum over it. All are cast to X's type, and dX and the initial
+// states' gradients moved back to the caller's layout; sequence_lens gets an empty gradient.
 void over_directions(Function& f, Function dir, const std::vector<Slot>& carried, const std::vector<Slot>& scanned,
                      const std::vector<std::pair<std::string, std::string>>& grads) {
   auto body = std::make_shared<Graph>();
@@ -185,66 +260,88 @@ void over_directions(Function& f, Function dir, const std::vector<Slot>& carried
   for (const auto& [v, name] : grads) {
     if (name == "dX")
       add(f, "ReduceSum", {"dX_dirs", "dirs_0"}, "dX_sum", {{"keepdims", int64_t{0}}});
-    add(f, "CastLike", {name == "dX" ? "dX_sum" : name + "_dirs", "X"}, name);
+    const bool by_batch = name == "dX" || name == "dinitial_h" || name == "dinitial_c";
+    add(f, "CastLike", {name == "dX" ? "dX_sum" : name + "_dirs", "X"}, by_batch ? name + "_l0" : name);
+    if (by_batch) by_layout(f, name + "_l0", {1, 0, 2}, name);  // [S, B, I] / [D, B, H] back to batch-major
   }
   add(f, "Constant", {}, "dsequence_lens", {{"value", TensorData::from<int64_t>({0}, std::span<const int64_t>())}});
+}
+
+// Cast to float64, which every Scan body works in.
+void to_f64(Function& f, const std::vector<std::string>& values) {
+  for (const std::string& v : values) add(f, "Cast", {v}, v + "_f64", {{"to", kDouble}});
+}
+
+// The standard op `op` rerun on the layout-0 inputs for the states Y [S, D, B, H] ("Y_all"), with the caller's
+// attributes that shape its result (not layout: its inputs are in layout 0 already).
+void rerun_forward(Function& f, const std::string& op, const std::vector<std::string>& refs) {
+  Node n = fused_body::op(op + "_rerun", op, {"X_l0", "W", "R", "B", "sequence_lens", "initial_h_l0"}, "Y_all");
+  for (const std::string& a : refs)
+    n.attribute_refs[a] = {a, a == "direction" ? fused_body::kString : a == "clip" ? fused_body::kFloat : fused_body::kInt};
+  f.nodes.push_back(std::move(n));
 }
 
 Function rnn_grad() {
   Function f = fused_body::function(
       "RNNGrad", {"X", "W", "R", "B", "sequence_lens", "initial_h", "dY", "dY_h"},
       {"dX", "dW", "dR", "dB", "dsequence_lens", "dinitial_h"},
-      "Gradient of RNN (every direction, sequence_lens or none, Tanh, no clip, layout 0; initial_h, dY and dY_h "
-      "given) with respect to X, W, R, B and initial_h: the forward RNN rerun for the states, then per direction (a "
-      "Scan over the direction axis) a reverse Scan carrying dH in float64 that emits da_t = (dY_t + dH) "
-      "(1 - h_t^2), dH <- da_t R (on the steps that run); the weight gradients are products of the stacked da, dX "
-      "the sum over directions of da W.",
-      {"hidden_size", "direction", "reverse"});
-  // Forward states Y [S, D, B, H].
-  Node rnn = fused_body::op("rnn", "RNN", {"X", "W", "R", "B", "sequence_lens", "initial_h"}, "Y_all");
-  rnn.attribute_refs["hidden_size"] = {"hidden_size", fused_body::kInt};
-  rnn.attribute_refs["direction"] = {"direction", fused_body::kString};
-  f.nodes.push_back(std::move(rnn));
+      "Gradient of RNN (every direction, sequence_lens or none, layout 0 or 1, clip or none, Tanh; B, initial_h, dY "
+      "and dY_h given) with respect to X, W, R, B and initial_h: the forward RNN rerun for the states, then per "
+      "direction (a Scan over the direction axis) the pre-activations recomputed and a reverse Scan carrying dH in "
+      "float64 that emits da_t = (dY_t + dH) tanh'(clip(a_t)) (zero where clipped), dH <- da_t R (on the steps "
+      "that run); the weight gradients are products of the stacked da, dX the sum over directions of da W.",
+      {"hidden_size", "direction", "reverse", "layout", "clip", "clip_bound"});
+  prologue(f, {"initial_h", "dY_h"});
+  rerun_forward(f, "RNN", {"hidden_size", "direction", "clip"});  // Y_all [S, D, B, H]
   direction_flips(f);
   active_steps(f);
-  const auto dbl = [&](const std::string& in, const std::string& out) {
-    return add(f, "Cast", {in}, out, {{"to", kDouble}});
-  };
-  for (const char* v : {"X", "W", "R", "initial_h", "Y_all", "dY", "dY_h"}) dbl(v, std::string(v) + "_f64");
+  to_f64(f, {"X_l0", "W", "R", "B", "initial_h_l0", "Y_all", "dY_l0", "dY_h_l0"});
 
-  // One direction: x_t [S, B, I], w_d [H, I], r_d [H, H], h0_d and dyh_d [B, H], dy_t and y_t [S, B, H],
-  // live_t [S, B, 1].
+  // One direction: x_t [S, B, I], w_d [H, I], r_d [H, H], b_d [2H], h0_d and dyh_d [B, H], dy_t and y_t
+  // [S, B, H], live_t [S, B, 1], clip.
   Function d;
+  const Nodes e{d.nodes};
   flip_setup(d, "flip");
   int64s(d, "ax0", {0});
+  int64s(d, "ax1", {1});
+  int64s(d, "ax2", {2});
+  int64s(d, "big", {std::numeric_limits<int64_t>::max()});
   int64s(d, "minus1", {-1});
+  e("Constant", {}, "one", {{"value", TensorData::scalar<double>(1.0)}});
+  e("Constant", {}, "zero", {{"value", TensorData::scalar<double>(0.0)}});
   flip(d, "y_t", "y_d");    // step order
   flip(d, "dy_t", "dy_d");
   flip(d, "x_t", "x_d");
   flip(d, "live_t", "live_d");
+  add(d, "Shape", {"r_d"}, "r_shape");
+  add(d, "Slice", {"r_shape", "ax1", "ax2"}, "H1");  // [H]
+  add(d, "Slice", {"b_d", "ax0", "H1", "ax0"}, "wb");
+  add(d, "Slice", {"b_d", "H1", "big", "ax0"}, "rb");
+  input_projections(d);  // xw2 [S B, H], x2 [S B, I]
+  states_entering(d);
+  add(d, "Flatten", {"h_prev"}, "hp2", {{"axis", int64_t{2}}});    // [S B, H]
+  // Every step's pre-activation and slope at once (the states are known): a_t = x_t W^T + Wb + h_{t-1} R^T + Rb.
+  add(d, "Gemm", {"hp2", "r_d", "rb"}, "hr2", {{"transB", int64_t{1}}});
+  add(d, "Add", {"xw2", "hr2"}, "a2");
+  activation(e, "Tanh", "a2", "act", "clip");
+  add(d, "Reshape", {"act_slope", "sb_1"}, "slope_d");  // [S, B, H]
 
   // The reverse Scan's body, in float64.
   auto body = std::make_shared<Graph>();
   body->name = "rnn_bptt_step";
-  body->inputs = {{"dh_in", kF64}, {"r_in", kF64}, {"dy_t", kF64}, {"y_t", kF64}, {"live", kBool}};
+  body->inputs = {{"dh_in", kF64}, {"r_in", kF64}, {"dy_t", kF64}, {"slope_t", kF64}, {"live", kBool}};
   body->outputs = {{"dh_out", kF64}, {"r_out", kF64}, {"da_out", kF64}};
-  const auto step = [&](std::string type, std::vector<std::string> in, std::string out,
-                        std::map<std::string, Attribute> attrs = {}) {
-    body->nodes.push_back(fused_body::op(out, std::move(type), std::move(in), out, std::move(attrs)));
-  };
-  step("Constant", {}, "one", {{"value", TensorData::scalar<double>(1.0)}});
-  step("Constant", {}, "zero", {{"value", TensorData::scalar<double>(0.0)}});
+  const Nodes step{body->nodes};
+  step("Constant", {}, "zero_step", {{"value", TensorData::scalar<double>(0.0)}});
   step("Add", {"dy_t", "dh_in"}, "g");
-  step("Mul", {"y_t", "y_t"}, "y2");
-  step("Sub", {"one", "y2"}, "slope");
-  step("Mul", {"g", "slope"}, "da_run");
+  step("Mul", {"g", "slope_t"}, "da_run");
   // A step past the row's length (sequence_lens) did not run: no gradient, and dH passes through it.
-  step("Where", {"live", "da_run", "zero"}, "da");
+  step("Where", {"live", "da_run", "zero_step"}, "da");
   step("MatMul", {"da", "r_in"}, "dh_run");
   step("Where", {"live", "dh_run", "dh_in"}, "dh_out");
   step("Identity", {"r_in"}, "r_out");
   step("Identity", {"da"}, "da_out");
-  Node scan = fused_body::op("bptt", "Scan", {"dyh_d", "r_d", "dy_d", "y_d", "live_d"}, "dh0_d");
+  Node scan = fused_body::op("bptt", "Scan", {"dyh_d", "r_d", "dy_d", "slope_d", "live_d"}, "dh0_d");
   scan.outputs = {"dh0_d", "r_last", "da"};  // da [S, B, H], in step order
   scan.attributes = {{"body", body},
                      {"num_scan_inputs", int64_t{3}},
@@ -252,10 +349,7 @@ Function rnn_grad() {
                      {"scan_output_directions", std::vector<int64_t>{1}}};
   d.nodes.push_back(std::move(scan));
 
-  states_entering(d);
   add(d, "Flatten", {"da"}, "da2", {{"axis", int64_t{2}}});        // [S B, H]
-  add(d, "Flatten", {"x_d"}, "x2", {{"axis", int64_t{2}}});        // [S B, I]
-  add(d, "Flatten", {"h_prev"}, "hp2", {{"axis", int64_t{2}}});    // [S B, H]
   // Gemm with transA rather than Transpose + MatMul, which onnxruntime fuses into a FusedMatMul that has no
   // float64 kernel.
   add(d, "Gemm", {"da2", "x2"}, "dw_d", {{"transA", int64_t{1}}});
@@ -264,14 +358,14 @@ Function rnn_grad() {
   add(d, "Concat", {"db_half", "db_half"}, "db_d", {{"axis", int64_t{0}}});
   add(d, "MatMul", {"da", "w_d"}, "dx_d");
   flip(d, "dx_d", "dx");  // time order
-  over_directions(f, std::move(d), {{"X_f64", "x_t"}},
-                  {{"flips", "flip", 0, kBool}, {"W_f64", "w_d"}, {"R_f64", "r_d"}, {"initial_h_f64", "h0_d"},
-                   {"dY_h_f64", "dyh_d"}, {"dY_f64", "dy_t", 1}, {"Y_all_f64", "y_t", 1}, {"active", "live_t", 1, kBool}},
+  over_directions(f, std::move(d), {{"X_l0_f64", "x_t"}, {"clip_f64", "clip"}},
+                  {{"flips", "flip", 0, kBool}, {"W_f64", "w_d"}, {"R_f64", "r_d"}, {"B_f64", "b_d"},
+                   {"initial_h_l0_f64", "h0_d"}, {"dY_h_l0_f64", "dyh_d"}, {"dY_l0_f64", "dy_t", 1},
+                   {"Y_all_f64", "y_t", 1}, {"active", "live_t", 1, kBool}},
                   {{"dw_d", "dW"}, {"dr_d", "dR"}, {"db_d", "dB"}, {"dh0_d", "dinitial_h"}, {"dx", "dX"}});
   return f;
 }
-
-// GRUGrad, the same common case (linear_before_reset 0 or 1, read by reference; the rule always writes it): the
+// GRUGrad, the same cases (linear_before_reset 0 or 1, read by reference; the rule always writes it): the
 // forward GRU rerun for the states h_t; per direction, the input projections X W^T + Wb once for all steps, then a
 // reverse Scan (float64) whose body recomputes the step's gates z, r and h~ from h_{t-1} and carries dH. Per step it
 // emits the gates' pre-activation gradients (da_z, da_r, da_h) and the two factors of R_h's gradient (da_h and
@@ -282,28 +376,22 @@ Function gru_grad() {
   Function f = fused_body::function(
       "GRUGrad", {"X", "W", "R", "B", "sequence_lens", "initial_h", "dY", "dY_h"},
       {"dX", "dW", "dR", "dB", "dsequence_lens", "dinitial_h"},
-      "Gradient of GRU (every direction, sequence_lens or none, default activations Sigmoid/Tanh, no clip, "
-      "layout 0; B, initial_h, dY and dY_h given; linear_before_reset 0 or 1) with respect to X, W, R, B and initial_h: the "
+      "Gradient of GRU (every direction, sequence_lens or none, layout 0 or 1, clip or none, default activations "
+      "Sigmoid/Tanh; B, initial_h, dY and dY_h given; linear_before_reset 0 or 1) with respect to X, W, R, B and initial_h: the "
       "forward GRU rerun for the states, then per direction (a Scan over the direction axis) a reverse Scan in "
       "float64 that recomputes each step's gates and carries dH.",
-      {"hidden_size", "linear_before_reset", "direction", "reverse"});
-  Node gru = fused_body::op("gru", "GRU", {"X", "W", "R", "B", "sequence_lens", "initial_h"}, "Y_all");
-  gru.attribute_refs["hidden_size"] = {"hidden_size", fused_body::kInt};
-  gru.attribute_refs["linear_before_reset"] = {"linear_before_reset", fused_body::kInt};
-  gru.attribute_refs["direction"] = {"direction", fused_body::kString};
-  f.nodes.push_back(std::move(gru));
+      {"hidden_size", "linear_before_reset", "direction", "reverse", "layout", "clip", "clip_bound"});
+  prologue(f, {"initial_h", "dY_h"});
+  rerun_forward(f, "GRU", {"hidden_size", "linear_before_reset", "direction", "clip"});  // Y_all [S, D, B, H]
   direction_flips(f);
   active_steps(f);
   fused_body::caller_attribute(f, "lbr_i", "linear_before_reset", fused_body::kInt);
   add(f, "Constant", {}, "one_i", {{"value", TensorData::scalar<int64_t>(1)}});
   add(f, "Equal", {"lbr_i", "one_i"}, "lbr_flag");
-  const auto dbl = [&](const std::string& in, const std::string& out) {
-    return add(f, "Cast", {in}, out, {{"to", kDouble}});
-  };
-  for (const char* v : {"X", "W", "R", "B", "initial_h", "Y_all", "dY", "dY_h"}) dbl(v, std::string(v) + "_f64");
+  to_f64(f, {"X_l0", "W", "R", "B", "initial_h_l0", "Y_all", "dY_l0", "dY_h_l0"});
 
   // One direction: x_t [S, B, I], w_d [3H, I], r_d [3H, H], b_d [6H], h0_d and dyh_d [B, H], dy_t and y_t
-  // [S, B, H], lbr (bool).
+  // [S, B, H], lbr (bool), clip.
   Function d;
   flip_setup(d, "flip");
   int64s(d, "ax0", {0});
@@ -337,16 +425,13 @@ Function gru_grad() {
   auto body = std::make_shared<Graph>();
   body->name = "gru_bptt_step";
   body->inputs = {{"dh_in", kF64},  {"rz_in", kF64}, {"rr_in", kF64}, {"rh_in", kF64}, {"bz_in", kF64},
-                  {"br_in", kF64},  {"bh_in", kF64}, {"lbr_in", kBool},
+                  {"br_in", kF64},  {"bh_in", kF64}, {"lbr_in", kBool}, {"clip_in", kF64},
                   {"dy_t", kF64},   {"xz_t", kF64},  {"xr_t", kF64},  {"xh_t", kF64},  {"hp", kF64},
                   {"live", kBool}};
   body->outputs = {{"dh_out", kF64}, {"rz_out", kF64}, {"rr_out", kF64}, {"rh_out", kF64}, {"bz_out", kF64},
-                   {"br_out", kF64}, {"bh_out", kF64}, {"lbr_out", kBool},
+                   {"br_out", kF64}, {"bh_out", kF64}, {"lbr_out", kBool}, {"clip_out", kF64},
                    {"daz", kF64},    {"dar", kF64},    {"dah", kF64},    {"left", kF64},   {"right", kF64}};
-  const auto step = [&](std::string type, std::vector<std::string> in, std::string out,
-                        std::map<std::string, Attribute> attrs = {}) {
-    body->nodes.push_back(fused_body::op(out, std::move(type), std::move(in), out, std::move(attrs)));
-  };
+  const Nodes step{body->nodes};
   const std::map<std::string, Attribute> tb{{"transB", int64_t{1}}};
   step("Constant", {}, "one", {{"value", TensorData::scalar<double>(1.0)}});
   step("Constant", {}, "zero", {{"value", TensorData::scalar<double>(0.0)}});
@@ -356,26 +441,23 @@ Function gru_grad() {
   step("Where", {"live", "g_run", "zero"}, "g");
   step("Gemm", {"hp", "rz_in", "bz_in"}, "hz", tb);
   step("Add", {"xz_t", "hz"}, "az");
-  step("Sigmoid", {"az"}, "z");
+  activation(step, "Sigmoid", "az", "z", "clip_in");
   step("Gemm", {"hp", "rr_in", "br_in"}, "hr", tb);
   step("Add", {"xr_t", "hr"}, "ar");
-  step("Sigmoid", {"ar"}, "r");
+  activation(step, "Sigmoid", "ar", "r", "clip_in");
   step("Gemm", {"hp", "rh_in", "bh_in"}, "u", tb);  // linear_before_reset: h_{t-1} R_h^T + Rb_h
   step("Mul", {"r", "u"}, "ru");
   step("Mul", {"r", "hp"}, "q");                      // otherwise: (r h_{t-1}) R_h^T + Rb_h
   step("Gemm", {"q", "rh_in", "bh_in"}, "qh", tb);
   step("Where", {"lbr_in", "ru", "qh"}, "hh_rec");
   step("Add", {"xh_t", "hh_rec"}, "ah");
-  step("Tanh", {"ah"}, "ht");
+  activation(step, "Tanh", "ah", "ht", "clip_in");
   step("Sub", {"one", "z"}, "one_z");
   step("Mul", {"g", "one_z"}, "dht");
   step("Sub", {"hp", "ht"}, "hp_ht");
   step("Mul", {"g", "hp_ht"}, "dz");
   step("Mul", {"g", "z"}, "dhp_direct");
-  step("Mul", {"ht", "ht"}, "ht2");
-  step("Sub", {"one", "ht2"}, "tanh_slope");
-  step("Mul", {"dht", "tanh_slope"}, "dah");
-  step("Mul", {"z", "one_z"}, "z_slope");
+  step("Mul", {"dht", "ht_slope"}, "dah");
   step("Mul", {"dz", "z_slope"}, "daz");
   step("Mul", {"dah", "u"}, "dr1");
   step("Mul", {"dah", "r"}, "du");
@@ -384,8 +466,6 @@ Function gru_grad() {
   step("Mul", {"dq", "hp"}, "dr0");
   step("Mul", {"dq", "r"}, "dhp0");
   step("Where", {"lbr_in", "dr1", "dr0"}, "dr");
-  step("Sub", {"one", "r"}, "one_r");
-  step("Mul", {"r", "one_r"}, "r_slope");
   step("Mul", {"dr", "r_slope"}, "dar");
   step("Where", {"lbr_in", "du", "dah"}, "left");
   step("Where", {"lbr_in", "hp", "q"}, "right");
@@ -396,11 +476,12 @@ Function gru_grad() {
   step("Where", {"live", "dh_run", "dh_in"}, "dh_out");
   for (const char* st : {"rz", "rr", "rh", "bz", "br", "bh", "lbr"})
     step("Identity", {std::string(st) + "_in"}, std::string(st) + "_out");
+  step("Identity", {"clip_in"}, "clip_out");
   Node scan = fused_body::op("bptt", "Scan",
-                             {"dyh_d", "r_z", "r_r", "r_h", "rb_z", "rb_r", "rb_h", "lbr", "dy_d", "x_z", "x_r",
+                             {"dyh_d", "r_z", "r_r", "r_h", "rb_z", "rb_r", "rb_h", "lbr", "clip", "dy_d", "x_z", "x_r",
                               "x_h", "h_prev", "live_d"},
                              "dh0_d");
-  scan.outputs = {"dh0_d", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "DZ", "DR", "DH", "L", "RT"};
+  scan.outputs = {"dh0_d", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "DZ", "DR", "DH", "L", "RT"};
   scan.attributes = {{"body", body},
                      {"num_scan_inputs", int64_t{6}},
                      {"scan_input_directions", std::vector<int64_t>{1, 1, 1, 1, 1, 1}},
@@ -428,44 +509,47 @@ Function gru_grad() {
   add(d, "Concat", {"dwb", "drbz", "drbr", "drbh"}, "db_d", {{"axis", int64_t{0}}});
   add(d, "MatMul", {"da", "w_d"}, "dx_d");
   flip(d, "dx_d", "dx");  // time order
-  over_directions(f, std::move(d), {{"X_f64", "x_t"}, {"lbr_flag", "lbr", 0, kBool}},
+  over_directions(f, std::move(d), {{"X_l0_f64", "x_t"}, {"lbr_flag", "lbr", 0, kBool}, {"clip_f64", "clip"}},
                   {{"flips", "flip", 0, kBool}, {"W_f64", "w_d"}, {"R_f64", "r_d"}, {"B_f64", "b_d"},
-                   {"initial_h_f64", "h0_d"}, {"dY_h_f64", "dyh_d"}, {"dY_f64", "dy_t", 1}, {"Y_all_f64", "y_t", 1},
+                   {"initial_h_l0_f64", "h0_d"}, {"dY_h_l0_f64", "dyh_d"}, {"dY_l0_f64", "dy_t", 1},
+                   {"Y_all_f64", "y_t", 1},
                    {"active", "live_t", 1, kBool}},
                   {{"dw_d", "dW"}, {"dr_d", "dR"}, {"db_d", "dB"}, {"dh0_d", "dinitial_h"}, {"dx", "dX"}});
   return f;
 }
 
-// LSTMGrad, the same common case (default activations Sigmoid/Tanh/Tanh, no peepholes, input_forget 0, B given):
-// the standard LSTM outputs no per-step cell states, so per direction a forward Scan (float64) reruns the cell from the input
-// projections and emits the states entering each step (h_{t-1}, c_{t-1}); the reverse Scan recomputes each
-// step's gates from them and carries dH and dC, emitting the gates' pre-activation gradients [B, 4H] (order
-// i, o, f, c, as W's rows), whose products after the Scan give dW, dR, dB and dX.
+// LSTMGrad, the same cases, and peepholes P (the rule passes zeros without) and input_forget (f = 1 - i, read as
+// an int; the rule always writes it): the standard LSTM outputs no per-step cell states, so per direction a
+// forward Scan (float64) reruns the cell from the input projections and emits the states entering each step
+// (h_{t-1}, c_{t-1}) and the cell state after it (c_t); the reverse Scan recomputes each step's gates from them
+// and carries dH and dC, emitting the gates' pre-activation gradients [B, 4H] (order i, o, f, c, as W's rows),
+// whose products after the Scan give dW, dR, dB and dX, and, with the cell states, dP.
 Function lstm_grad() {
   Function f = fused_body::function(
       "LSTMGrad",
       {"X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P", "dY", "dY_h", "dY_c"},
       {"dX", "dW", "dR", "dB", "dsequence_lens", "dinitial_h", "dinitial_c", "dP"},
-      "Gradient of LSTM (every direction, sequence_lens or none, default activations, no clip, layout 0, no "
-      "peepholes, input_forget 0; B, initial_h, initial_c, dY, dY_h and dY_c given) with respect to X, W, R, B, initial_h and "
-      "initial_c: per direction (a Scan over the direction axis), a forward Scan in float64 reruns the cell for the "
-      "states entering each step, a reverse Scan recomputes the gates and carries dH and dC.",
-      {"direction", "reverse"});
+      "Gradient of LSTM (every direction, sequence_lens or none, layout 0 or 1, clip or none, peepholes, "
+      "input_forget 0 or 1, default activations; B, initial_h, initial_c, P, dY, dY_h and dY_c given) with respect "
+      "to X, W, R, B, initial_h, initial_c and P: per direction (a Scan over the direction axis), a forward Scan in "
+      "float64 reruns the cell for its states, a reverse Scan recomputes the gates and carries dH and dC.",
+      {"direction", "reverse", "layout", "clip_bound", "input_forget"});
+  prologue(f, {"initial_h", "initial_c", "dY_h", "dY_c"});
   direction_flips(f);
   active_steps(f);
-  const auto dbl = [&](const std::string& in, const std::string& out) {
-    return add(f, "Cast", {in}, out, {{"to", kDouble}});
-  };
-  for (const char* v : {"X", "W", "R", "B", "initial_h", "initial_c", "dY", "dY_h", "dY_c"})
-    dbl(v, std::string(v) + "_f64");
+  fused_body::caller_attribute(f, "if_i", "input_forget", fused_body::kInt);
+  add(f, "Constant", {}, "if_one", {{"value", TensorData::scalar<int64_t>(1)}});
+  add(f, "Equal", {"if_i", "if_one"}, "if_flag");
+  to_f64(f, {"X_l0", "W", "R", "B", "P", "initial_h_l0", "initial_c_l0", "dY_l0", "dY_h_l0", "dY_c_l0"});
 
-  // One direction: x_t [S, B, I], w_d [4H, I], r_d [4H, H], b_d [8H], h0_d, c0_d, dyh_d and dyc_d [B, H], dy_t
-  // [S, B, H].
+  // One direction: x_t [S, B, I], w_d [4H, I], r_d [4H, H], b_d [8H], p_d [3H], h0_d, c0_d, dyh_d and dyc_d
+  // [B, H], dy_t [S, B, H], clip, input_forget (bool).
   Function d;
   flip_setup(d, "flip");
   int64s(d, "ax0", {0});
   int64s(d, "ax1", {1});
   int64s(d, "ax2", {2});
+  int64s(d, "ax01", {0, 1});
   int64s(d, "minus1", {-1});
   int64s(d, "big", {std::numeric_limits<int64_t>::max()});
   flip(d, "dy_t", "dy_d");  // step order
@@ -477,13 +561,13 @@ Function lstm_grad() {
   add(d, "Slice", {"b_d", "H4", "big", "ax0"}, "rb");
   input_projections(d);  // [S, B, 4H]
 
-  // The cell from the states entering a step and the step's projections: gates i, o, f, c~ and the new c.
+  // The cell from the states entering a step (hp, cp) and the step's projections: gates i, o, f, c~ and the new
+  // c (ct), each gate with its slope (activation()). Peepholes add p_i c_{t-1} and p_f c_{t-1} to the input and
+  // forget gates' pre-activations and p_o c_t to the output gate's; input_forget replaces f by 1 - i.
   const auto cell = [&](Graph& g) {
-    const auto step = [&](std::string type, std::vector<std::string> in, std::string out,
-                          std::map<std::string, Attribute> attrs = {}) {
-      g.nodes.push_back(fused_body::op(out, std::move(type), std::move(in), out, std::move(attrs)));
-    };
+    const Nodes step{g.nodes};
     step("Constant", {}, "one", {{"value", TensorData::scalar<double>(1.0)}});
+    step("Constant", {}, "zero", {{"value", TensorData::scalar<double>(0.0)}});
     step("Constant", {}, "c0", {{"value", TensorData::from<int64_t>({1}, std::span<const int64_t>(std::vector<int64_t>{0}))}});
     step("Constant", {}, "c1", {{"value", TensorData::from<int64_t>({1}, std::span<const int64_t>(std::vector<int64_t>{1}))}});
     step("Constant", {}, "c2", {{"value", TensorData::from<int64_t>({1}, std::span<const int64_t>(std::vector<int64_t>{2}))}});
@@ -498,34 +582,66 @@ Function lstm_grad() {
     step("Slice", {"a", "h1", "h2", "c1"}, "a_o");
     step("Slice", {"a", "h2", "h3", "c1"}, "a_f");
     step("Slice", {"a", "h3", "h4", "c1"}, "a_c");
-    step("Sigmoid", {"a_i"}, "gi");
-    step("Sigmoid", {"a_o"}, "go");
-    step("Sigmoid", {"a_f"}, "gf");
-    step("Tanh", {"a_c"}, "gc");
+    step("Slice", {"p_in", "c0", "h1", "c0"}, "p_i");
+    step("Slice", {"p_in", "h1", "h2", "c0"}, "p_o");
+    step("Slice", {"p_in", "h2", "h3", "c0"}, "p_f");
+    step("Add", {"a_i", step("Mul", {"p_i", "cp"}, "pi_cp")}, "a_ip");
+    step("Add", {"a_f", step("Mul", {"p_f", "cp"}, "pf_cp")}, "a_fp");
+    activation(step, "Sigmoid", "a_ip", "gi", "clip_in");
+    activation(step, "Sigmoid", "a_fp", "gf_own", "clip_in");
+    step("Sub", {"one", "gi"}, "gi_coupled");
+    step("Where", {"if_in", "gi_coupled", "gf_own"}, "gf");
+    activation(step, "Tanh", "a_c", "gc", "clip_in");
     step("Mul", {"gf", "cp"}, "f_cp");
     step("Mul", {"gi", "gc"}, "i_gc");
     step("Add", {"f_cp", "i_gc"}, "ct");
-    step("Tanh", {"ct"}, "tct");
+    step("Add", {"a_o", step("Mul", {"p_o", "ct"}, "po_ct")}, "a_op");
+    activation(step, "Sigmoid", "a_op", "go", "clip_in");
+    step("Tanh", {"ct"}, "tct");  // h(C) is not clipped
     return step;
   };
-  // Forward: states h, c (and R, Rb riding along); emits the states entering each step. A step past the row's
+  // What rides along both Scans unchanged: R, Rb, P, clip, input_forget.
+  const std::vector<std::pair<std::string, TypeInfo>> riding{
+      {"r", kF64}, {"rb", kF64}, {"p", kF64}, {"clip", kF64}, {"if", kBool}};
+  const auto ride = [&](Graph& g, const Nodes& step) {
+    for (const auto& [v, t] : riding) {
+      g.inputs.push_back({v + "_in", t});
+      g.outputs.push_back({v + "_out", t});
+      step("Identity", {v + "_in"}, v + "_out");
+    }
+  };
+  const std::vector<std::string> riding_d{"r_d", "rb", "p_d", "clip", "if_d"};
+  const auto ride_outs = [&](const std::string& prefix) {
+    std::vector<std::string> o;
+    for (const auto& [v, t] : riding) o.push_back(prefix + v);
+    return o;
+  };
+
+  // Forward: states h, c; emits the states entering each step and the cell state after it. A step past the row's
   // length (sequence_lens) does not run: the states stay.
   auto fwd = std::make_shared<Graph>();
   fwd->name = "lstm_states";
-  fwd->inputs = {{"hp", kF64}, {"cp", kF64}, {"r_in", kF64}, {"rb_in", kF64}, {"xw_t", kF64}, {"live", kBool}};
-  fwd->outputs = {{"h_out", kF64}, {"c_out", kF64}, {"r_out", kF64}, {"rb_out", kF64}, {"hp_out", kF64}, {"cp_out", kF64}};
+  fwd->inputs = {{"hp", kF64}, {"cp", kF64}};
+  fwd->outputs = {{"h_out", kF64}, {"c_out", kF64}};
   {
-    auto step = cell(*fwd);
+    const Nodes step = cell(*fwd);
+    ride(*fwd, step);
+    fwd->inputs.insert(fwd->inputs.end(), {{"xw_t", kF64}, {"live", kBool}});
+    fwd->outputs.insert(fwd->outputs.end(), {{"hp_out", kF64}, {"cp_out", kF64}, {"cn_out", kF64}});
     step("Mul", {"go", "tct"}, "h_run");
     step("Where", {"live", "h_run", "hp"}, "h_out");
     step("Where", {"live", "ct", "cp"}, "c_out");
-    step("Identity", {"r_in"}, "r_out");
-    step("Identity", {"rb_in"}, "rb_out");
     step("Identity", {"hp"}, "hp_out");
     step("Identity", {"cp"}, "cp_out");
+    step("Identity", {"c_out"}, "cn_out");
   }
-  Node fscan = fused_body::op("states", "Scan", {"h0_d", "c0_d", "r_d", "rb", "xw", "live_d"}, "h_last");
-  fscan.outputs = {"h_last", "c_last", "f_r", "f_rb", "h_prev", "c_prev"};
+  std::vector<std::string> fins{"h0_d", "c0_d"};
+  fins.insert(fins.end(), riding_d.begin(), riding_d.end());
+  fins.insert(fins.end(), {"xw", "live_d"});
+  Node fscan = fused_body::op("states", "Scan", fins, "h_last");
+  fscan.outputs = {"h_last", "c_last"};
+  for (const std::string& o : ride_outs("f_")) fscan.outputs.push_back(o);
+  fscan.outputs.insert(fscan.outputs.end(), {"h_prev", "c_prev", "c_next"});
   fscan.attributes = {{"body", fwd}, {"num_scan_inputs", int64_t{2}}};
   d.nodes.push_back(std::move(fscan));
 
@@ -533,46 +649,49 @@ Function lstm_grad() {
   // below is linear in dh and dc), and dH and dC pass through it.
   auto bwd = std::make_shared<Graph>();
   bwd->name = "lstm_bptt_step";
-  bwd->inputs = {{"dh_in", kF64}, {"dc_in", kF64}, {"r_in", kF64}, {"rb_in", kF64},
-                 {"dy_t", kF64},  {"xw_t", kF64},  {"hp", kF64},   {"cp", kF64}, {"live", kBool}};
-  bwd->outputs = {{"dh_out", kF64}, {"dc_out", kF64}, {"r_out", kF64}, {"rb_out", kF64}, {"da", kF64}};
+  bwd->inputs = {{"dh_in", kF64}, {"dc_in", kF64}};
+  bwd->outputs = {{"dh_out", kF64}, {"dc_out", kF64}};
   {
-    auto step = cell(*bwd);
-    step("Constant", {}, "zero", {{"value", TensorData::scalar<double>(0.0)}});
+    const Nodes step = cell(*bwd);
+    ride(*bwd, step);
+    bwd->inputs.insert(bwd->inputs.end(),
+                       {{"dy_t", kF64}, {"xw_t", kF64}, {"hp", kF64}, {"cp", kF64}, {"live", kBool}});
+    bwd->outputs.push_back({"da", kF64});
     step("Add", {"dy_t", "dh_in"}, "dh_run");
     step("Where", {"live", "dh_run", "zero"}, "dh");
-    step("Mul", {"dh", "tct"}, "do");
+    step("Mul", {step("Mul", {"dh", "tct"}, "do"), "go_slope"}, "da_o");
     step("Mul", {"tct", "tct"}, "tct2");
     step("Sub", {"one", "tct2"}, "tct_slope");
     step("Mul", {"dh", "go"}, "dh_o");
     step("Mul", {"dh_o", "tct_slope"}, "dc_from_h");
-    step("Add", {"dc_in", "dc_from_h"}, "dc_run");
+    step("Mul", {"da_o", "p_o"}, "dc_from_po");
+    step("Sum", {"dc_in", "dc_from_h", "dc_from_po"}, "dc_run");
     step("Where", {"live", "dc_run", "zero"}, "dc");
-    step("Mul", {"dc", "gc"}, "di");
-    step("Mul", {"dc", "cp"}, "df");
+    step("Mul", {"dc", "gc"}, "di_own");
+    step("Mul", {"dc", "cp"}, "df_own");
     step("Mul", {"dc", "gi"}, "dgc");
-    step("Mul", {"dc", "gf"}, "dc_step");
-    step("Where", {"live", "dc_step", "dc_in"}, "dc_out");
-    const auto sig_grad = [&](const std::string& dg, const std::string& g, const std::string& out) {
-      step("Sub", {"one", g}, g + "_1m");
-      step("Mul", {g, g + "_1m"}, g + "_slope");
-      step("Mul", {dg, g + "_slope"}, out);
-    };
-    sig_grad("di", "gi", "da_i");
-    sig_grad("do", "go", "da_o");
-    sig_grad("df", "gf", "da_f");
-    step("Mul", {"gc", "gc"}, "gc2");
-    step("Sub", {"one", "gc2"}, "gc_slope");
+    // input_forget: f = 1 - i, so f's gradient goes to i, negated, and f's own pre-activation gets none.
+    step("Where", {"if_in", step("Sub", {"di_own", "df_own"}, "di_coupled"), "di_own"}, "di");
+    step("Where", {"if_in", "zero", "df_own"}, "df");
+    step("Mul", {"di", "gi_slope"}, "da_i");
+    step("Mul", {"df", "gf_own_slope"}, "da_f");
     step("Mul", {"dgc", "gc_slope"}, "da_c");
+    step("Mul", {"dc", "gf"}, "dc_via_f");
+    step("Mul", {"da_i", "p_i"}, "dc_via_pi");
+    step("Mul", {"da_f", "p_f"}, "dc_via_pf");
+    step("Sum", {"dc_via_f", "dc_via_pi", "dc_via_pf"}, "dc_step");
+    step("Where", {"live", "dc_step", "dc_in"}, "dc_out");
     step("Concat", {"da_i", "da_o", "da_f", "da_c"}, "da", {{"axis", int64_t{1}}});
     step("MatMul", {"da", "r_in"}, "dh_step");
     step("Where", {"live", "dh_step", "dh_in"}, "dh_out");
-    step("Identity", {"r_in"}, "r_out");
-    step("Identity", {"rb_in"}, "rb_out");
   }
-  Node bscan = fused_body::op("bptt", "Scan",
-                              {"dyh_d", "dyc_d", "r_d", "rb", "dy_d", "xw", "h_prev", "c_prev", "live_d"}, "dh0_d");
-  bscan.outputs = {"dh0_d", "dc0_d", "b_r", "b_rb", "DA"};
+  std::vector<std::string> bins{"dyh_d", "dyc_d"};
+  bins.insert(bins.end(), riding_d.begin(), riding_d.end());
+  bins.insert(bins.end(), {"dy_d", "xw", "h_prev", "c_prev", "live_d"});
+  Node bscan = fused_body::op("bptt", "Scan", bins, "dh0_d");
+  bscan.outputs = {"dh0_d", "dc0_d"};
+  for (const std::string& o : ride_outs("b_")) bscan.outputs.push_back(o);
+  bscan.outputs.push_back("DA");
   bscan.attributes = {{"body", bwd},
                       {"num_scan_inputs", int64_t{5}},
                       {"scan_input_directions", std::vector<int64_t>{1, 1, 1, 1, 1}},
@@ -586,16 +705,30 @@ Function lstm_grad() {
   add(d, "Gemm", {"da2", "hp2"}, "dr_d", ta);
   add(d, "ReduceSum", {"da2", "ax0"}, "db_half", {{"keepdims", int64_t{0}}});
   add(d, "Concat", {"db_half", "db_half"}, "db_d", {{"axis", int64_t{0}}});
+  // dP: p_i and p_f multiply c_{t-1}, p_o multiplies c_t (zero terms on the steps that did not run, whose DA is 0).
+  add(d, "Shape", {"r_d"}, "r_shape");
+  add(d, "Slice", {"r_shape", "ax1", "ax2"}, "dp_h1");
+  add(d, "Add", {"dp_h1", "dp_h1"}, "dp_h2");
+  add(d, "Add", {"dp_h2", "dp_h1"}, "dp_h3");
+  add(d, "Slice", {"DA", "ax0", "dp_h1", "ax2"}, "DA_i");
+  add(d, "Slice", {"DA", "dp_h1", "dp_h2", "ax2"}, "DA_o");
+  add(d, "Slice", {"DA", "dp_h2", "dp_h3", "ax2"}, "DA_f");
+  const auto peephole = [&](const std::string& da, const std::string& c, const std::string& out) {
+    add(d, "ReduceSum", {add(d, "Mul", {da, c}, out + "_terms"), "ax01"}, out, {{"keepdims", int64_t{0}}});
+  };
+  peephole("DA_i", "c_prev", "dp_i");
+  peephole("DA_o", "c_next", "dp_o");
+  peephole("DA_f", "c_prev", "dp_f");
+  add(d, "Concat", {"dp_i", "dp_o", "dp_f"}, "dp_d", {{"axis", int64_t{0}}});  // [3H], P's order i, o, f
   add(d, "MatMul", {"DA", "w_d"}, "dx_d");
   flip(d, "dx_d", "dx");  // time order
-  over_directions(f, std::move(d), {{"X_f64", "x_t"}},
+  over_directions(f, std::move(d), {{"X_l0_f64", "x_t"}, {"clip_f64", "clip"}, {"if_flag", "if_d", 0, kBool}},
                   {{"flips", "flip", 0, kBool}, {"W_f64", "w_d"}, {"R_f64", "r_d"}, {"B_f64", "b_d"},
-                   {"initial_h_f64", "h0_d"}, {"initial_c_f64", "c0_d"}, {"dY_h_f64", "dyh_d"},
-                   {"dY_c_f64", "dyc_d"}, {"dY_f64", "dy_t", 1}, {"active", "live_t", 1, kBool}},
+                   {"P_f64", "p_d"}, {"initial_h_l0_f64", "h0_d"}, {"initial_c_l0_f64", "c0_d"},
+                   {"dY_h_l0_f64", "dyh_d"}, {"dY_c_l0_f64", "dyc_d"}, {"dY_l0_f64", "dy_t", 1},
+                   {"active", "live_t", 1, kBool}},
                   {{"dw_d", "dW"}, {"dr_d", "dR"}, {"db_d", "dB"}, {"dh0_d", "dinitial_h"}, {"dc0_d", "dinitial_c"},
-                   {"dx", "dX"}});
-  // No peepholes: P is refused at export (fused_body_refusal); its slot gets an empty tensor of X's type.
-  add(f, "Slice", {"dX", "dirs_0", "dirs_0", "dirs_0"}, "dP");
+                   {"dp_d", "dP"}, {"dx", "dX"}});
   return f;
 }
 
@@ -629,21 +762,26 @@ std::string fused_body_refusal(const Node& n) {
                std::string(lstm ? "Sigmoid, Tanh, Tanh" : gru ? "Sigmoid, Tanh" : "Tanh") + " per direction): " +
                op + "'s function body serves the default activations only";
     }
-    if (n.has_attr("clip")) return "attribute 'clip' is set: " + op + "'s function body has no clip";
-    if (n.attr_int("layout", 0) != 0) return "attribute 'layout' is 1: " + op + "'s function body serves layout 0 only";
+    // The body reads the clip as clip_bound, which the rule writes beside the optional clip (a body cannot read an
+    // attribute its caller may leave out): the clip, or the largest float for none.
+    const float clip = n.has_attr("clip") ? n.attr_float("clip", 0) : kNoClip;
+    if (!n.has_attr("clip_bound") || n.attr_float("clip_bound", 0) != clip)
+      return "attribute 'clip_bound' must be " +
+             (n.has_attr("clip") ? "the clip, " + std::to_string(clip) : std::string("the largest float (no clip)")) +
+             " (" + op + "'s function body reads it; the rule writes it)";
+    if (!n.has_attr("layout") || (n.attr_int("layout", 0) != 0 && n.attr_int("layout", 0) != 1))
+      return "attribute 'layout' must be set to 0 or 1 (" + op + "'s function body reads it; the rule writes it)";
     if (!n.has_attr("hidden_size"))
       return "attribute 'hidden_size' is not set (" + op + "'s function body reruns the forward op with it)";
     if (gru && !n.has_attr("linear_before_reset"))
       return "attribute 'linear_before_reset' is not set (GRUGrad's function body reads it; the GRU rule writes it)";
     const auto given = [&](size_t i) { return i < n.inputs.size() && !n.inputs[i].empty(); };
-    if ((gru || lstm) && !given(3))
-      return "B is absent (" + op + "'s function body needs it; the rule passes zeros)";
+    if (!given(3)) return "B is absent (" + op + "'s function body needs it; the rule passes zeros)";
     if (lstm) {
-      if (n.attr_int("input_forget", 0) != 0)
-        return "attribute 'input_forget' is 1: LSTMGrad's function body serves input_forget 0 only";
-      if (given(7)) return "input 'P' (peepholes) is given: LSTMGrad's function body has no peepholes";
-      if (!given(5) || !given(6) || !given(8) || !given(9) || !given(10))
-        return "initial_h, initial_c, dY, dY_h or dY_c is absent (LSTMGrad's function body needs them; the rule "
+      if (!n.has_attr("input_forget"))
+        return "attribute 'input_forget' is not set (LSTMGrad's function body reads it; the rule writes it)";
+      if (!given(5) || !given(6) || !given(7) || !given(8) || !given(9) || !given(10))
+        return "initial_h, initial_c, P, dY, dY_h or dY_c is absent (LSTMGrad's function body needs them; the rule "
                "passes zeros)";
     } else if (!given(5) || !given(6) || !given(7)) {
       return "initial_h, dY or dY_h is absent (" + op + "'s function body needs all three; the rule passes zeros)";

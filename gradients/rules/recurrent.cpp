@@ -9,20 +9,22 @@
 // standard outputs, and costs one extra forward pass, which is small next to the backward pass.
 //
 // Function bodies. The project rule is that fused gradient ops also carry a standard-ONNX function body
-// (gradients/fused.h). All three have one for the common case (gradients/fused_recurrent.cpp: every direction,
-// sequence_lens or none, default activations, no clip, layout 0, no peepholes or input_forget): the forward states
-// recomputed (the standard op, or a forward Scan for LSTM's cell states), then, per direction, BPTT as a
-// reverse Scan carrying dH (and dC) that recomputes each step's gates; the bodies cannot tell absent inputs,
-// so this rule passes zeros for an absent B (GRU, LSTM), initial state or unread output's gradient, and always
-// writes GRU's linear_before_reset and the int `reverse` (1 for direction 'reverse', else 0: whether the first
-// direction runs backwards in time, which a body cannot read off the string). Outside that case
-// export_gradient_model refuses the node, naming the attribute (fused_body_refusal): other activations, clip,
-// layout 1 and peepholes have no body yet.
+// (gradients/fused.h). All three have one (gradients/fused_recurrent.cpp) for every direction, sequence_lens or
+// none, layout 0 or 1, clip or none, LSTM peepholes and input_forget, with the default activations: the forward
+// states recomputed (the standard op, or a forward Scan for LSTM's cell states), then, per direction, BPTT as a
+// reverse Scan carrying dH (and dC) that recomputes each step's gates. The bodies cannot tell absent inputs or
+// attributes, so this rule passes zeros for an absent B, initial state, P or unread output's gradient, and always
+// writes what the bodies read: GRU's linear_before_reset, LSTM's input_forget, layout, the int `reverse` (1 for
+// direction 'reverse', else 0: whether the first direction runs backwards in time, which a body cannot read off
+// the string) and the float `clip_bound` (the clip, or the largest float for none). The kernel reads the
+// attributes the forward op defines and ignores reverse and clip_bound. Outside that case (other activations)
+// export_gradient_model refuses the node, naming the attribute (fused_body_refusal).
 //
 // Correctness conditions the kernel implements: every direction (bidirectional sums dX over both), sequence_lens
 // (steps past a batch entry's length contribute nothing; Y is zero there and Y_h is the last active step's
 // state), clip (zero gradient where a pre-activation was clipped), peepholes and input_forget (LSTM),
 // linear_before_reset (GRU), layout, and the activation functions of the forward kernel.
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -35,21 +37,25 @@ namespace onnxtrain {
 
 namespace {
 
-// Zeros of RNN's state shape [D, B, H] (with `steps`: Y's [S, D, B, H]), for RNNGrad's body, which cannot tell
-// an absent input from a present one. nullopt when hidden_size is not set (the body is then refused at export).
+// Zeros of the state shape [D, B, H] (with `steps`: Y's [S, D, B, H]; layout 1: [B, D, H] and [B, S, D, H]), for
+// the bodies, which cannot tell an absent input from a present one. nullopt when hidden_size is not set (the body
+// is then refused at export).
 std::optional<Expr> zero_states(RuleContext& c, bool steps) {
   const Node& n = c.node();
-  if (!n.has_attr("hidden_size") || n.attr_int("layout", 0) != 0) return std::nullopt;
+  if (!n.has_attr("hidden_size")) return std::nullopt;
+  const bool batch_major = n.attr_int("layout", 0) == 1;
   GraphBuilder& b = c.builder();
   const int64_t D = n.attr_string("direction", "forward") == "bidirectional" ? 2 : 1;
   const TypeInfo xt = rules::input_type(c, 0);
   const TypeInfo shape_t{DType::Int64, std::nullopt};
-  Expr xs = shape_of(c.X(0));
-  Expr batch = apply(b, "Slice", {xs, int64s(b, {1}), int64s(b, {2})}, shape_t);
+  Expr xs = shape_of(c.X(0));  // [S, B, I], or [B, S, I] batch-major
+  const auto dim = [&](int64_t i) { return apply(b, "Slice", {xs, int64s(b, {i}), int64s(b, {i + 1})}, shape_t); };
+  Expr batch = dim(batch_major ? 0 : 1);
   std::vector<Expr> parts;
-  if (steps) parts.push_back(apply(b, "Slice", {xs, int64s(b, {0}), int64s(b, {1})}, shape_t));
+  if (batch_major) parts.push_back(batch);
+  if (steps) parts.push_back(dim(batch_major ? 1 : 0));
   parts.push_back(int64s(b, {D}));
-  parts.push_back(batch);
+  if (!batch_major) parts.push_back(batch);
   parts.push_back(int64s(b, {n.attr_int("hidden_size", 0)}));
   Expr shape = apply(b, "Concat", parts, shape_t, {{"axis", int64_t{0}}});
   return expand(scalar(b, xt.dtype, 0.0), shape);
@@ -71,16 +77,20 @@ void recurrent_rule(RuleContext& c, const std::string& grad_op, size_t nf, size_
     any = any || present;
   }
   if (!any) return;
-  // The bodies need B (GRU, LSTM), the initial states and every incoming gradient: zeros stand in for absent
-  // ones (the kernel computes the same with them).
+  // The bodies need B, the initial states, P (LSTM) and every incoming gradient: zeros stand in for absent ones
+  // (the kernel computes the same with them).
   {
     const Node& n = c.node();
-    if (grad_op != "RNNGrad" && !c.has_input(3) && n.has_attr("hidden_size")) {  // B: [D, 2 gates H] zeros
-      const int64_t D = n.attr_string("direction", "forward") == "bidirectional" ? 2 : 1;
-      const int64_t gates = grad_op == "LSTMGrad" ? 4 : 3;
-      ins[3] = expand(scalar(c.builder(), xt.dtype, 0.0),
-                      int64s(c.builder(), {D, 2 * gates * n.attr_int("hidden_size", 0)}));
+    const int64_t D = n.attr_string("direction", "forward") == "bidirectional" ? 2 : 1;
+    const int64_t H = n.attr_int("hidden_size", 0);
+    const auto zeros = [&](std::vector<int64_t> shape) {
+      return expand(scalar(c.builder(), xt.dtype, 0.0), int64s(c.builder(), std::move(shape)));
+    };
+    if (!c.has_input(3) && n.has_attr("hidden_size")) {  // B: [D, 2 gates H]
+      const int64_t gates = grad_op == "LSTMGrad" ? 4 : grad_op == "GRUGrad" ? 3 : 1;
+      ins[3] = zeros({D, 2 * gates * H});
     }
+    if (grad_op == "LSTMGrad" && !c.has_input(7) && n.has_attr("hidden_size")) ins[7] = zeros({D, 3 * H});  // P
     for (size_t i : {size_t{5}, size_t{6}})  // initial_h (and LSTM's initial_c)
       if (i < nf && (i == 5 || grad_op == "LSTMGrad") && !c.has_input(i))
         if (auto z = zero_states(c, false)) ins[i] = *z;
@@ -89,9 +99,15 @@ void recurrent_rule(RuleContext& c, const std::string& grad_op, size_t nf, size_
         if (auto z = zero_states(c, k == 0)) ins[nf + k] = *z;
   }
   std::map<std::string, Attribute> attrs = c.node().attributes;
-  if (grad_op == "GRUGrad") attrs.emplace("linear_before_reset", int64_t{0});  // GRUGrad's body reads it
-  // The bodies read the direction as an int too (a body cannot compare strings before opset 19).
+  // The bodies read these by reference, and a body has no attribute defaults: they are written even when the
+  // forward node leaves them to their defaults.
+  if (grad_op == "GRUGrad") attrs.emplace("linear_before_reset", int64_t{0});
+  if (grad_op == "LSTMGrad") attrs.emplace("input_forget", int64_t{0});
+  attrs.emplace("layout", int64_t{0});
+  // The bodies read the direction as an int too (a body cannot compare strings before opset 19), and the clip as
+  // clip_bound, which is always there: the clip, or the largest float (no finite pre-activation exceeds it).
   attrs["reverse"] = int64_t{c.node().attr_string("direction", "forward") == "reverse" ? 1 : 0};
+  attrs["clip_bound"] = c.node().has_attr("clip") ? c.node().attr_float("clip", 0) : std::numeric_limits<float>::max();
   std::vector<Expr> g = apply_n(c.builder(), grad_op, ins, types, attrs, kFusedGradDomain);
   // Outputs nobody needs (sequence_lens', absent inputs', constants') are left unnamed.
   Node& n = c.builder().graph().nodes.back();

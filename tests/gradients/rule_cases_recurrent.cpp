@@ -69,6 +69,9 @@ void add_recurrent_cases(std::vector<RuleCase>& v) {
     v.push_back(rnn_case(o + "_clip", o, 1, "B", {{"clip", 0.4f}}));
   }
   v.push_back(rnn_case("LSTM_input_forget", "LSTM", 1, "BhcP", {{"input_forget", int64_t{1}}}));
+  // Peepholes inside the clipped pre-activations (p_o c_t too), coupled gates, batch-major.
+  v.push_back(rnn_case("LSTM_clip_peepholes_input_forget_layout1", "LSTM", 2, "BhcP",
+                       {{"clip", 0.4f}, {"input_forget", int64_t{1}}}, {3, 1}, true));
   v.push_back(rnn_case("LSTM_activations", "LSTM", 2, "Bh",
                    {{"activations", strings({"HardSigmoid", "Softsign", "ScaledTanh", "Sigmoid", "Tanh", "Elu"})},
                     {"activation_alpha", std::vector<float>{0.3f, 0.8f, 1.5f}},

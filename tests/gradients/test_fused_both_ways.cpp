@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <stdexcept>
 
@@ -329,35 +330,54 @@ TEST(FusedBothWays, GridSampleGradIntsMustAgreeWithTheStrings) {
             std::string::npos);
 }
 
-// The recurrent grads' bodies (the common case: default activations, no clip, layout 0;
-// gradients/fused_recurrent.cpp) against the native BPTT kernels, float64 and float32. `gates`: 1 for RNN, 3
-// for GRU; with_bias false leaves B out (RNN only: GRU's rule always passes one). With direction 'bidirectional'
-// the inputs carry two directions (D = 2). `lens`: sequence_lens (one per batch row), or none.
-void expect_recurrent_body_equals_kernel(const std::string& op, int64_t gates, bool with_bias,
-                                         std::map<std::string, Attribute> attrs, uint32_t seed,
-                                         const std::vector<int32_t>& lens = {}) {
+// The recurrent grads' bodies (default activations; gradients/fused_recurrent.cpp) against the native BPTT
+// kernels, float64 and float32, on random inputs; returns the native float64 gradients. `gates`: 1 for RNN, 3 for
+// GRU, 4 for LSTM. With direction 'bidirectional' the inputs carry two directions (D = 2). The options: `lens`
+// sequence_lens (one per batch row) or none; `layout1` batch-major X, states, dY and their gradients; `peepholes`
+// a random P for LSTM (else zeros, as the rule passes for an absent one; dP is compared either way). clip and
+// input_forget come in `attrs`; the helper writes what the rule always writes beside them (reverse, layout,
+// clip_bound, input_forget).
+struct RecurrentCase {
+  std::vector<int32_t> lens;
+  bool layout1 = false;
+  bool peepholes = false;
+};
+
+std::vector<Tensor> expect_recurrent_body_equals_kernel(const std::string& op, int64_t gates,
+                                                        std::map<std::string, Attribute> attrs, uint32_t seed,
+                                                        const RecurrentCase& rc = {}) {
   const std::vector<Function> fns = fused_grad_functions();
   std::mt19937 rng(seed);
   const int64_t S = 5, Bn = 3, I = 4, H = 6;
   const auto dir = attrs.find("direction");
   const int64_t D = dir != attrs.end() && std::get<std::string>(dir->second) == "bidirectional" ? 2 : 1;
+  const bool lstm = gates == 4;
+  const std::vector<int32_t>& lens = rc.lens;
   attrs["hidden_size"] = H;
   attrs.emplace("reverse", int64_t{0});
-  std::map<std::string, Tensor> feeds{{"X", random_tensor({S, Bn, I}, rng, -1, 1)},
-                                      {"W", random_tensor({D, gates * H, I}, rng, -0.6, 0.6)},
-                                      {"R", random_tensor({D, gates * H, H}, rng, -0.6, 0.6)},
-                                      {"initial_h", random_tensor({D, Bn, H}, rng, -1, 1)},
-                                      {"dY", random_tensor({S, D, Bn, H}, rng, -1, 1)},
-                                      {"dY_h", random_tensor({D, Bn, H}, rng, -1, 1)}};
-  if (with_bias) feeds["B"] = random_tensor({D, 2 * gates * H}, rng, -0.5, 0.5);
-  const bool lstm = gates == 4;
-  std::vector<std::string> inputs{"X", "W", "R", with_bias ? "B" : "", "", "initial_h", "dY", "dY_h"};
-  std::vector<std::string> outputs{"dX", "dW", "dR", with_bias ? "dB" : "", "", "dinitial_h"};
+  attrs.emplace("layout", int64_t{rc.layout1 ? 1 : 0});
+  const auto clip = attrs.find("clip");
+  attrs["clip_bound"] = clip != attrs.end() ? std::get<float>(clip->second) : std::numeric_limits<float>::max();
+  if (lstm) attrs.emplace("input_forget", int64_t{0});
+  const auto state = [&]() -> std::vector<int64_t> {
+    return rc.layout1 ? std::vector<int64_t>{Bn, D, H} : std::vector<int64_t>{D, Bn, H};
+  };
+  std::map<std::string, Tensor> feeds{
+      {"X", random_tensor(rc.layout1 ? std::vector<int64_t>{Bn, S, I} : std::vector<int64_t>{S, Bn, I}, rng, -1, 1)},
+      {"W", random_tensor({D, gates * H, I}, rng, -0.6, 0.6)},
+      {"R", random_tensor({D, gates * H, H}, rng, -0.6, 0.6)},
+      {"B", random_tensor({D, 2 * gates * H}, rng, -0.5, 0.5)},
+      {"initial_h", random_tensor(state(), rng, -1, 1)},
+      {"dY", random_tensor(rc.layout1 ? std::vector<int64_t>{Bn, S, D, H} : std::vector<int64_t>{S, D, Bn, H}, rng, -1, 1)},
+      {"dY_h", random_tensor(state(), rng, -1, 1)}};
+  std::vector<std::string> inputs{"X", "W", "R", "B", "", "initial_h", "dY", "dY_h"};
+  std::vector<std::string> outputs{"dX", "dW", "dR", "dB", "", "dinitial_h"};
   if (lstm) {
-    feeds["initial_c"] = random_tensor({D, Bn, H}, rng, -1, 1);
-    feeds["dY_c"] = random_tensor({D, Bn, H}, rng, -1, 1);
-    inputs = {"X", "W", "R", "B", "", "initial_h", "initial_c", "", "dY", "dY_h", "dY_c"};
-    outputs = {"dX", "dW", "dR", "dB", "", "dinitial_h", "dinitial_c", ""};
+    feeds["initial_c"] = random_tensor(state(), rng, -1, 1);
+    feeds["dY_c"] = random_tensor(state(), rng, -1, 1);
+    feeds["P"] = random_tensor({D, 3 * H}, rng, rc.peepholes ? -0.8 : 0, rc.peepholes ? 0.8 : 0);
+    inputs = {"X", "W", "R", "B", "", "initial_h", "initial_c", "P", "dY", "dY_h", "dY_c"};
+    outputs = {"dX", "dW", "dR", "dB", "", "dinitial_h", "dinitial_c", "dP"};
   }
   if (!lens.empty()) {
     feeds["sequence_lens"] = Tensor::from_vector<int32_t>({Bn}, lens);
@@ -376,34 +396,40 @@ void expect_recurrent_body_equals_kernel(const std::string& op, int64_t gates, b
   };
   std::vector<Tensor> want;
   expect_native_equals_body(graph_of(feeds, DType::Float64), feeds, fns, true, &want);
-  // Every direction's slice of dW, dR, dB and the initial states' gradients is nonzero: a direction the body
-  // left out would not agree vacuously.
+  // Every direction's slice of dW, dR, dB, dP and the initial states' gradients is nonzero: a direction the body
+  // left out would not agree vacuously. (The states' direction axis is the second one in layout 1.)
   std::vector<std::string> named_out;
   for (const std::string& o : outputs)
     if (!o.empty()) named_out.push_back(o);
-  ASSERT_EQ(want.size(), named_out.size());
+  if (want.size() != named_out.size()) {
+    ADD_FAILURE() << "expected " << named_out.size() << " outputs";
+    return want;
+  }
   for (size_t o = 0; o < want.size(); ++o) {
     if (named_out[o] == "dX") continue;
-    ASSERT_EQ(want[o].shape[0], D) << named_out[o];
+    const bool state_grad = named_out[o] == "dinitial_h" || named_out[o] == "dinitial_c";
     const int64_t per = want[o].numel() / D;
-    for (int64_t k = 0; k < D; ++k) {
-      double largest = 0;
-      for (int64_t i = 0; i < per; ++i) largest = std::max(largest, std::abs(want[o].ptr<double>()[k * per + i]));
-      EXPECT_GT(largest, 0.0) << named_out[o] << " direction " << k;
+    std::vector<double> largest(D, 0.0);
+    for (int64_t i = 0; i < want[o].numel(); ++i) {
+      const int64_t k = rc.layout1 && state_grad ? (i / H) % D : i / per;
+      largest[k] = std::max(largest[k], std::abs(want[o].ptr<double>()[i]));
     }
+    for (int64_t k = 0; k < D; ++k) EXPECT_GT(largest[k], 0.0) << named_out[o] << " direction " << k;
   }
   // sequence_lens, from the ONNX spec rather than the kernel: a row's steps past its length do not run, so X
   // there gets no gradient, and a row of length 0 passes dY_h straight to initial_h.
+  const auto x_at = [&](int64_t t, int64_t b) { return rc.layout1 ? (b * S + t) * I : (t * Bn + b) * I; };
+  const auto state_at = [&](int64_t k, int64_t b) { return rc.layout1 ? (b * D + k) * H : (k * Bn + b) * H; };
   for (int64_t b = 0; b < static_cast<int64_t>(lens.size()); ++b) {
     SCOPED_TRACE("row " + std::to_string(b) + " of length " + std::to_string(lens[b]));
     const Tensor& dx = want[0];
     for (int64_t t = lens[b]; t < S; ++t)
-      for (int64_t i = 0; i < I; ++i) EXPECT_EQ(dx.ptr<double>()[(t * Bn + b) * I + i], 0.0) << "dX at step " << t;
+      for (int64_t i = 0; i < I; ++i) EXPECT_EQ(dx.ptr<double>()[x_at(t, b) + i], 0.0) << "dX at step " << t;
     if (lens[b] != 0) continue;
-    const Tensor& dh0 = want[with_bias ? 4 : 3];
+    const Tensor& dh0 = want[4];
     for (int64_t k = 0; k < D; ++k)
       for (int64_t j = 0; j < H; ++j)
-        EXPECT_EQ(dh0.ptr<double>()[(k * Bn + b) * H + j], feeds.at("dY_h").ptr<double>()[(k * Bn + b) * H + j]);
+        EXPECT_EQ(dh0.ptr<double>()[state_at(k, b) + j], feeds.at("dY_h").ptr<double>()[state_at(k, b) + j]);
   }
   std::map<std::string, Tensor> feeds32;
   for (const auto& [name, t] : feeds) {
@@ -422,39 +448,36 @@ void expect_recurrent_body_equals_kernel(const std::string& op, int64_t gates, b
   const std::map<std::string, int64_t> opsets{{"", 17}, {kFusedGradDomain, 1}};
   const std::vector<Tensor> a = Executor(g32, opsets, std::make_shared<TensorStore>(), native).run(feeds32);
   const std::vector<Tensor> b = Executor(g32, opsets, std::make_shared<TensorStore>(), body).run(feeds32);
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t o = 0; o < a.size(); ++o) {
-    ASSERT_EQ(a[o].shape, b[o].shape);
+  EXPECT_EQ(a.size(), b.size());
+  for (size_t o = 0; o < std::min(a.size(), b.size()); ++o) {
+    EXPECT_EQ(a[o].shape, b[o].shape);
+    if (a[o].shape != b[o].shape) continue;
     for (int64_t i = 0; i < a[o].numel(); ++i)
       EXPECT_NEAR(a[o].ptr<float>()[i], b[o].ptr<float>()[i], 2e-5 * (1 + std::abs(a[o].ptr<float>()[i])))
           << "float32 " << g32.outputs[o].name << " at " << i;
   }
+  return want;
 }
 
 // The reverse direction: the kernels run it backwards in time, the bodies on time-flipped tensors.
 const std::map<std::string, Attribute> kReverse{{"direction", std::string("reverse")}, {"reverse", int64_t{1}}};
 
-TEST(FusedBothWays, RNNGradForward) {
-  for (bool with_bias : {true, false}) {
-    SCOPED_TRACE(with_bias ? "with B" : "without B");
-    expect_recurrent_body_equals_kernel("RNNGrad", 1, with_bias, {}, 41);
-  }
-}
+TEST(FusedBothWays, RNNGradForward) { expect_recurrent_body_equals_kernel("RNNGrad", 1, {}, 41); }
 
 TEST(FusedBothWays, RecurrentGradsReverse) {
   {
     SCOPED_TRACE("RNNGrad");
-    expect_recurrent_body_equals_kernel("RNNGrad", 1, true, kReverse, 51);
+    expect_recurrent_body_equals_kernel("RNNGrad", 1, kReverse, 51);
   }
   for (int64_t lbr : {0, 1}) {
     SCOPED_TRACE("GRUGrad, linear_before_reset " + std::to_string(lbr));
     std::map<std::string, Attribute> attrs = kReverse;
     attrs["linear_before_reset"] = lbr;
-    expect_recurrent_body_equals_kernel("GRUGrad", 3, true, attrs, 52 + lbr);
+    expect_recurrent_body_equals_kernel("GRUGrad", 3, attrs, 52 + lbr);
   }
   {
     SCOPED_TRACE("LSTMGrad");
-    expect_recurrent_body_equals_kernel("LSTMGrad", 4, true, kReverse, 55);
+    expect_recurrent_body_equals_kernel("LSTMGrad", 4, kReverse, 55);
   }
 }
 
@@ -464,59 +487,146 @@ const std::map<std::string, Attribute> kBidirectional{{"direction", std::string(
                                                       {"reverse", int64_t{0}}};
 
 TEST(FusedBothWays, RecurrentGradsBidirectional) {
-  for (bool with_bias : {true, false}) {
-    SCOPED_TRACE(std::string("RNNGrad, ") + (with_bias ? "with B" : "without B"));
-    expect_recurrent_body_equals_kernel("RNNGrad", 1, with_bias, kBidirectional, 61 + with_bias);
+  {
+    SCOPED_TRACE("RNNGrad");
+    expect_recurrent_body_equals_kernel("RNNGrad", 1, kBidirectional, 62);
   }
   for (int64_t lbr : {0, 1}) {
     SCOPED_TRACE("GRUGrad, linear_before_reset " + std::to_string(lbr));
     std::map<std::string, Attribute> attrs = kBidirectional;
     attrs["linear_before_reset"] = lbr;
-    expect_recurrent_body_equals_kernel("GRUGrad", 3, true, attrs, 63 + lbr);
+    expect_recurrent_body_equals_kernel("GRUGrad", 3, attrs, 63 + lbr);
   }
   {
     SCOPED_TRACE("LSTMGrad");
-    expect_recurrent_body_equals_kernel("LSTMGrad", 4, true, kBidirectional, 65);
+    expect_recurrent_body_equals_kernel("LSTMGrad", 4, kBidirectional, 65);
   }
+}
+
+// Every direction, as (direction, reverse) attributes.
+const std::vector<std::map<std::string, Attribute>> kDirections{
+    {{"direction", std::string("forward")}, {"reverse", int64_t{0}}}, kReverse, kBidirectional};
+
+std::string direction_of(const std::map<std::string, Attribute>& attrs) {
+  return std::get<std::string>(attrs.at("direction"));
 }
 
 // sequence_lens: rows of full length, of length 0 and shorter, in every direction (the reverse direction runs a
 // row from its last step down, so its steps past the length come first in step order).
 TEST(FusedBothWays, RecurrentGradsSequenceLens) {
-  const std::vector<int32_t> lens{5, 0, 2};
-  int seed = 71;
-  for (const auto& [direction, rev] : {std::pair<std::string, int64_t>{"forward", 0}, {"reverse", 1}, {"bidirectional", 0}}) {
-    const std::map<std::string, Attribute> attrs{{"direction", direction}, {"reverse", rev}};
+  const RecurrentCase lens{{5, 0, 2}};
+  uint32_t seed = 71;
+  for (const auto& attrs : kDirections) {
+    const std::string direction = direction_of(attrs);
     {
       SCOPED_TRACE("RNNGrad " + direction);
-      expect_recurrent_body_equals_kernel("RNNGrad", 1, true, attrs, seed++, lens);
+      expect_recurrent_body_equals_kernel("RNNGrad", 1, attrs, seed++, lens);
     }
     for (int64_t lbr : {0, 1}) {
       SCOPED_TRACE("GRUGrad " + direction + ", linear_before_reset " + std::to_string(lbr));
       std::map<std::string, Attribute> a = attrs;
       a["linear_before_reset"] = lbr;
-      expect_recurrent_body_equals_kernel("GRUGrad", 3, true, a, seed++, lens);
+      expect_recurrent_body_equals_kernel("GRUGrad", 3, a, seed++, lens);
     }
     {
       SCOPED_TRACE("LSTMGrad " + direction);
-      expect_recurrent_body_equals_kernel("LSTMGrad", 4, true, attrs, seed++, lens);
+      expect_recurrent_body_equals_kernel("LSTMGrad", 4, attrs, seed++, lens);
     }
   }
 }
 
-TEST(FusedBothWays, LSTMGradForward) { expect_recurrent_body_equals_kernel("LSTMGrad", 4, true, {}, 47); }
+// The largest difference between two runs' gradients (of the same outputs).
+double largest_difference(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  double d = 0;
+  for (size_t o = 0; o < std::min(a.size(), b.size()); ++o)
+    for (int64_t i = 0; i < std::min(a[o].numel(), b[o].numel()); ++i)
+      d = std::max(d, std::abs(a[o].ptr<double>()[i] - b[o].ptr<double>()[i]));
+  return d;
+}
+
+// clip: every gate's pre-activation clipped to [-clip, clip] (not LSTM's cell state), no gradient where clipped.
+// Every op in every direction, with sequence_lens too; clip 0.5 clips many of these pre-activations, which the test
+// checks (the kernel's gradients move when clip is removed), so a body that ignored clip would disagree.
+TEST(FusedBothWays, RecurrentGradsClip) {
+  uint32_t seed = 81;
+  for (const auto& dir : kDirections) {
+    for (const RecurrentCase& rc : {RecurrentCase{}, RecurrentCase{{5, 0, 2}}}) {
+      const std::string label = direction_of(dir) + (rc.lens.empty() ? "" : ", sequence_lens");
+      for (const auto& [op, gates] : {std::pair<std::string, int64_t>{"RNNGrad", 1}, {"GRUGrad", 3}, {"GRUGrad", 3},
+                                      {"LSTMGrad", 4}}) {
+        std::map<std::string, Attribute> attrs = dir;
+        if (op == "GRUGrad") attrs["linear_before_reset"] = int64_t{seed % 2};
+        SCOPED_TRACE(op + " " + label + (op == "GRUGrad" ? ", linear_before_reset " + std::to_string(seed % 2) : ""));
+        const std::vector<Tensor> unclipped = expect_recurrent_body_equals_kernel(op, gates, attrs, seed, rc);
+        attrs["clip"] = 0.5f;
+        const std::vector<Tensor> clipped = expect_recurrent_body_equals_kernel(op, gates, attrs, seed, rc);
+        EXPECT_GT(largest_difference(clipped, unclipped), 1e-3) << "clip 0.5 clipped nothing";
+        ++seed;
+      }
+    }
+  }
+}
+
+// layout 1: X [B, S, I], the states [B, D, H], dY [B, S, D, H] and the gradients of X and the states batch-major;
+// every op in every direction, with sequence_lens on the reverse one (whose spec checks read batch-major dX).
+TEST(FusedBothWays, RecurrentGradsLayout1) {
+  uint32_t seed = 101;
+  for (const auto& dir : kDirections) {
+    RecurrentCase rc;
+    rc.layout1 = true;
+    if (direction_of(dir) == "reverse") rc.lens = {2, 5, 0};
+    for (const auto& [op, gates] : {std::pair<std::string, int64_t>{"RNNGrad", 1}, {"GRUGrad", 3}, {"LSTMGrad", 4}}) {
+      SCOPED_TRACE(op + " " + direction_of(dir) + " layout 1");
+      std::map<std::string, Attribute> attrs = dir;
+      if (op == "GRUGrad") attrs["linear_before_reset"] = int64_t{seed % 2};
+      expect_recurrent_body_equals_kernel(op, gates, attrs, seed++, rc);
+    }
+  }
+}
+
+// LSTM peepholes (a random P; dP is compared and nonzero per direction) and input_forget (f = 1 - i), apart and
+// together, in every direction; and everything at once: bidirectional, batch-major, clip, sequence_lens,
+// peepholes, input_forget. input_forget changes the kernel's gradients, so a body that ignored it would disagree.
+TEST(FusedBothWays, LSTMGradPeepholesAndInputForget) {
+  uint32_t seed = 121;
+  for (const auto& dir : kDirections) {
+    for (const auto& [peepholes, input_forget] : {std::pair<bool, int64_t>{true, 0}, {false, 1}, {true, 1}}) {
+      SCOPED_TRACE(direction_of(dir) + (peepholes ? ", peepholes" : "") + ", input_forget " + std::to_string(input_forget));
+      RecurrentCase rc;
+      rc.peepholes = peepholes;
+      std::map<std::string, Attribute> attrs = dir;
+      const std::vector<Tensor> uncoupled = expect_recurrent_body_equals_kernel("LSTMGrad", 4, attrs, seed, rc);
+      attrs["input_forget"] = input_forget;
+      const std::vector<Tensor> coupled = expect_recurrent_body_equals_kernel("LSTMGrad", 4, attrs, seed, rc);
+      if (input_forget) {
+        EXPECT_GT(largest_difference(coupled, uncoupled), 1e-3) << "input_forget changed nothing";
+      }
+      ++seed;
+    }
+  }
+  SCOPED_TRACE("everything at once");
+  RecurrentCase rc{{3, 0, 5}, true, true};
+  std::map<std::string, Attribute> attrs = kBidirectional;
+  attrs["clip"] = 0.7f;
+  attrs["input_forget"] = int64_t{1};
+  expect_recurrent_body_equals_kernel("LSTMGrad", 4, attrs, seed, rc);
+}
+
+TEST(FusedBothWays, LSTMGradForward) { expect_recurrent_body_equals_kernel("LSTMGrad", 4, {}, 47); }
 
 TEST(FusedBothWays, GRUGradForward) {
   for (int64_t lbr : {0, 1}) {
     SCOPED_TRACE("linear_before_reset " + std::to_string(lbr));
-    expect_recurrent_body_equals_kernel("GRUGrad", 3, true, {{"linear_before_reset", lbr}}, 43 + lbr);
+    expect_recurrent_body_equals_kernel("GRUGrad", 3, {{"linear_before_reset", lbr}}, 43 + lbr);
   }
 }
 
-// What the recurrent bodies do not serve is named (export_gradient_model refuses such a node with this text);
-// the common case, as the rules emit it, is accepted.
+// What the recurrent bodies do not serve (other activations; attributes or inputs the rule always writes or
+// passes, missing) is named (export_gradient_model refuses such a node with this text); what the rules emit,
+// clip, layout 1, peepholes and input_forget included, is accepted.
 TEST(FusedBothWays, RecurrentBodyRefusalsNameTheAttribute) {
-  const auto node = [](const std::string& op, std::map<std::string, Attribute> attrs, std::vector<std::string> in) {
+  const float no_clip = std::numeric_limits<float>::max();
+  const auto node = [&](const std::string& op, std::map<std::string, Attribute> attrs, std::vector<std::string> in) {
     Node n;
     n.name = "g";
     n.op_type = op;
@@ -524,11 +634,14 @@ TEST(FusedBothWays, RecurrentBodyRefusalsNameTheAttribute) {
     n.attributes = std::move(attrs);
     n.attributes.emplace("hidden_size", int64_t{4});
     n.attributes.emplace("reverse", int64_t{0});
+    n.attributes.emplace("layout", int64_t{0});
+    n.attributes.emplace("clip_bound", no_clip);
+    if (op == "LSTMGrad") n.attributes.emplace("input_forget", int64_t{0});
     n.inputs = std::move(in);
     return n;
   };
   const std::vector<std::string> rnn_in{"x", "w", "r", "b", "", "h0", "dy", "dyh"};
-  const std::vector<std::string> lstm_in{"x", "w", "r", "b", "", "h0", "c0", "", "dy", "dyh", "dyc"};
+  const std::vector<std::string> lstm_in{"x", "w", "r", "b", "", "h0", "c0", "p", "dy", "dyh", "dyc"};
   using S = std::vector<std::string>;
   EXPECT_EQ(fused_body_refusal(node("RNNGrad", {}, rnn_in)), "");
   EXPECT_EQ(fused_body_refusal(node("GRUGrad", {{"linear_before_reset", int64_t{1}}}, rnn_in)), "");
@@ -549,7 +662,10 @@ TEST(FusedBothWays, RecurrentBodyRefusalsNameTheAttribute) {
             std::string::npos);
   EXPECT_NE(refusal("LSTMGrad", {{"direction", std::string("reverse")}}, lstm_in).find("attribute 'reverse' must be 1"),
             std::string::npos);
+  // Activations other than the default are still refused.
   EXPECT_NE(refusal("RNNGrad", {{"activations", S{"Relu"}}}, rnn_in).find("attribute 'activations'"), std::string::npos);
+  EXPECT_NE(refusal("LSTMGrad", {{"activations", S{"Sigmoid", "Tanh", "Relu"}}}, lstm_in).find("attribute 'activations'"),
+            std::string::npos);
   // A bidirectional node lists its activations per direction (torch: Tanh, Tanh); one list serves both.
   const auto both_with = [](S acts) {
     return std::map<std::string, Attribute>{{"direction", std::string("bidirectional")}, {"activations", acts}};
@@ -557,18 +673,42 @@ TEST(FusedBothWays, RecurrentBodyRefusalsNameTheAttribute) {
   EXPECT_EQ(refusal("RNNGrad", both_with({"Tanh", "Tanh"}), rnn_in), "");
   EXPECT_EQ(refusal("LSTMGrad", both_with({"Sigmoid", "Tanh", "Tanh"}), lstm_in), "");
   EXPECT_NE(refusal("RNNGrad", both_with({"Tanh", "Relu"}), rnn_in).find("attribute 'activations'"), std::string::npos);
-  EXPECT_NE(refusal("GRUGrad", {{"linear_before_reset", int64_t{0}}, {"clip", 3.0f}}, rnn_in).find("attribute 'clip'"),
-            std::string::npos);
+  // clip, layout 1, input_forget and peepholes are served; clip with the clip_bound the rule writes beside it.
+  for (const char* op : {"RNNGrad", "GRUGrad", "LSTMGrad"}) {
+    SCOPED_TRACE(op);
+    const std::vector<std::string>& in = std::string(op) == "LSTMGrad" ? lstm_in : rnn_in;
+    const std::map<std::string, Attribute> lbr{{"linear_before_reset", int64_t{0}}};
+    std::map<std::string, Attribute> clipped = lbr, unbounded = lbr, wrong = lbr, batch_major = lbr;
+    clipped["clip"] = unbounded["clip"] = wrong["clip"] = 3.0f;
+    clipped["clip_bound"] = 3.0f;
+    wrong["clip_bound"] = 2.0f;
+    batch_major["layout"] = int64_t{1};
+    EXPECT_EQ(refusal(op, clipped, in), "");
+    EXPECT_EQ(refusal(op, batch_major, in), "");
+    EXPECT_NE(refusal(op, unbounded, in).find("attribute 'clip_bound' must be the clip"), std::string::npos);
+    EXPECT_NE(refusal(op, wrong, in).find("attribute 'clip_bound' must be the clip"), std::string::npos);
+    Node no_bound = node(op, lbr, in);
+    no_bound.attributes.erase("clip_bound");
+    EXPECT_NE(fused_body_refusal(no_bound).find("attribute 'clip_bound' must be the largest float"), std::string::npos);
+    Node no_layout = node(op, lbr, in);
+    no_layout.attributes.erase("layout");
+    EXPECT_NE(fused_body_refusal(no_layout).find("attribute 'layout' must be set"), std::string::npos);
+    std::vector<std::string> without_b = in;
+    without_b[3] = "";
+    EXPECT_NE(refusal(op, lbr, without_b).find("B is absent"), std::string::npos);
+  }
   EXPECT_NE(refusal("GRUGrad", {}, rnn_in).find("'linear_before_reset' is not set"), std::string::npos);
-  EXPECT_NE(refusal("LSTMGrad", {{"layout", int64_t{1}}}, lstm_in).find("attribute 'layout' is 1"), std::string::npos);
-  EXPECT_NE(refusal("LSTMGrad", {{"input_forget", int64_t{1}}}, lstm_in).find("attribute 'input_forget' is 1"),
-            std::string::npos);
-  std::vector<std::string> with_p = lstm_in, with_lens = rnn_in, without_h0 = rnn_in, lstm_lens = lstm_in;
-  with_p[7] = "p";
+  EXPECT_EQ(refusal("LSTMGrad", {{"input_forget", int64_t{1}}}, lstm_in), "");
+  Node no_input_forget = node("LSTMGrad", {}, lstm_in);
+  no_input_forget.attributes.erase("input_forget");
+  EXPECT_NE(fused_body_refusal(no_input_forget).find("attribute 'input_forget' is not set"), std::string::npos);
+  std::vector<std::string> without_p = lstm_in, with_lens = rnn_in, without_h0 = rnn_in, lstm_lens = lstm_in;
+  without_p[7] = "";
   with_lens[4] = "lens";
   lstm_lens[4] = "lens";
   without_h0[5] = "";
-  EXPECT_NE(refusal("LSTMGrad", {}, with_p).find("input 'P' (peepholes)"), std::string::npos);
+  EXPECT_NE(refusal("LSTMGrad", {}, without_p).find("initial_h, initial_c, P, dY, dY_h or dY_c is absent"),
+            std::string::npos);
   EXPECT_EQ(refusal("RNNGrad", {}, with_lens), "");  // sequence_lens: served
   EXPECT_EQ(refusal("GRUGrad", {{"linear_before_reset", int64_t{0}}}, with_lens), "");
   EXPECT_EQ(refusal("LSTMGrad", both, lstm_lens), "");

@@ -290,3 +290,54 @@ def test_one_node_gradient_graph_runs_in_onnxruntime(kind, gates, attrs, directi
     if lens and 0 in lens:  # the spec, not the kernel: a row of length 0 runs no step, so its initial_h gets none
         row = lens.index(0)  # (MSE reads only Y, which is zero on that row whatever h0)
         assert np.all(native["h0"][:, row] == 0) and np.all(out["h0_grad"][:, row] == 0)
+
+
+@pytest.mark.parametrize("kind,gates,attrs,direction,lens", [
+    ("RNN", 1, {"clip": 0.5}, "bidirectional", None),
+    ("GRU", 3, {"clip": 0.4, "linear_before_reset": 0}, "reverse", [5, 0, 2]),
+    ("GRU", 3, {"clip": 0.4, "linear_before_reset": 1}, "forward", None),
+    ("LSTM", 4, {"clip": 0.5}, "forward", None),
+    ("LSTM", 4, {"input_forget": 1}, "bidirectional", [5, 0, 2]),
+    ("LSTM", 4, {"clip": 0.4, "input_forget": 1}, "reverse", None),
+])
+def test_clip_peepholes_and_input_forget_gradients_run_in_onnxruntime(kind, gates, attrs, direction, lens):
+    """clip (every gate's pre-activation clipped, no gradient where clipped), LSTM peepholes P and input_forget:
+    one ONNX node with trainable W, R, B, initial states and (LSTM) P; the exported gradient graph's bodies give
+    in onnxruntime the native kernels' gradients, dP included. (layout 1 is checked against the kernels in C++
+    only, FusedBothWays.RecurrentGradsLayout1: onnxruntime's CPU recurrent ops refuse layout 1 themselves.)"""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(11)
+    S, B, I, H = 5, 3, 4, 6
+    D = 2 if direction == "bidirectional" else 1
+    lstm = kind == "LSTM"
+    values = {"W": rng.uniform(-0.9, 0.9, size=(D, gates * H, I)), "R": rng.uniform(-0.9, 0.9, size=(D, gates * H, H)),
+              "B": rng.uniform(-0.5, 0.5, size=(D, 2 * gates * H)), "h0": rng.normal(size=(D, B, H))}
+    if lstm:
+        values["c0"] = rng.normal(size=(D, B, H))
+        values["P"] = rng.uniform(-0.8, 0.8, size=(D, 3 * H))
+    inits = [numpy_helper.from_array(v.astype(np.float32), n) for n, v in values.items()]
+    if lens:
+        inits.append(numpy_helper.from_array(np.array(lens, np.int32), "lens"))
+    ins = ["x", "W", "R", "B", "lens" if lens else "", "h0"] + (["c0", "P"] if lstm else [])
+    outs = ["y", "yh"] + (["yc"] if lstm else [])
+    node = helper.make_node(kind, ins, outs, hidden_size=H, direction=direction, **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [S, B, I])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [S, D, B, H])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    s = ot.TrainingSession(model.SerializeToString(), loss="mse")
+    feeds = {"x": rng.normal(size=(S, B, I)).astype(np.float32),
+             s.target_name: rng.normal(size=(S, D, B, H)).astype(np.float32)}
+    _, native = s.gradients(feeds)
+    exported = s.export_gradient_model()
+    onnx.checker.check_model(exported, full_check=True)
+    grad_nodes = [n for n in exported.graph.node if n.op_type == kind + "Grad"]
+    assert grad_nodes and kind + "Grad" in {f.name for f in exported.functions}
+    if "clip" in attrs:  # the rule writes the clip beside it for the body, which cannot read an optional attribute
+        assert {a.name: a.f for a in grad_nodes[0].attribute}["clip_bound"] == pytest.approx(attrs["clip"])
+    sess = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
+    out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    assert sorted(native) == sorted(values)
+    for k, v in native.items():
+        assert np.abs(v).max() > 0, k
+        np.testing.assert_allclose(out[k + "_grad"], v, rtol=1e-4, atol=1e-6 * np.abs(v).max(), err_msg=k)
