@@ -271,6 +271,8 @@ Function function_from_proto(const onnx::FunctionProto& f, const std::string& ba
   return out;
 }
 
+}  // namespace
+
 void function_to_proto(const Function& f, onnx::FunctionProto* out) {
   out->set_name(f.name);
   out->set_domain(f.domain);
@@ -285,8 +287,6 @@ void function_to_proto(const Function& f, onnx::FunctionProto* out) {
   }
   if (!f.doc.empty()) out->set_doc_string(f.doc);
 }
-
-}  // namespace
 
 TensorData tensor_from_proto(const onnx::TensorProto& t, const std::string& base_dir) {
   const std::string where = t.name().empty() ? std::string("tensor") : "tensor '" + t.name() + "'";

@@ -15,5 +15,6 @@ onnx::ModelProto to_proto(const Model& m);
 void graph_to_proto(const Graph& g, onnx::GraphProto* out);
 void tensor_to_proto(const std::string& name, const TensorData& t, onnx::TensorProto* out);
 void type_to_proto(const TypeInfo& t, onnx::TypeProto* out);
+void function_to_proto(const Function& f, onnx::FunctionProto* out);
 
 }  // namespace onnxtrain

@@ -226,6 +226,32 @@ void validate_model(const Model& m, const std::string& source) {
 
 void check_graph(const Graph& g, const std::string& source) { check_scope(g, source, {}); }
 
+std::string function_error_at_opset(const Function& f, int64_t opset) {
+  Function at = f;
+  at.opset_imports[""] = opset;
+  onnx::FunctionProto p;
+  function_to_proto(at, &p);
+  onnx::checker::CheckerContext ctx;
+  ctx.set_ir_version(onnx::IR_VERSION);
+  std::unordered_map<std::string, int> imports;
+  for (const auto& [domain, version] : at.opset_imports) imports[domain] = static_cast<int>(version);
+  imports.try_emplace(f.domain, 1);
+  ctx.set_opset_imports(imports);
+  ctx.set_schema_registry(onnx::OpSchemaRegistry::Instance());
+  ctx.set_is_main_graph(false);
+  onnx::checker::LexicalScopeContext scope;
+  try {
+    onnx::checker::check_function(p, ctx, scope);
+  } catch (const std::exception& e) {
+    std::string msg;  // one line, as in validate_model
+    for (const char* c = e.what(); *c; ++c)
+      if (*c != '\n') msg += *c;
+      else if (!msg.empty() && msg.back() != ' ') msg += ' ';
+    return msg;
+  }
+  return "";
+}
+
 std::vector<size_t> topological_order(const Graph& g, const std::vector<std::string>& outer_scope) {
   NameSet available(outer_scope.begin(), outer_scope.end());
   for (const auto& v : g.inputs) available.insert(v.name);

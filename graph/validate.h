@@ -14,6 +14,12 @@ void validate_model(const Model& m, const std::string& source);
 // Our structural checks only, for graphs built in memory (no checker); same errors.
 void check_graph(const Graph& g, const std::string& source);
 
+// Why function f's body is not valid ONNX when it imports ai.onnx opset `opset` (an op that opset lacks, an
+// attribute or input its version of an op does not take), as the ONNX checker says it; "" when it is valid. A
+// model-local function must import its model's opset of a domain, so this says whether a body written for one
+// opset can travel with a model of another.
+std::string function_error_at_opset(const Function& f, int64_t opset);
+
 // Indices of g.nodes in a topological order; throws Error naming a node on a cycle or with an undefined
 // input. outer_scope lists names visible from an enclosing graph.
 std::vector<size_t> topological_order(const Graph& g, const std::vector<std::string>& outer_scope = {});

@@ -8,6 +8,7 @@
 #include "gradients/fused.h"
 #include "graph/error.h"
 #include "graph/model_io.h"
+#include "graph/validate.h"
 #include "training/checkpoint_format.h"
 #include "training/checksums.h"
 
@@ -139,7 +140,10 @@ Model TrainingSession::checkpoint_shell() const {
         used = true;
         refused = refused || !fused_body_refusal(n).empty();
       }
-    if (!used || refused || m.find_function(f.domain, f.name)) continue;
+    // A body that is not valid at the model's opset (most need CastLike, opset 15) stays out too: the checkpoint
+    // must pass the ONNX checker, and a function has to import its model's opset.
+    if (!used || refused || m.find_function(f.domain, f.name) || !function_error_at_opset(f, onnx_opset).empty())
+      continue;
     f.opset_imports[""] = onnx_opset;
     m.opset_imports[f.domain] = 1;
     m.functions.push_back(std::move(f));

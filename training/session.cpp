@@ -17,6 +17,7 @@
 #include "graph/error.h"
 #include "graph/expr.h"
 #include "graph/model_io.h"
+#include "graph/validate.h"
 #include "training/checkpoint.h"
 #include "training/fold_shapes.h"
 #include "training/labels.h"
@@ -554,6 +555,17 @@ Model TrainingSession::export_gradient_model() const {
   refuse(m.graph);
   for (Function f : fused_grad_functions()) {
     if (!uses(m.graph, f)) continue;
+    // A function must import its model's opset, and most bodies need a later one than 13 (CastLike is 15):
+    // refuse, naming the opset that would do, rather than write a model the ONNX checker rejects.
+    if (const std::string why = function_error_at_opset(f, onnx_opset); !why.empty()) {
+      int64_t needs = onnx_opset + 1;
+      while (needs <= f.opset_imports.at("") && !function_error_at_opset(f, needs).empty()) ++needs;
+      fail("export_gradient_model", "the model imports ai.onnx opset " + std::to_string(onnx_opset) + ", and " +
+                                        f.domain + "." + f.name + "'s standard-ONNX body needs opset " +
+                                        std::to_string(needs) + " or later (" + why +
+                                        "); export the model at opset " + std::to_string(needs) +
+                                        " or later to get a portable gradient graph");
+    }
     f.opset_imports[""] = onnx_opset;
     m.opset_imports[f.domain] = 1;
     m.functions.push_back(std::move(f));

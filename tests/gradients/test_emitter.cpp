@@ -547,7 +547,11 @@ TEST(Rules, PropagatedTypesAgreeWithOnnxShapeInference) {
     GraphBuilder b(g, "test/");
     Expr loss = reduce_sum_all(value(b, "y") * value(b, "y"));
     Expr seed = scalar(b, loss.dtype(), 1.0);
-    GradientResult res = build_gradients(g, m.opset_imports, {wrt, {loss.name}, {seed.name}, {}});
+    GradientRequest req;
+    req.wrt = wrt;
+    req.outputs = {loss.name};
+    req.output_grads = {seed.name};
+    GradientResult res = build_gradients(g, m.opset_imports, req);
     for (const std::string& w : wrt) g.outputs.push_back({res.grads.at(w), *g.type_of(w)});
     ASSERT_NO_THROW(check_graph(g, c.label));
 
