@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "executor/plan_pass.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
@@ -47,6 +48,23 @@ const KernelDef* KernelRegistry::find(const std::string& domain, const std::stri
   return nullptr;
 }
 
+void KernelRegistry::set_plan_passes(Device device, PlanPasses passes) {
+  auto shared = std::make_shared<const PlanPasses>(std::move(passes));
+  for (auto& [d, p] : passes_)
+    if (d == device) {
+      p = std::move(shared);
+      return;
+    }
+  passes_.emplace_back(device, std::move(shared));
+}
+
+const PlanPasses* KernelRegistry::plan_passes(Device device) const {
+  if (!extends_defaults_) return nullptr;
+  for (const auto& [d, p] : passes_)
+    if (d == device) return p.get();
+  return nullptr;
+}
+
 std::vector<std::pair<std::string, std::string>> KernelRegistry::ops(Device device) const {
   std::vector<std::pair<std::string, std::string>> r;
   device = kernel_device(device);
@@ -81,6 +99,7 @@ const KernelRegistry& default_kernels() {
     register_cpu_control_flow(r);
     register_cpu_linalg(r);
     register_cpu_gather_grad(r);
+    register_cpu_plan_passes(r);
 #ifdef ONNXTRAIN_WITH_CUDA
     register_cuda_kernels(r);  // after the CPU kernels: each CUDA def copies its CPU twin's key
 #endif

@@ -13,6 +13,8 @@
 
 namespace onnxtrain {
 
+struct PlanPasses;  // executor/plan_pass.h
+
 struct KernelInput {
   DType dtype = DType::Undefined;  // Undefined: optional input not given
   std::vector<int64_t> shape;
@@ -80,11 +82,19 @@ class KernelRegistry {
   // AllReduce): plans may then replace built-in steps by their fused kernels, which implement the built-in
   // semantics. A registry that adds a kernel for an op it already has loses it.
   bool extends_defaults() const { return extends_defaults_; }
+  // A backend's plan passes for its device (executor/plan_pass.h), at most one set per device; a second call
+  // replaces the first.
+  void set_plan_passes(Device device, PlanPasses passes);
+  // The passes plans for `device` run: nullptr when none were set for that device exactly (the guarded test
+  // device, which runs the CPU kernels, keeps every node as written) or when the registry no longer
+  // extends_defaults(), since the passes replace built-in steps by kernels with the built-in semantics.
+  const PlanPasses* plan_passes(Device device) const;
 
  private:
   friend const KernelRegistry& default_kernels();
   std::vector<KernelDef> defs_;
   bool extends_defaults_ = false;
+  std::vector<std::pair<Device, std::shared_ptr<const PlanPasses>>> passes_;  // shared by the registry's copies
 };
 
 // The registry with every built-in kernel (CPU, and CUDA when built with it).
@@ -111,5 +121,6 @@ void register_cpu_recurrent(KernelRegistry& r);      // LSTM, GRU, RNN
 void register_cpu_spatial(KernelRegistry& r);        // GridSample, Col2Im, MaxRoiPool, MaxUnpool
 void register_cpu_control_flow(KernelRegistry& r);  // If, Loop, Scan (subgraphs run by nested executors)
 void register_cpu_linalg(KernelRegistry& r);         // Det
+void register_cpu_plan_passes(KernelRegistry& r);    // Transpose folding, elementwise and update fusion
 
 }  // namespace onnxtrain

@@ -8,11 +8,9 @@
 #include <limits>
 #include <map>
 
-#include "executor/cpu/fused_elementwise.h"
-#include "executor/cpu/fused_update.h"
 #include "executor/device.h"
 #include "executor/finite.h"
-#include "executor/plan_fusion.h"
+#include "executor/plan_pass.h"
 #include "graph/error.h"
 #include "graph/validate.h"
 
@@ -43,8 +41,10 @@ class PlanCompiler {
   }
 
   std::unique_ptr<ExecutionPlan> compile() {
-    const Graph& g = fused_graph();
-    fuse_ = &g == &fused_ && spec_.fuse_elementwise;
+    // The passes of the backend this plan is for (executor/plan_pass.h). Checking every value keeps every node
+    // as written, so a non-finite value is reported at the node that made it.
+    passes_ = spec_.check_every_value ? nullptr : spec_.registry->plan_passes(spec_.device);
+    const Graph& g = rewritten_graph();
     for (size_t i = 0; i < spec_.feed_names.size(); ++i) {
       Tensor* t = new_slot(spec_.feed_names[i]);
       t->dtype = spec_.feed_specs[i].dtype;
@@ -59,7 +59,7 @@ class PlanCompiler {
       plan_->outputs_.push_back(t);
       extend(t, std::numeric_limits<size_t>::max());
     }
-    if (fuse_) fuse_elementwise_steps();
+    if (passes_ && passes_->fuse_steps && spec_.fuse_elementwise) fuse_steps();
     reserve_handed_over();
     place_in_arena();
     // A handed-over buffer keeps the arena alive wherever it goes.
@@ -80,23 +80,20 @@ class PlanCompiler {
     return t;
   }
 
-  // The graph this plan runs: on the CPU with the built-in kernels (plus new ops, such as a data-parallel
-  // session's AllReduce), a copy whose Transposes are folded into the MatMuls that read them
-  // (executor/plan_fusion.h). Checking every value keeps every node as written, so a non-finite value is
-  // reported at the node that made it.
-  const Graph& fused_graph() {
+  // The graph this plan runs: a copy rewritten by the backend's node rewrite when it has one (the CPU's folds
+  // Transposes into the MatMuls that read them, executor/plan_fusion.h), else the graph as written.
+  const Graph& rewritten_graph() {
     const Graph* src = with_outer_inputs();
-    if (spec_.device != Device::CPU || !spec_.registry->extends_defaults() || spec_.check_every_value)
-      return *src;
-    fused_.nodes = src->nodes;
-    fused_.inputs = src->inputs;
-    fold_transposes_into_matmuls(fused_.nodes, spec_.outputs, spec_.graph);
-    return fused_;
+    if (!passes_ || !passes_->rewrite_nodes) return *src;
+    rewritten_.nodes = src->nodes;
+    rewritten_.inputs = src->inputs;
+    passes_->rewrite_nodes(rewritten_.nodes, spec_.outputs, spec_.graph);
+    return rewritten_;
   }
 
   // Control flow (If, Loop, Scan): the values a node's subgraphs read from this scope become extra inputs of
   // its step, appended after the node's own in subgraph_outer_references' order (where the kernel finds them),
-  // so that the plan orders, feeds and keeps them alive like any input, and the Transpose folding above counts
+  // so that the plan orders, feeds and keeps them alive like any input, and the node rewrite above counts
   // them as readers. The spec's graph itself is left as it is; a graph without subgraphs is not copied.
   const Graph* with_outer_inputs() {
     const Graph& g = *spec_.graph;
@@ -248,52 +245,36 @@ class PlanCompiler {
     }
     plan_->steps_.push_back({std::move(kernel), std::move(ins), std::move(outs)});
     plan_->times_.push_back({n.describe(), n.op_type});
-    step_ops_.push_back(spec_.device == Device::CPU ? elementwise_op_of(n) : std::nullopt);
+    step_nodes_.push_back(&n);
     if (spec_.check_every_value) plan_->checked_steps_.push_back(n.outputs);
   }
 
-  // Runs of elementwise steps become one fused kernel each (executor/plan_fusion.h), placed at the last step of
-  // the run; the values only the run read get no buffer. Lifetimes are then recomputed from the new steps.
-  void fuse_elementwise_steps() {
-    std::vector<FusionStep> desc;
-    desc.reserve(plan_->steps_.size());
-    // A view step of unchanged shape (Identity, a SumToShape that sums nothing, ...) right after a fusable step
-    // joins the chain as a copy; a chain that then writes its output gives it a buffer of its own.
-    // Only a view that is its buffer's sole view: views record their root buffer, not the view they were made
-    // from, so a second view of the same buffer could lose its memory when the chain stops writing the root.
+  // The backend's step fusion (on the CPU, runs of elementwise steps, executor/cpu/fusion_pass.cpp) replaces
+  // groups of steps by one kernel each, placed at the last step of the group; the values only the group read
+  // get no buffer. Lifetimes are then recomputed from the new steps.
+  void fuse_steps() {
+    // A view records its root buffer, not the view it was made from: the pass may give only a buffer's sole
+    // view a buffer of its own, or a second view of the same buffer could lose its memory.
     std::unordered_map<const Tensor*, int> views_of;
     for (const auto& [view, target] : view_of_) ++views_of[target];
-    auto sole_view = [&](const Tensor* t) {
-      auto it = view_of_.find(t);
-      return it == view_of_.end() || views_of[it->second] == 1;
-    };
-    std::unordered_set<const Tensor*> fusable_out, copies;
+    std::vector<PlannedStep> planned;
+    planned.reserve(plan_->steps_.size());
     for (size_t i = 0; i < plan_->steps_.size(); ++i) {
-      const auto& st = plan_->steps_[i];
-      std::optional<EwOp> op = step_ops_[i];
-      std::vector<const Tensor*> in = st.in;
-      if (!op && st.kernel->output_is_view_of_input0() && st.out.size() == 1 && !in.empty() && in[0] &&
-          fusable_out.count(in[0]) && st.out[0]->shape == in[0]->shape && st.out[0]->dtype == in[0]->dtype &&
-          sole_view(st.out[0])) {
-        op = EwOp::Broadcast;
-        copies.insert(st.out[0]);
-      }
-      if (op == EwOp::Broadcast) in.resize(1);  // only data is an operand: not Expand's shape, nor a view's
-      if (op)
-        for (const Tensor* t : st.out) fusable_out.insert(t);
-      desc.push_back({op, std::move(in), std::vector<const Tensor*>(st.out.begin(), st.out.end())});
+      const ExecutionPlan::Step& st = plan_->steps_[i];
+      bool sole_view = true;
+      if (!st.out.empty())
+        if (auto it = view_of_.find(st.out[0]); it != view_of_.end()) sole_view = views_of[it->second] == 1;
+      planned.push_back({step_nodes_[i], st.kernel.get(), st.in, st.out, sole_view});
     }
     std::unordered_set<const Tensor*> needed(plan_->outputs_.begin(), plan_->outputs_.end());
-    std::vector<ElementwiseGroup> groups = group_elementwise_steps(desc, needed);
+    std::vector<FusedSteps> groups = passes_->fuse_steps(planned, needed);
     if (groups.empty()) return;
     std::vector<int64_t> group_at(plan_->steps_.size(), -1);  // -1 kept, -2 absorbed, else the group it ends
     std::unordered_set<const Tensor*> unviewed;  // fused view steps: their outputs are values of their own now
     for (size_t k = 0; k < groups.size(); ++k) {
-      for (size_t i : groups[k].steps) {
-        group_at[i] = -2;
-        const Tensor* o = plan_->steps_[i].out[0];
-        if (copies.count(o) && view_of_.erase(o)) unviewed.insert(o);
-      }
+      for (size_t i : groups[k].steps) group_at[i] = -2;
+      for (const Tensor* o : groups[k].unviewed)
+        if (view_of_.erase(o)) unviewed.insert(o);
       group_at[groups[k].steps.back()] = static_cast<int64_t>(k);
     }
     std::vector<ExecutionPlan::Step> steps;
@@ -303,17 +284,9 @@ class PlanCompiler {
         steps.push_back(std::move(plan_->steps_[i]));
         names.push_back(std::move(plan_->times_[i]));
       } else if (group_at[i] >= 0) {
-        ElementwiseGroup& g = groups[static_cast<size_t>(group_at[i])];
-        std::string ops;
-        for (size_t k : g.steps) ops += (ops.empty() ? "" : " ") + plan_->times_[k].op;
-        const char* native = ew_native_update(g.program);
-        names.push_back({"fused " + std::to_string(g.steps.size()) + " ops (" + ops + ")" +
-                             (native ? std::string(" as one ") + native + " update" : std::string()) + " through " +
-                             plan_->times_[i].step,
-                         native ? std::string(native) + " update" : "fused elementwise"});
-        std::vector<Tensor*> outs;
-        for (const Tensor* t : g.outputs) outs.push_back(const_cast<Tensor*>(t));  // slots the plan owns
-        steps.push_back({make_fused_elementwise(std::move(g.program)), std::move(g.inputs), std::move(outs)});
+        FusedSteps& g = groups[static_cast<size_t>(group_at[i])];
+        names.push_back({std::move(g.step), std::move(g.op)});
+        steps.push_back({std::move(g.kernel), std::move(g.in), std::move(g.out)});
       }
     }
     plan_->steps_ = std::move(steps);
@@ -395,10 +368,10 @@ class PlanCompiler {
   }
 
   const PlanSpec& spec_;
-  Graph fused_;  // nodes only (initializers are state)
+  Graph rewritten_;  // nodes only (initializers are state): the graph after the backend's node rewrite
   Graph explicit_;  // nodes only: the graph with control flow's outer references as inputs (with_outer_inputs)
-  bool fuse_ = false;  // elementwise fusion: the plan runs fused_ (CPU, built-in kernels, values not checked)
-  std::vector<std::optional<EwOp>> step_ops_;  // per step: the fusable elementwise op it computes
+  const PlanPasses* passes_ = nullptr;  // the device's plan passes (built-in kernels, values not checked), or none
+  std::vector<const Node*> step_nodes_;  // per step before fusion: the node it computes (in the graph compiled)
   std::unique_ptr<ExecutionPlan> plan_;
   std::unordered_map<std::string, Tensor*> values_;
   std::unordered_set<const Tensor*> folded_;

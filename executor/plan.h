@@ -27,8 +27,9 @@ struct PlanSpec {
   // Debugging aid (docs/reliability.md): after every step, check its floating-point outputs for NaN/Inf and
   // throw NonFiniteError naming the node and the value. Off, run() is unchanged.
   bool check_every_value = false;
-  // On the CPU with the built-in kernels (and not checking every value), runs of elementwise steps become one
-  // fused kernel each (executor/plan_fusion.h). Off only to measure or bisect that rewrite.
+  // With the built-in kernels (and not checking every value), the device's step fusion runs (executor/
+  // plan_pass.h): on the CPU, runs of elementwise steps become one fused kernel each (executor/cpu/
+  // fusion_pass.cpp); CUDA has none. Off only to measure or bisect that rewrite.
   bool fuse_elementwise = true;
   // Time every step of every run (two clock reads per step; off, run() is unchanged). ExecutionPlan::profile().
   bool profile = false;

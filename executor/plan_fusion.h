@@ -1,13 +1,12 @@
 #pragma once
 // Plan-time rewrites of a graph's nodes for the CPU executor. They run on the plan's private copy of the node
-// list, never on the model: errors, gradients and exports keep seeing the graph as written.
-#include <optional>
+// list, never on the model: errors, gradients and exports keep seeing the graph as written. The CPU backend
+// registers fold_transposes_into_matmuls as its node rewrite (executor/plan_pass.h, executor/cpu/fusion_pass.cpp);
+// it lives here, below the backends, because the CPU kernels that read its attributes (MatMul, Shape) and its
+// tests name them. The elementwise fusion of compiled steps is the CPU's own (executor/cpu/fused_elementwise.h).
 #include <string>
-#include <unordered_set>
 #include <vector>
 
-#include "executor/cpu/fused_elementwise.h"
-#include "executor/tensor.h"
 #include "graph/ir.h"
 
 namespace onnxtrain {
@@ -36,30 +35,5 @@ inline constexpr const char* kShapePerm = "onnxtrain.perm";
 // attributes (If/Loop/Scan bodies, which may read outer values) are left alone.
 size_t fold_transposes_into_matmuls(std::vector<Node>& nodes, const std::vector<std::string>& keep,
                                     const Graph* types = nullptr);
-
-// One compiled plan step as the elementwise fusion sees it: the op when the step is a fusable elementwise node
-// (elementwise_op_of), and the values it reads and writes.
-struct FusionStep {
-  std::optional<EwOp> op;
-  std::vector<const Tensor*> in;
-  std::vector<const Tensor*> out;
-};
-
-// Steps that become one fused elementwise kernel, placed where the last of them was.
-struct ElementwiseGroup {
-  std::vector<size_t> steps;  // increasing
-  EwProgram program;
-  std::vector<const Tensor*> inputs;   // the kernel's inputs, in the program's order
-  std::vector<const Tensor*> outputs;  // the kernel's outputs: results read outside the group (or `needed`)
-};
-
-// Groups elementwise steps of one shape and float type whose intermediates are read only inside the group, so
-// that the group can run as one pass where its last step was. A step joins (and so merges) the groups whose
-// results it reads when no other step reads those results in between; its other operands may be values of the
-// group's shape, scalars, or blocks of its dims broadcast over the rest (a bias row, per-row statistics).
-// `needed` are values the plan
-// returns. Only groups of two or more steps are returned, each within the fused kernel's limits.
-std::vector<ElementwiseGroup> group_elementwise_steps(const std::vector<FusionStep>& steps,
-                                                      const std::unordered_set<const Tensor*>& needed);
 
 }  // namespace onnxtrain

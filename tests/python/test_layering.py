@@ -2,9 +2,9 @@
 here rather than in a reviewer's reading.
 
 Layers may include only the layers the table allows. Inside executor/, the device-neutral op definitions
-(executor/ops/) include neither backend, and the CUDA backend's includes of CPU headers (none left) and the core's
-of a backend are exactly the known exceptions listed below (issue 27 removes them): a new one fails, and so does a listed one that is gone,
-so the list cannot go stale."""
+(executor/ops/) include neither backend, and the CUDA backend's includes of CPU headers and the core's of a backend
+are exactly the known exceptions listed below (none left since issue 27): a new one fails, and so does a listed
+one that is gone, so the list cannot go stale."""
 import pathlib
 import re
 
@@ -24,12 +24,9 @@ ALLOWED = {
 # CUDA files that still include CPU headers (docs/architecture.md, "Known exceptions"): none since issue 27 moved
 # the factories' helpers and the Einsum and Resize plans to executor/ops/; the set stays so a new one fails.
 CUDA_TO_CPU = set()
-# Device-neutral core files (executor/*.h, *.cpp) that still include a backend: the plan compiler's CPU fusion.
-CORE_TO_BACKEND = {
-    ("executor/plan.cpp", "executor/cpu/fused_elementwise.h"),
-    ("executor/plan.cpp", "executor/cpu/fused_update.h"),
-    ("executor/plan_fusion.h", "executor/cpu/fused_elementwise.h"),
-}
+# Device-neutral core files (executor/*.h, *.cpp) that still include a backend: none since issue 27 made the CPU
+# fusion a plan pass the CPU backend registers (executor/plan_pass.h); the set stays so a new one fails.
+CORE_TO_BACKEND = set()
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([^"]+)"', re.M)
 
 
