@@ -1,4 +1,4 @@
-// Elementwise steps fused into one kernel at plan time (executor/plan_fusion.h, executor/cpu/fused_elementwise.h):
+// Elementwise steps fused into one kernel at plan time (the CPU plan pass, executor/cpu/fusion_pass.cpp):
 // every case runs the graph fused (the default) and as written (check_every_value keeps every node), the two must
 // agree (float64 to 1e-12, float32 to 1e-5), and the fused plan must have lost the steps it claims to fuse.
 #include <gtest/gtest.h>
