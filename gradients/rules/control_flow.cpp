@@ -171,13 +171,18 @@ void scan_rule(RuleContext& c) {
   if (body.inputs.size() != N + M || body.outputs.size() != N + K)
     c.fail("the body's inputs and outputs do not match the node's states, scan inputs and scan outputs");
   for (size_t i = 0; i < own; ++i)
-    if (!c.has_input(i) || !c.X(i).valid() || (i < N && !is_floating(c.X(i).dtype())) || !c.X(i).shape())
-      c.fail("the gradient of Scan needs floating-point states and every state and scan input with a known "
-             "shape; input " + std::to_string(i) + " is not");
-  // Scan inputs that are not floating-point (Loop's iteration numbers, below) take no gradient.
-  std::vector<size_t> float_scans;
+    if (!c.has_input(i) || !c.X(i).valid() || !c.X(i).shape())
+      c.fail("the gradient of Scan needs every state and scan input with a known type and rank; input " +
+             std::to_string(i) + " has none");
+  // States, scan inputs and scan outputs that are not floating-point (an int counter, Loop's iteration numbers
+  // below) take no gradient: they are recomputed with the rest, and no gradient is carried or scanned for them.
+  std::vector<size_t> float_states, float_scans, float_outs;
+  for (size_t i = 0; i < N; ++i)
+    if (is_floating(c.X(i).dtype())) float_states.push_back(i);
   for (size_t j = 0; j < M; ++j)
     if (is_floating(c.X(N + j).dtype())) float_scans.push_back(j);
+  for (size_t k = 0; k < K; ++k)
+    if (!c.Y(N + k).valid() || is_floating(c.Y(N + k).dtype())) float_outs.push_back(k);
   std::vector<size_t> outer_targets;  // indices of the outer references that need a gradient
   for (size_t i = own; i < c.num_inputs(); ++i)
     if (c.needs_dX(i) && is_floating(c.X(i).dtype())) outer_targets.push_back(i);
@@ -224,9 +229,9 @@ void scan_rule(RuleContext& c) {
   for (size_t i = 0; i < N; ++i) g.inputs[i].type = c.X(i).type;
   for (size_t j = 0; j < M; ++j) g.inputs[N + j].type = without_dim(c.X(N + j).type, normalized(in_axes[j], c.X(N + j).type));
   (void)len_axis;
-  std::vector<std::string> ds_in, acc_in, dy_in;
+  std::vector<std::string> ds_in, acc_in, dy_in;  // per entry of float_states, outer_targets, float_outs
   std::vector<ValueInfo> carried_inputs, scanned_extra;
-  for (size_t i = 0; i < N; ++i) {
+  for (size_t i : float_states) {
     ds_in.push_back(b.unique_name(tag + "d_state_" + std::to_string(i)));
     carried_inputs.push_back({ds_in.back(), c.X(i).type});
   }
@@ -234,7 +239,7 @@ void scan_rule(RuleContext& c) {
     acc_in.push_back(b.unique_name(tag + "d_" + n.inputs[p] + "_acc"));
     carried_inputs.push_back({acc_in.back(), c.X(p).type});
   }
-  for (size_t k = 0; k < K; ++k) {
+  for (size_t k : float_outs) {
     dy_in.push_back(b.unique_name(tag + "d_out_" + std::to_string(k)));
     const Expr y = c.Y(N + k);
     if (!y.valid()) c.fail("scan output " + std::to_string(k) + " has no known type");
@@ -265,12 +270,16 @@ void scan_rule(RuleContext& c) {
     for (auto& [name, t] : m.graph.value_info) g.value_info.try_emplace(name, t);
   }
   GradientRequest req;
-  for (size_t i = 0; i < N; ++i) req.wrt.push_back(body.inputs[i].name);
+  for (size_t i : float_states) req.wrt.push_back(body.inputs[i].name);
   for (size_t j : float_scans) req.wrt.push_back(body.inputs[N + j].name);
   for (size_t p : outer_targets) req.wrt.push_back(n.inputs[p]);
-  for (size_t i = 0; i < N + K; ++i) {
-    req.outputs.push_back(body.outputs[i].name);
-    req.output_grads.push_back(i < N ? ds_in[i] : dy_in[i - N]);
+  for (size_t q = 0; q < float_states.size(); ++q) {
+    req.outputs.push_back(body.outputs[float_states[q]].name);
+    req.output_grads.push_back(ds_in[q]);
+  }
+  for (size_t q = 0; q < float_outs.size(); ++q) {
+    req.outputs.push_back(body.outputs[N + float_outs[q]].name);
+    req.output_grads.push_back(dy_in[q]);
   }
   const size_t n_forward = g.nodes.size();
   GradientResult r;
@@ -295,7 +304,7 @@ void scan_rule(RuleContext& c) {
     return it == renamed.end() ? name : it->second;
   };
   g.outputs.clear();
-  for (size_t i = 0; i < N; ++i) g.outputs.push_back({grad_of(body.inputs[i].name), c.X(i).type});
+  for (size_t i : float_states) g.outputs.push_back({grad_of(body.inputs[i].name), c.X(i).type});
   for (size_t q = 0; q < outer_targets.size(); ++q) {
     const std::string sum = b.unique_name(tag + "d_" + n.inputs[outer_targets[q]] + "_acc_next");
     Node add;
@@ -311,7 +320,7 @@ void scan_rule(RuleContext& c) {
   // 3. The reverse Scan: every sequence is read in the opposite direction of its forward pass, so its step t'
   // is the forward step L-1-t'.
   std::vector<std::string> bwd_in;
-  for (size_t i = 0; i < N; ++i) bwd_in.push_back(c.dY(i).name);
+  for (size_t i : float_states) bwd_in.push_back(c.dY(i).name);
   for (size_t p : outer_targets) bwd_in.push_back(zeros_like(c.X(p)).name);
   std::vector<int64_t> bwd_in_axes, bwd_in_dirs, bwd_out_axes, bwd_out_dirs;
   for (size_t i = 0; i < N; ++i) {
@@ -329,7 +338,7 @@ void scan_rule(RuleContext& c) {
     bwd_out_axes.push_back(in_axes[j]);
     bwd_out_dirs.push_back(1 - in_dirs[j]);
   }
-  for (size_t k = 0; k < K; ++k) {
+  for (size_t k : float_outs) {
     bwd_in.push_back(c.dY(N + k).name);
     bwd_in_axes.push_back(out_axes[k]);
     bwd_in_dirs.push_back(1 - out_dirs[k]);
@@ -338,19 +347,20 @@ void scan_rule(RuleContext& c) {
   // accumulators: reorder its declared inputs to [ds, acc, states, x, dy] (they already are).
   auto bwd_body = std::make_shared<Graph>(std::move(g));
   std::map<std::string, Attribute> attrs{{"body", bwd_body},
-                                         {"num_scan_inputs", static_cast<int64_t>(N + M + K)},
+                                         {"num_scan_inputs", static_cast<int64_t>(N + M + float_outs.size())},
                                          {"scan_input_axes", bwd_in_axes},
                                          {"scan_input_directions", bwd_in_dirs},
                                          {"scan_output_axes", bwd_out_axes},
                                          {"scan_output_directions", bwd_out_dirs}};
-  std::vector<std::string> outs = b.add_node("Scan", bwd_in, N + outer_targets.size() + float_scans.size(), attrs);
+  const size_t S = float_states.size();
+  std::vector<std::string> outs = b.add_node("Scan", bwd_in, S + outer_targets.size() + float_scans.size(), attrs);
   auto emit = [&](size_t input, const std::string& name) {
     b.set_type(name, c.X(input).type);
     c.set_dX(input, value(b, name, c.X(input).type));
   };
-  for (size_t i = 0; i < N; ++i) emit(i, outs[i]);
-  for (size_t q = 0; q < outer_targets.size(); ++q) emit(outer_targets[q], outs[N + q]);
-  for (size_t q = 0; q < float_scans.size(); ++q) emit(N + float_scans[q], outs[N + outer_targets.size() + q]);
+  for (size_t q = 0; q < S; ++q) emit(float_states[q], outs[q]);
+  for (size_t q = 0; q < outer_targets.size(); ++q) emit(outer_targets[q], outs[S + q]);
+  for (size_t q = 0; q < float_scans.size(); ++q) emit(N + float_scans[q], outs[S + outer_targets.size() + q]);
 }
 
 // ---- Loop ----
@@ -714,7 +724,10 @@ void loop_rule(RuleContext& c) {
   scan.outputs = n.outputs;
   for (size_t o = 0; o < c.num_outputs(); ++o) {
     ys.push_back(c.Y(o));
-    dys.push_back(c.dY(o));
+    // A value that is not floating-point (an int counter) has no incoming gradient; a carried one's type is its
+    // initial value's, which torch's export declares where it may leave the output untyped.
+    const Expr typed = o < N ? c.X(2 + o) : c.Y(o);
+    dys.push_back(typed.valid() && !is_floating(typed.dtype()) ? Expr{} : c.dY(o));
   }
   RuleContext as_scan(b, scan, c.opset(), xs, ys, dys, needs);
   scan_rule(as_scan);

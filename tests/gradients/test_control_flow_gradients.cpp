@@ -282,6 +282,51 @@ TEST(ControlFlowGradients, LoopWithTripCountFromAShapeTakesTheScanPathAndMatches
   EXPECT_EQ(ranges, 1);
 }
 
+// The Scan path with values that take no gradient: an int64 counter carried beside h and stacked as a second
+// scan output, which the step also reads (as a float scale):
+//   h' = tanh(h * W + X) * (1 + 0.5 * n), n' = n + 1, scan outputs (h', n').  L = sum(H * H) + sum(Ys * R).
+TEST(ControlFlowGradients, LoopWithAnIntCounterOnTheScanPathMatchesCentralDifferences) {
+  Model m;
+  m.opset_imports = {{"", 17}};
+  Graph& g = m.graph;
+  g.inputs = {{"h0", f64({3})}, {"X", f64({3})}, {"W", f64({3})}};
+  g.initializers["M"] = TensorData::scalar<int64_t>(3);
+  g.initializers["n0"] = TensorData::scalar<int64_t>(0);
+  auto body = std::make_shared<Graph>();
+  body->inputs = {{"i", {DType::Int64, Shape{}}}, {"cond_in", {DType::Bool, Shape{}}}, {"h", f64({3})},
+                  {"n", {DType::Int64, Shape{}}}};
+  body->initializers["one"] = TensorData::scalar<int64_t>(1);
+  body->initializers["half"] = TensorData::scalar<double>(0.5);
+  body->initializers["unit"] = TensorData::scalar<double>(1.0);
+  Node cast = named_node("fn", "Cast", {"n"}, {"fn"});
+  cast.attributes["to"] = int64_t{11};  // DOUBLE
+  body->nodes = {named_node("keep", "Identity", {"cond_in"}, {"cond_out"}), named_node("hw", "Mul", {"h", "W"}, {"hw"}),
+                 named_node("pre", "Add", {"hw", "X"}, {"pre"}), named_node("act", "Tanh", {"pre"}, {"t"}), cast,
+                 named_node("hn", "Mul", {"fn", "half"}, {"hn"}), named_node("sc", "Add", {"hn", "unit"}, {"scale"}),
+                 named_node("out", "Mul", {"t", "scale"}, {"h_next"}), named_node("count", "Add", {"n", "one"}, {"n_next"}),
+                 named_node("emit", "Identity", {"h_next"}, {"y"}), named_node("emit_n", "Identity", {"n_next"}, {"yn"})};
+  body->outputs = {{"cond_out", {DType::Bool, Shape{}}}, {"h_next", f64({3})}, {"n_next", {DType::Int64, Shape{}}},
+                   {"y", f64({3})}, {"yn", {DType::Int64, Shape{}}}};
+  Node n = named_node("repeat", "Loop", {"M", "", "h0", "n0"}, {"H", "N", "Ys", "Ns"});
+  n.attributes["body"] = body;
+  g.nodes.push_back(n);
+  g.nodes.push_back(named_node("hh", "Mul", {"H", "H"}, {"HH"}));
+  g.nodes.push_back(named_node("hsum", "ReduceSum", {"HH"}, {"Lh"}));
+  g.nodes.back().attributes["keepdims"] = int64_t{0};
+  g.initializers["R"] = f64_tensor({3, 3}, 0.7, -0.15).to_data();
+  g.nodes.push_back(named_node("weigh", "Mul", {"Ys", "R"}, {"weighted"}));
+  g.nodes.push_back(named_node("ysum", "ReduceSum", {"weighted"}, {"Ly"}));
+  g.nodes.back().attributes["keepdims"] = int64_t{0};
+  g.nodes.push_back(named_node("total", "Add", {"Lh", "Ly"}, {"L"}));
+  g.outputs.push_back({"L", f64({})});
+  Graph built = expect_gradients_match(m, {"h0", "X", "W"},
+                                       {{"h0", f64_tensor({3}, 0.1, 0.2)}, {"X", f64_tensor({3}, -0.5, 0.4)},
+                                        {"W", f64_tensor({3}, 0.9, -0.3)}});
+  int scans = 0;
+  for (const Node& k : built.nodes) scans += k.op_type == "Scan";
+  EXPECT_EQ(scans, 2) << "the Scan path, not the recomputing Loop";
+}
+
 // A loop that runs while a condition on its data holds (a `while` loop), at most M times:
 //   h' = h * W + X, n' = n + 1 (an int64 counter, which takes no gradient), cond' = sum(h' * h') < 12,
 // cond given from outside (false runs no iteration at all), W and X read from the enclosing scope. The number of

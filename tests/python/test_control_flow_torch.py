@@ -29,6 +29,22 @@ class ScriptedLoop(nn.Module):
         return h
 
 
+class ScriptedCountingLoop(nn.Module):
+    """ScriptedLoop with an int counter carried along and read by the step: a Loop with a non-float carried value."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = x
+        k = 0
+        for _ in range(x.size(0)):
+            h = torch.tanh(self.fc(h)) * (1.0 + 0.1 * k)
+            k += 1
+        return h
+
+
 class ScriptedWhile(nn.Module):
     """h <- tanh(fc(h)) + h while the sum of |h| stays under a bound, at most 8 times: a Loop whose condition is
     computed from the data, with an int counter carried along. Its number of iterations is only known at run time."""
@@ -109,13 +125,14 @@ def test_scripted_control_flow_gradients_match_torch(make, sign, op):
         assert np.abs(split[name] - w).max() / scale < 1e-4, name
 
 
+@pytest.mark.parametrize("make", [ScriptedLoop, ScriptedCountingLoop], ids=["loop", "with_int_counter"])
 @pytest.mark.parametrize("rows", [5, 2])
-def test_loop_over_a_dynamic_axis_runs_as_many_times_as_the_rows_fed(rows):
+def test_loop_over_a_dynamic_axis_runs_as_many_times_as_the_rows_fed(rows, make):
     # Exported with a dynamic first axis, the trip count is Gather(Shape(x), 0), computed when the step is planned:
     # the gradient takes the Scan path over Range(0, M), here for other row counts than the export's.
     onnx = pytest.importorskip("onnx")
     torch.manual_seed(0)
-    eager = ScriptedLoop()
+    eager = make()
     data = export(eager, torch.randn(3, 4), dynamic_rows=True)
     graph = onnx.load_from_string(data).graph
     loop = next(n for n in graph.node if n.op_type == "Loop")
