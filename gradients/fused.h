@@ -36,14 +36,15 @@
 //   rule writes them, the kernel checks that they agree with the strings). Body in gradients/fused_spatial.cpp,
 //   every rank, mode and padding; needs opset 16, as GridSample.
 //   RNNGrad(X, W, R, B, sequence_lens, initial_h, dY, dY_h) -> (dX, dW, dR, dB, -, dinitial_h), attribute
-//   hidden_size, RNN's others, and what the rule always writes for the body: layout, reverse (0/1) and
-//   clip_bound (the clip, or the largest float for none). Body in gradients/fused_recurrent.cpp for every
-//   direction (forward, reverse, bidirectional), sequence_lens or none, layout 0 or 1, clip or none, Tanh; B and
-//   the initial state required (the rule passes zeros); fused_body_refusal() names what falls outside. GRUGrad,
-//   the same inputs and outputs, likewise (default Sigmoid/Tanh, linear_before_reset read by reference), and
+//   hidden_size, RNN's others, and what the rule always writes for the body: layout, reverse (0/1),
+//   clip_bound (the clip, or the largest float for none) and the activation functions as ints and floats
+//   (activation_kinds, activation_alphas, activation_betas; the kernel checks that they agree with the strings).
+//   Body in gradients/fused_recurrent.cpp for everything RNN defines: every direction, sequence_lens or none,
+//   layout 0 or 1, clip or none, every activation; B and the initial state required (the rule passes zeros);
+//   fused_body_refusal() names what a node lacks. GRUGrad, the same inputs and outputs, likewise
+//   (linear_before_reset read by reference), and
 //   LSTMGrad(X, W, R, B, sequence_lens, initial_h, initial_c, P, dY, dY_h, dY_c) -> (dX, dW, dR, dB, -,
-//   dinitial_h, dinitial_c, dP) (default activations, peepholes P required, input_forget 0 or 1 read by
-//   reference).
+//   dinitial_h, dinitial_c, dP) (peepholes P required, input_forget 0 or 1 read by reference).
 // Not a gradient but in the same domain and list, since the training graphs carry it the same way:
 //   DropoutMask(x, counter) -> mask, attributes seed (int) and ratio (float): LoRA adapter dropout's
 //   counter-based mask (training/adapters.h). Its body (gradients/fused_dropout.cpp) computes the kernel's bits
@@ -70,9 +71,9 @@ Function dropout_mask_function();
 
 // Why the standard-ONNX function body of fused op node `n` would not compute what its native kernel computes,
 // naming the attribute or input at fault; "" when it would (and for ops with no body). The recurrent grads'
-// bodies serve every direction (the int attribute reverse = 1 exactly for 'reverse'), sequence_lens or none,
-// layout 0 and 1, clip (with clip_bound equal to it), peepholes and input_forget, with the default activations
-// only (gradients/fused_recurrent.cpp); GridSampleGrad's and
+// bodies serve everything the ONNX ops define, given the inputs the rules pass and the attributes they write (the
+// int reverse = 1 exactly for 'reverse', clip_bound equal to clip, the activation functions coded F per direction;
+// gradients/fused_recurrent.cpp); GridSampleGrad's and
 // MaxRoiPoolGrad's need the attributes their rules always write. TrainingSession::export_gradient_model refuses
 // a gradient graph holding such a node.
 std::string fused_body_refusal(const Node& n);

@@ -1,10 +1,10 @@
 // Standard-ONNX bodies of onnxtrain.RNNGrad, GRUGrad and LSTMGrad (native kernels: executor/cpu/recurrent.cpp; the
-// design is in gradients/rules/recurrent.cpp). They serve every direction (forward, reverse and bidirectional),
-// sequence_lens or none, layout 0 and 1, clip or none, LSTM peepholes and input_forget, with the default
-// activations, and B, the initial states, P (LSTM) and every incoming gradient present (the rule passes zeros for
-// absent ones). fused_body_refusal() names what a node has outside that case (other activations);
-// TrainingSession::export_gradient_model refuses such a node rather than export a body that would compute
-// something else.
+// design is in gradients/rules/recurrent.cpp). They serve everything the ONNX ops define: every direction
+// (forward, reverse and bidirectional), sequence_lens or none, layout 0 and 1, clip or none, every activation
+// function, LSTM peepholes and input_forget, GRU's linear_before_reset. They need B, the initial states, P (LSTM)
+// and every incoming gradient present (the rule passes zeros for absent ones) and the attributes the rule writes
+// for them; fused_body_refusal() names what a node lacks of these, and TrainingSession::export_gradient_model
+// refuses such a node rather than export a body that would compute something else.
 //
 // Directions. Each op's backpropagation through time is written once, for one direction, and run once per
 // direction as the body of a Scan over the direction axis (over_directions): on that direction's slices of W, R,
@@ -27,15 +27,21 @@
 // clip_bound (the clip, or the largest float when the node has none), since a body cannot read an attribute
 // the caller may leave out; the forward reruns take `clip` itself by reference (left out when the caller has none).
 //
+// Activations. A body cannot compare strings before opset 19, so the rule writes the functions beside the strings
+// as ints (activation_kinds, the kernel's ActKind codes) and floats (activation_alphas / activation_betas, with the
+// defaults filled in), F per direction (3 for LSTM, 2 for GRU, 1 for RNN); the grad kernel checks that they say what
+// the strings say. Each direction reads its F functions (activation_setup, direction_functions), and activation()
+// computes every candidate function and picks the coded one. The forward reruns take the strings by reference.
+//
 // RNNGrad:
-// The body reruns the forward RNN (the standard op, with the caller's hidden_size and clip) for the states h_t,
-// then, per direction, recomputes every step's pre-activation a_t = x_t W^T + h_{t-1} R^T + Wb + Rb at once and
-// its slope, and runs backpropagation through time as a reverse Scan carrying dH (R rides along as a second state,
-// so the Scan body reads nothing from the enclosing scope) and emitting da_t = (dY_t + dH) * slope_t; dH becomes
-// da_t R. The weight gradients come after the Scan from the stacked da: dW = da^T X, dR = da^T h_{t-1},
-// dB = (sum da, sum da), dX = da W, d initial_h the final dH. The Scans and the products run in float64 (cast
-// in and out), so their bodies have one concrete type whatever the caller's, as ONNX requires of a graph's inputs.
-#include <cctype>
+// The body reruns the forward RNN (the standard op, with the caller's hidden_size, clip and activations) for the
+// states h_t, then, per direction, recomputes every step's pre-activation a_t = x_t W^T + h_{t-1} R^T + Wb + Rb at
+// once and its slope, and runs backpropagation through time as a reverse Scan carrying dH (R rides along as a
+// second state, so the Scan body reads nothing from the enclosing scope) and emitting da_t = (dY_t + dH) *
+// slope_t; dH becomes da_t R. The weight gradients come after the Scan from the stacked da: dW = da^T X,
+// dR = da^T h_{t-1}, dB = (sum da, sum da), dX = da W, d initial_h the final dH. The Scans and the products run
+// in float64 (cast in and out), so their bodies have one concrete type whatever the caller's, as ONNX requires of
+// a graph's inputs.
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -56,6 +62,8 @@ constexpr int64_t kDouble = 11;  // TensorProto element type
 
 const TypeInfo kF64{DType::Float64, std::nullopt};
 const TypeInfo kBool{DType::Bool, std::nullopt};
+const TypeInfo kI64{DType::Int64, std::nullopt};
+constexpr int32_t kFloats = 6, kStrings = 8;  // AttributeProto type codes fused_body does not name
 
 // What the rule writes as clip_bound when the node has no clip: no finite pre-activation exceeds it.
 constexpr float kNoClip = std::numeric_limits<float>::max();
@@ -70,25 +78,69 @@ struct Nodes {
   }
 };
 
-// y = kind(clip(a)) (kind Sigmoid or Tanh) and its slope "<y>_slope" = dy/da, which is zero where |a| > clip: a
-// clipped pre-activation does not move (the kernel's derivative()). `clip` names a float64 scalar; reads "one" and
-// "zero". The one place the bodies apply a gate's activation, so clip is applied alike in every cell. (Names made
-// here end in suffixes that no enclosing graph uses, so that no Scan body's name shadows an outer one.)
-void activation(const Nodes& e, const std::string& kind, const std::string& a, const std::string& y,
+// The activation functions, coded as the kernel's ActKind (executor/cpu/recurrent.cpp), in the int attribute
+// activation_kinds that the rule writes (a body cannot compare strings before opset 19).
+enum ActCode : int64_t { kSigmoid, kTanh, kRelu, kAffine, kLeakyRelu, kThresholdedRelu, kScaledTanh, kHardSigmoid,
+                         kElu, kSoftsign, kSoftplus, kActCodes };
+
+// y = f(clip(a)) and its slope "<y>_slope" = dy/da, which is zero where |a| > clip: a clipped pre-activation does
+// not move (the kernel's derivative()). f is the function `fn` names: scalars fn_kind (int64, an ActCode),
+// fn_alpha and fn_beta (float64; what the function does not take is unused). `clip` names a float64 scalar;
+// reads "one" and "zero". The one place the bodies apply an activation, so each formula is written once and clip
+// applies alike in every cell. A body cannot branch on a value, so every candidate is computed and one picked.
+// (Names made here end in suffixes that no enclosing graph uses, so that no Scan body's name shadows an outer one.)
+void activation(const Nodes& e, const std::string& a, const std::string& y, const std::string& fn,
                 const std::string& clip) {
-  e("Neg", {clip}, y + "_lo");
-  e("Clip", {a, y + "_lo", clip}, y + "_clipin");
-  e(kind, {y + "_clipin"}, y);
-  if (kind == "Sigmoid") {
-    e("Sub", {"one", y}, y + "_1m");
-    e("Mul", {y, y + "_1m"}, y + "_raw");
-  } else {
-    e("Mul", {y, y}, y + "_sq");
-    e("Sub", {"one", y + "_sq"}, y + "_raw");
+  const std::string al = fn + "_alpha", be = fn + "_beta", x = y + "_x";
+  const auto v = [&](const std::string& s) { return y + "_" + s; };
+  e("Clip", {a, e("Neg", {clip}, v("lo")), clip}, x);
+  e("Greater", {x, "zero"}, v("pos"));
+  e("Not", {e("Less", {x, "zero"}, v("neg"))}, v("nonneg"));
+  e("Mul", {al, x}, v("ax"));
+  e("Exp", {x}, v("ex"));
+  // value and slope of each function, in ActCode order
+  std::vector<std::pair<std::string, std::string>> cand(kActCodes);
+  cand[kSigmoid] = {e("Sigmoid", {x}, v("sig")),
+                    e("Mul", {v("sig"), e("Sub", {"one", v("sig")}, v("sig_1m"))}, v("sig_d"))};
+  cand[kTanh] = {e("Tanh", {x}, v("tanh")),
+                 e("Sub", {"one", e("Mul", {v("tanh"), v("tanh")}, v("tanh_sq"))}, v("tanh_d"))};
+  cand[kRelu] = {e("Where", {v("pos"), x, "zero"}, v("relu")), e("Where", {v("pos"), "one", "zero"}, v("relu_d"))};
+  cand[kAffine] = {e("Add", {v("ax"), be}, v("affine")), e("Identity", {al}, v("affine_d"))};
+  cand[kLeakyRelu] = {e("Where", {v("nonneg"), x, v("ax")}, v("leaky")),
+                      e("Where", {v("nonneg"), "one", al}, v("leaky_d"))};
+  e("Greater", {x, al}, v("above"));
+  cand[kThresholdedRelu] = {e("Where", {v("above"), x, "zero"}, v("thr")),
+                            e("Where", {v("above"), "one", "zero"}, v("thr_d"))};
+  e("Tanh", {e("Mul", {be, x}, v("bx"))}, v("tbx"));
+  cand[kScaledTanh] = {e("Mul", {al, v("tbx")}, v("stanh")),
+                       e("Mul", {e("Mul", {al, be}, v("ab")),
+                                 e("Sub", {"one", e("Mul", {v("tbx"), v("tbx")}, v("tbx_sq"))}, v("tbx_d"))},
+                         v("stanh_d"))};
+  e("Add", {v("ax"), be}, v("hs_in"));
+  e("And", {e("Greater", {v("hs_in"), "zero"}, v("hs_lo")), e("Less", {v("hs_in"), "one"}, v("hs_hi"))}, v("hs_lin"));
+  cand[kHardSigmoid] = {e("Max", {"zero", e("Min", {"one", v("hs_in")}, v("hs_min"))}, v("hsig")),
+                        e("Where", {v("hs_lin"), al, "zero"}, v("hsig_d"))};
+  e("Mul", {al, v("ex")}, v("aex"));
+  cand[kElu] = {e("Where", {v("nonneg"), x, e("Sub", {v("aex"), al}, v("aex_1"))}, v("elu")),
+                e("Where", {v("nonneg"), "one", v("aex")}, v("elu_d"))};
+  e("Add", {"one", e("Abs", {x}, v("absx"))}, v("ss_den"));
+  cand[kSoftsign] = {e("Div", {x, v("ss_den")}, v("ssign")),
+                     e("Reciprocal", {e("Mul", {v("ss_den"), v("ss_den")}, v("ss_den2"))}, v("ssign_d"))};
+  e("Constant", {}, v("sp_big"), {{"value", TensorData::scalar<double>(20.0)}});  // log(1 + e^x) is x past it
+  cand[kSoftplus] = {e("Where", {e("Greater", {x, v("sp_big")}, v("sp_past")), x,
+                                 e("Log", {e("Add", {"one", v("ex")}, v("ex_1"))}, v("sp_log"))},
+                       v("splus")),
+                     v("sig")};
+  std::string value = cand[kSoftplus].first, slope = cand[kSoftplus].second;
+  for (int64_t k = kSoftplus - 1; k >= 0; --k) {
+    const std::string is = e("Equal", {fn + "_kind", e("Constant", {}, v("code" + std::to_string(k)),
+                                                      {{"value", TensorData::scalar<int64_t>(k)}})},
+                             v("is" + std::to_string(k)));
+    value = e("Where", {is, cand[k].first, value}, k == 0 ? y : v("pick" + std::to_string(k)));
+    slope = e("Where", {is, cand[k].second, slope}, v("dpick" + std::to_string(k)));
   }
-  e("Abs", {a}, y + "_abs");
-  e("Greater", {y + "_abs", clip}, y + "_clipped");
-  e("Where", {y + "_clipped", "zero", y + "_raw"}, y + "_slope");
+  e("Greater", {e("Abs", {a}, v("abs")), clip}, v("clipped"));
+  e("Where", {v("clipped"), "zero", slope}, y + "_slope");
 }
 
 // `in` with its axes permuted by perm when the caller's layout is 1 ("batch_major", from prologue), else as it
@@ -120,6 +172,32 @@ void prologue(Function& f, const std::vector<std::string>& states) {
   fused_body::caller_attribute(f, "clip_f", "clip_bound", fused_body::kFloat);
   add(f, "Cast", {"clip_f"}, "clip_f64", {{"to", kDouble}});
 }
+// The activation functions per direction, from what the rule writes: act_kinds_dirs [D, F] (int64 ActCodes),
+// act_alphas_dirs and act_betas_dirs [D, F] (float64), F functions per direction. Needs num_dirs.
+void activation_setup(Function& f) {
+  add(f, "Constant", {}, "act_kinds", {}, {{"value_ints", "activation_kinds", fused_body::kInts}});
+  add(f, "Constant", {}, "act_alphas", {}, {{"value_floats", "activation_alphas", kFloats}});
+  add(f, "Constant", {}, "act_betas", {}, {{"value_floats", "activation_betas", kFloats}});
+  int64s(f, "act_rest", {-1});
+  add(f, "Concat", {"num_dirs", "act_rest"}, "act_dims", {{"axis", int64_t{0}}});
+  add(f, "Reshape", {"act_kinds", "act_dims"}, "act_kinds_dirs");
+  for (const char* v : {"act_alphas", "act_betas"})
+    add(f, "Reshape", {add(f, "Cast", {v}, std::string(v) + "_f64", {{"to", kDouble}}), "act_dims"},
+        std::string(v) + "_dirs");
+}
+
+// In a direction's body: function k's scalars act<k>_kind, act<k>_alpha, act<k>_beta (activation()) from the
+// direction's kinds_d, alphas_d and betas_d [F].
+void direction_functions(Function& d, int64_t count) {
+  for (int64_t k = 0; k < count; ++k) {
+    const std::string fn = "act" + std::to_string(k);
+    add(d, "Constant", {}, fn + "_at", {{"value", TensorData::scalar<int64_t>(k)}});
+    add(d, "Gather", {"kinds_d", fn + "_at"}, fn + "_kind");
+    add(d, "Gather", {"alphas_d", fn + "_at"}, fn + "_alpha");
+    add(d, "Gather", {"betas_d", fn + "_at"}, fn + "_beta");
+  }
+}
+
 // Which directions run backwards in time, "flips" [D] (bool, D is W's first dim). The int attribute `reverse`
 // (the rule writes it beside the string direction, which a body cannot compare before opset 19) says it of the
 // first direction; a second one (bidirectional) always runs backwards, and the rule writes reverse 0 there. So
@@ -220,6 +298,16 @@ struct Slot {
   TypeInfo type = kF64;
 };
 
+// The direction's activation functions, scanned like its weights (activation_setup, direction_functions).
+const std::vector<Slot> kFunctionSlots{
+    {"act_kinds_dirs", "kinds_d", 0, kI64}, {"act_alphas_dirs", "alphas_d"}, {"act_betas_dirs", "betas_d"}};
+
+// `scanned` and the activation functions' slots.
+std::vector<Slot> with_functions(std::vector<Slot> scanned) {
+  scanned.insert(scanned.end(), kFunctionSlots.begin(), kFunctionSlots.end());
+  return scanned;
+}
+
 // How every recurrent body ends. `dir` holds one direction's BPTT (a node list built with the same helpers as
 // the function; as a subgraph it reads nothing from the enclosing scope, since the inliner renames only the
 // function's own names); a Scan over the direction axis runs it once per direction. `carried` are values every
@@ -277,7 +365,11 @@ void to_f64(Function& f, const std::vector<std::string>& values) {
 void rerun_forward(Function& f, const std::string& op, const std::vector<std::string>& refs) {
   Node n = fused_body::op(op + "_rerun", op, {"X_l0", "W", "R", "B", "sequence_lens", "initial_h_l0"}, "Y_all");
   for (const std::string& a : refs)
-    n.attribute_refs[a] = {a, a == "direction" ? fused_body::kString : a == "clip" ? fused_body::kFloat : fused_body::kInt};
+    n.attribute_refs[a] = {a, a == "direction"     ? fused_body::kString
+                              : a == "clip"        ? fused_body::kFloat
+                              : a == "activations" ? kStrings
+                              : a.starts_with("activation_") ? kFloats
+                                                             : fused_body::kInt};
   f.nodes.push_back(std::move(n));
 }
 
@@ -285,15 +377,18 @@ Function rnn_grad() {
   Function f = fused_body::function(
       "RNNGrad", {"X", "W", "R", "B", "sequence_lens", "initial_h", "dY", "dY_h"},
       {"dX", "dW", "dR", "dB", "dsequence_lens", "dinitial_h"},
-      "Gradient of RNN (every direction, sequence_lens or none, layout 0 or 1, clip or none, Tanh; B, initial_h, dY "
-      "and dY_h given) with respect to X, W, R, B and initial_h: the forward RNN rerun for the states, then per "
-      "direction (a Scan over the direction axis) the pre-activations recomputed and a reverse Scan carrying dH in "
-      "float64 that emits da_t = (dY_t + dH) tanh'(clip(a_t)) (zero where clipped), dH <- da_t R (on the steps "
-      "that run); the weight gradients are products of the stacked da, dX the sum over directions of da W.",
-      {"hidden_size", "direction", "reverse", "layout", "clip", "clip_bound"});
+      "Gradient of RNN (every direction, sequence_lens or none, layout 0 or 1, clip or none, any activation; B, "
+      "initial_h, dY and dY_h given) with respect to X, W, R, B and initial_h: the forward RNN rerun for the states, "
+      "then per direction (a Scan over the direction axis) the pre-activations recomputed and a reverse Scan "
+      "carrying dH in float64 that emits da_t = (dY_t + dH) f'(clip(a_t)) (zero where clipped), dH <- da_t R (on "
+      "the steps that run); the weight gradients are products of the stacked da, dX the sum over directions of "
+      "da W.",
+      {"hidden_size", "direction", "reverse", "layout", "clip", "clip_bound", "activations", "activation_alpha",
+       "activation_beta", "activation_kinds", "activation_alphas", "activation_betas"});
   prologue(f, {"initial_h", "dY_h"});
-  rerun_forward(f, "RNN", {"hidden_size", "direction", "clip"});  // Y_all [S, D, B, H]
+  rerun_forward(f, "RNN", {"hidden_size", "direction", "clip", "activations", "activation_alpha", "activation_beta"});
   direction_flips(f);
+  activation_setup(f);
   active_steps(f);
   to_f64(f, {"X_l0", "W", "R", "B", "initial_h_l0", "Y_all", "dY_l0", "dY_h_l0"});
 
@@ -323,7 +418,8 @@ Function rnn_grad() {
   // Every step's pre-activation and slope at once (the states are known): a_t = x_t W^T + Wb + h_{t-1} R^T + Rb.
   add(d, "Gemm", {"hp2", "r_d", "rb"}, "hr2", {{"transB", int64_t{1}}});
   add(d, "Add", {"xw2", "hr2"}, "a2");
-  activation(e, "Tanh", "a2", "act", "clip");
+  direction_functions(d, 1);
+  activation(e, "a2", "act", "act0", "clip");
   add(d, "Reshape", {"act_slope", "sb_1"}, "slope_d");  // [S, B, H]
 
   // The reverse Scan's body, in float64.
@@ -359,9 +455,9 @@ Function rnn_grad() {
   add(d, "MatMul", {"da", "w_d"}, "dx_d");
   flip(d, "dx_d", "dx");  // time order
   over_directions(f, std::move(d), {{"X_l0_f64", "x_t"}, {"clip_f64", "clip"}},
-                  {{"flips", "flip", 0, kBool}, {"W_f64", "w_d"}, {"R_f64", "r_d"}, {"B_f64", "b_d"},
-                   {"initial_h_l0_f64", "h0_d"}, {"dY_h_l0_f64", "dyh_d"}, {"dY_l0_f64", "dy_t", 1},
-                   {"Y_all_f64", "y_t", 1}, {"active", "live_t", 1, kBool}},
+                  with_functions({{"flips", "flip", 0, kBool}, {"W_f64", "w_d"}, {"R_f64", "r_d"}, {"B_f64", "b_d"},
+                                  {"initial_h_l0_f64", "h0_d"}, {"dY_h_l0_f64", "dyh_d"}, {"dY_l0_f64", "dy_t", 1},
+                                  {"Y_all_f64", "y_t", 1}, {"active", "live_t", 1, kBool}}),
                   {{"dw_d", "dW"}, {"dr_d", "dR"}, {"db_d", "dB"}, {"dh0_d", "dinitial_h"}, {"dx", "dX"}});
   return f;
 }
@@ -376,14 +472,17 @@ Function gru_grad() {
   Function f = fused_body::function(
       "GRUGrad", {"X", "W", "R", "B", "sequence_lens", "initial_h", "dY", "dY_h"},
       {"dX", "dW", "dR", "dB", "dsequence_lens", "dinitial_h"},
-      "Gradient of GRU (every direction, sequence_lens or none, layout 0 or 1, clip or none, default activations "
-      "Sigmoid/Tanh; B, initial_h, dY and dY_h given; linear_before_reset 0 or 1) with respect to X, W, R, B and initial_h: the "
+      "Gradient of GRU (every direction, sequence_lens or none, layout 0 or 1, clip or none, any activations; B, "
+      "initial_h, dY and dY_h given; linear_before_reset 0 or 1) with respect to X, W, R, B and initial_h: the "
       "forward GRU rerun for the states, then per direction (a Scan over the direction axis) a reverse Scan in "
       "float64 that recomputes each step's gates and carries dH.",
-      {"hidden_size", "linear_before_reset", "direction", "reverse", "layout", "clip", "clip_bound"});
+      {"hidden_size", "linear_before_reset", "direction", "reverse", "layout", "clip", "clip_bound", "activations",
+       "activation_alpha", "activation_beta", "activation_kinds", "activation_alphas", "activation_betas"});
   prologue(f, {"initial_h", "dY_h"});
-  rerun_forward(f, "GRU", {"hidden_size", "linear_before_reset", "direction", "clip"});  // Y_all [S, D, B, H]
+  rerun_forward(f, "GRU", {"hidden_size", "linear_before_reset", "direction", "clip", "activations",
+                           "activation_alpha", "activation_beta"});  // Y_all [S, D, B, H]
   direction_flips(f);
+  activation_setup(f);
   active_steps(f);
   fused_body::caller_attribute(f, "lbr_i", "linear_before_reset", fused_body::kInt);
   add(f, "Constant", {}, "one_i", {{"value", TensorData::scalar<int64_t>(1)}});
@@ -421,15 +520,20 @@ Function gru_grad() {
   for (int k = 0; k < 3; ++k)
     add(d, "Slice", {"xw", starts[k], ends[k], "ax2"}, std::string("x_") + "zrh"[k]);
   states_entering(d);
+  direction_functions(d, 2);
 
   auto body = std::make_shared<Graph>();
   body->name = "gru_bptt_step";
   body->inputs = {{"dh_in", kF64},  {"rz_in", kF64}, {"rr_in", kF64}, {"rh_in", kF64}, {"bz_in", kF64},
                   {"br_in", kF64},  {"bh_in", kF64}, {"lbr_in", kBool}, {"clip_in", kF64},
+                  {"fn0_kind", kI64}, {"fn0_alpha", kF64}, {"fn0_beta", kF64},
+                  {"fn1_kind", kI64}, {"fn1_alpha", kF64}, {"fn1_beta", kF64},
                   {"dy_t", kF64},   {"xz_t", kF64},  {"xr_t", kF64},  {"xh_t", kF64},  {"hp", kF64},
                   {"live", kBool}};
   body->outputs = {{"dh_out", kF64}, {"rz_out", kF64}, {"rr_out", kF64}, {"rh_out", kF64}, {"bz_out", kF64},
                    {"br_out", kF64}, {"bh_out", kF64}, {"lbr_out", kBool}, {"clip_out", kF64},
+                   {"fn0_kind_out", kI64}, {"fn0_alpha_out", kF64}, {"fn0_beta_out", kF64},
+                   {"fn1_kind_out", kI64}, {"fn1_alpha_out", kF64}, {"fn1_beta_out", kF64},
                    {"daz", kF64},    {"dar", kF64},    {"dah", kF64},    {"left", kF64},   {"right", kF64}};
   const Nodes step{body->nodes};
   const std::map<std::string, Attribute> tb{{"transB", int64_t{1}}};
@@ -441,17 +545,17 @@ Function gru_grad() {
   step("Where", {"live", "g_run", "zero"}, "g");
   step("Gemm", {"hp", "rz_in", "bz_in"}, "hz", tb);
   step("Add", {"xz_t", "hz"}, "az");
-  activation(step, "Sigmoid", "az", "z", "clip_in");
+  activation(step, "az", "z", "fn0", "clip_in");
   step("Gemm", {"hp", "rr_in", "br_in"}, "hr", tb);
   step("Add", {"xr_t", "hr"}, "ar");
-  activation(step, "Sigmoid", "ar", "r", "clip_in");
+  activation(step, "ar", "r", "fn0", "clip_in");
   step("Gemm", {"hp", "rh_in", "bh_in"}, "u", tb);  // linear_before_reset: h_{t-1} R_h^T + Rb_h
   step("Mul", {"r", "u"}, "ru");
   step("Mul", {"r", "hp"}, "q");                      // otherwise: (r h_{t-1}) R_h^T + Rb_h
   step("Gemm", {"q", "rh_in", "bh_in"}, "qh", tb);
   step("Where", {"lbr_in", "ru", "qh"}, "hh_rec");
   step("Add", {"xh_t", "hh_rec"}, "ah");
-  activation(step, "Tanh", "ah", "ht", "clip_in");
+  activation(step, "ah", "ht", "fn1", "clip_in");
   step("Sub", {"one", "z"}, "one_z");
   step("Mul", {"g", "one_z"}, "dht");
   step("Sub", {"hp", "ht"}, "hp_ht");
@@ -477,11 +581,14 @@ Function gru_grad() {
   for (const char* st : {"rz", "rr", "rh", "bz", "br", "bh", "lbr"})
     step("Identity", {std::string(st) + "_in"}, std::string(st) + "_out");
   step("Identity", {"clip_in"}, "clip_out");
+  for (const char* v : {"fn0_kind", "fn0_alpha", "fn0_beta", "fn1_kind", "fn1_alpha", "fn1_beta"})
+    step("Identity", {v}, std::string(v) + "_out");
   Node scan = fused_body::op("bptt", "Scan",
-                             {"dyh_d", "r_z", "r_r", "r_h", "rb_z", "rb_r", "rb_h", "lbr", "clip", "dy_d", "x_z", "x_r",
+                             {"dyh_d", "r_z", "r_r", "r_h", "rb_z", "rb_r", "rb_h", "lbr", "clip", "act0_kind",
+                              "act0_alpha", "act0_beta", "act1_kind", "act1_alpha", "act1_beta", "dy_d", "x_z", "x_r",
                               "x_h", "h_prev", "live_d"},
                              "dh0_d");
-  scan.outputs = {"dh0_d", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "DZ", "DR", "DH", "L", "RT"};
+  scan.outputs = {"dh0_d", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14", "DZ", "DR", "DH", "L", "RT"};
   scan.attributes = {{"body", body},
                      {"num_scan_inputs", int64_t{6}},
                      {"scan_input_directions", std::vector<int64_t>{1, 1, 1, 1, 1, 1}},
@@ -510,10 +617,10 @@ Function gru_grad() {
   add(d, "MatMul", {"da", "w_d"}, "dx_d");
   flip(d, "dx_d", "dx");  // time order
   over_directions(f, std::move(d), {{"X_l0_f64", "x_t"}, {"lbr_flag", "lbr", 0, kBool}, {"clip_f64", "clip"}},
-                  {{"flips", "flip", 0, kBool}, {"W_f64", "w_d"}, {"R_f64", "r_d"}, {"B_f64", "b_d"},
-                   {"initial_h_l0_f64", "h0_d"}, {"dY_h_l0_f64", "dyh_d"}, {"dY_l0_f64", "dy_t", 1},
-                   {"Y_all_f64", "y_t", 1},
-                   {"active", "live_t", 1, kBool}},
+                  with_functions({{"flips", "flip", 0, kBool}, {"W_f64", "w_d"}, {"R_f64", "r_d"}, {"B_f64", "b_d"},
+                   {"initial_h_l0_f64", "h0_d"}, {"dY_h_l0_f64", "dyh_d"},
+                   {"dY_l0_f64", "dy_t", 1}, {"Y_all_f64", "y_t", 1},
+                   {"active", "live_t", 1, kBool}}),
                   {{"dw_d", "dW"}, {"dr_d", "dR"}, {"db_d", "dB"}, {"dh0_d", "dinitial_h"}, {"dx", "dX"}});
   return f;
 }
@@ -530,12 +637,14 @@ Function lstm_grad() {
       {"X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P", "dY", "dY_h", "dY_c"},
       {"dX", "dW", "dR", "dB", "dsequence_lens", "dinitial_h", "dinitial_c", "dP"},
       "Gradient of LSTM (every direction, sequence_lens or none, layout 0 or 1, clip or none, peepholes, "
-      "input_forget 0 or 1, default activations; B, initial_h, initial_c, P, dY, dY_h and dY_c given) with respect "
+      "input_forget 0 or 1, any activations; B, initial_h, initial_c, P, dY, dY_h and dY_c given) with respect "
       "to X, W, R, B, initial_h, initial_c and P: per direction (a Scan over the direction axis), a forward Scan in "
       "float64 reruns the cell for its states, a reverse Scan recomputes the gates and carries dH and dC.",
-      {"direction", "reverse", "layout", "clip_bound", "input_forget"});
+      {"direction", "reverse", "layout", "clip_bound", "input_forget", "activation_kinds", "activation_alphas",
+       "activation_betas"});
   prologue(f, {"initial_h", "initial_c", "dY_h", "dY_c"});
   direction_flips(f);
+  activation_setup(f);
   active_steps(f);
   fused_body::caller_attribute(f, "if_i", "input_forget", fused_body::kInt);
   add(f, "Constant", {}, "if_one", {{"value", TensorData::scalar<int64_t>(1)}});
@@ -560,6 +669,7 @@ Function lstm_grad() {
   add(d, "Slice", {"b_d", "ax0", "H4", "ax0"}, "wb");
   add(d, "Slice", {"b_d", "H4", "big", "ax0"}, "rb");
   input_projections(d);  // [S, B, 4H]
+  direction_functions(d, 3);  // f for the gates i, o, f; g for c~; h for h(c)
 
   // The cell from the states entering a step (hp, cp) and the step's projections: gates i, o, f, c~ and the new
   // c (ct), each gate with its slope (activation()). Peepholes add p_i c_{t-1} and p_f c_{t-1} to the input and
@@ -568,6 +678,7 @@ Function lstm_grad() {
     const Nodes step{g.nodes};
     step("Constant", {}, "one", {{"value", TensorData::scalar<double>(1.0)}});
     step("Constant", {}, "zero", {{"value", TensorData::scalar<double>(0.0)}});
+    step("Constant", {}, "no_clip", {{"value", TensorData::scalar<double>(std::numeric_limits<double>::infinity())}});
     step("Constant", {}, "c0", {{"value", TensorData::from<int64_t>({1}, std::span<const int64_t>(std::vector<int64_t>{0}))}});
     step("Constant", {}, "c1", {{"value", TensorData::from<int64_t>({1}, std::span<const int64_t>(std::vector<int64_t>{1}))}});
     step("Constant", {}, "c2", {{"value", TensorData::from<int64_t>({1}, std::span<const int64_t>(std::vector<int64_t>{2}))}});
@@ -587,33 +698,42 @@ Function lstm_grad() {
     step("Slice", {"p_in", "h2", "h3", "c0"}, "p_f");
     step("Add", {"a_i", step("Mul", {"p_i", "cp"}, "pi_cp")}, "a_ip");
     step("Add", {"a_f", step("Mul", {"p_f", "cp"}, "pf_cp")}, "a_fp");
-    activation(step, "Sigmoid", "a_ip", "gi", "clip_in");
-    activation(step, "Sigmoid", "a_fp", "gf_own", "clip_in");
+    activation(step, "a_ip", "gi", "fn0", "clip_in");
+    activation(step, "a_fp", "gf_own", "fn0", "clip_in");
     step("Sub", {"one", "gi"}, "gi_coupled");
     step("Where", {"if_in", "gi_coupled", "gf_own"}, "gf");
-    activation(step, "Tanh", "a_c", "gc", "clip_in");
+    activation(step, "a_c", "gc", "fn1", "clip_in");
     step("Mul", {"gf", "cp"}, "f_cp");
     step("Mul", {"gi", "gc"}, "i_gc");
     step("Add", {"f_cp", "i_gc"}, "ct");
     step("Add", {"a_o", step("Mul", {"p_o", "ct"}, "po_ct")}, "a_op");
-    activation(step, "Sigmoid", "a_op", "go", "clip_in");
-    step("Tanh", {"ct"}, "tct");  // h(C) is not clipped
+    activation(step, "a_op", "go", "fn0", "clip_in");
+    activation(step, "ct", "tct", "fn2", "no_clip");  // h(C) is not clipped
     return step;
   };
-  // What rides along both Scans unchanged: R, Rb, P, clip, input_forget.
-  const std::vector<std::pair<std::string, TypeInfo>> riding{
-      {"r", kF64}, {"rb", kF64}, {"p", kF64}, {"clip", kF64}, {"if", kBool}};
+  // What rides along both Scans unchanged: R, Rb, P, clip, input_forget and the activation functions, as
+  // (name in the Scan bodies, name in the direction's body, type).
+  struct Riding {
+    std::string inner, outer;
+    TypeInfo type;
+  };
+  std::vector<Riding> riding{{"r_in", "r_d", kF64}, {"rb_in", "rb", kF64}, {"p_in", "p_d", kF64},
+                             {"clip_in", "clip", kF64}, {"if_in", "if_d", kBool}};
+  for (const char* k : {"0", "1", "2"})
+    for (const auto& [part, t] : {std::pair<std::string, TypeInfo>{"_kind", kI64}, {"_alpha", kF64}, {"_beta", kF64}})
+      riding.push_back({"fn" + std::string(k) + part, "act" + std::string(k) + part, t});
   const auto ride = [&](Graph& g, const Nodes& step) {
-    for (const auto& [v, t] : riding) {
-      g.inputs.push_back({v + "_in", t});
-      g.outputs.push_back({v + "_out", t});
-      step("Identity", {v + "_in"}, v + "_out");
+    for (const Riding& v : riding) {
+      g.inputs.push_back({v.inner, v.type});
+      g.outputs.push_back({v.inner + "_out", v.type});
+      step("Identity", {v.inner}, v.inner + "_out");
     }
   };
-  const std::vector<std::string> riding_d{"r_d", "rb", "p_d", "clip", "if_d"};
+  std::vector<std::string> riding_d;
+  for (const Riding& v : riding) riding_d.push_back(v.outer);
   const auto ride_outs = [&](const std::string& prefix) {
     std::vector<std::string> o;
-    for (const auto& [v, t] : riding) o.push_back(prefix + v);
+    for (const Riding& v : riding) o.push_back(prefix + v.inner);
     return o;
   };
 
@@ -660,8 +780,6 @@ Function lstm_grad() {
     step("Add", {"dy_t", "dh_in"}, "dh_run");
     step("Where", {"live", "dh_run", "zero"}, "dh");
     step("Mul", {step("Mul", {"dh", "tct"}, "do"), "go_slope"}, "da_o");
-    step("Mul", {"tct", "tct"}, "tct2");
-    step("Sub", {"one", "tct2"}, "tct_slope");
     step("Mul", {"dh", "go"}, "dh_o");
     step("Mul", {"dh_o", "tct_slope"}, "dc_from_h");
     step("Mul", {"da_o", "p_o"}, "dc_from_po");
@@ -723,10 +841,10 @@ Function lstm_grad() {
   add(d, "MatMul", {"DA", "w_d"}, "dx_d");
   flip(d, "dx_d", "dx");  // time order
   over_directions(f, std::move(d), {{"X_l0_f64", "x_t"}, {"clip_f64", "clip"}, {"if_flag", "if_d", 0, kBool}},
-                  {{"flips", "flip", 0, kBool}, {"W_f64", "w_d"}, {"R_f64", "r_d"}, {"B_f64", "b_d"},
+                  with_functions({{"flips", "flip", 0, kBool}, {"W_f64", "w_d"}, {"R_f64", "r_d"}, {"B_f64", "b_d"},
                    {"P_f64", "p_d"}, {"initial_h_l0_f64", "h0_d"}, {"initial_c_l0_f64", "c0_d"},
                    {"dY_h_l0_f64", "dyh_d"}, {"dY_c_l0_f64", "dyc_d"}, {"dY_l0_f64", "dy_t", 1},
-                   {"active", "live_t", 1, kBool}},
+                   {"active", "live_t", 1, kBool}}),
                   {{"dw_d", "dW"}, {"dr_d", "dR"}, {"db_d", "dB"}, {"dh0_d", "dinitial_h"}, {"dc0_d", "dinitial_c"},
                    {"dp_d", "dP"}, {"dx", "dX"}});
   return f;
@@ -746,22 +864,21 @@ std::string fused_body_refusal(const Node& n) {
     if (!n.has_attr("reverse") || n.attr_int("reverse", -1) != (direction == "reverse" ? 1 : 0))
       return "attribute 'reverse' must be " + std::string(direction == "reverse" ? "1" : "0") + " for direction '" +
              direction + "' (" + op + "'s function body reads it; the rule writes it)";
-    if (n.has_attr("activations")) {
-      std::vector<std::string> acts = std::get<std::vector<std::string>>(n.attributes.at("activations"));
-      for (std::string& a : acts)
-        for (char& ch : a) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      std::vector<std::string> fine = lstm  ? std::vector<std::string>{"sigmoid", "tanh", "tanh"}
-                                      : gru ? std::vector<std::string>{"sigmoid", "tanh"}
-                                            : std::vector<std::string>{"tanh"};
-      // Bidirectional nodes list them per direction (torch writes Tanh, Tanh for a bidirectional nn.RNN); the
-      // kernel, like onnxruntime, also takes one direction's list for both.
-      std::vector<std::string> twice = fine;
-      twice.insert(twice.end(), fine.begin(), fine.end());
-      if (acts != fine && !(direction == "bidirectional" && acts == twice))
-        return "attribute 'activations' is not the default (" +
-               std::string(lstm ? "Sigmoid, Tanh, Tanh" : gru ? "Sigmoid, Tanh" : "Tanh") + " per direction): " +
-               op + "'s function body serves the default activations only";
-    }
+    // The body reads the activation functions as ints and floats the rule writes beside the strings (the kernel
+    // checks that they agree): F functions (3 for LSTM, 2 for GRU, 1 for RNN) per direction.
+    const size_t count = (lstm ? 3 : gru ? 2 : 1) * (direction == "bidirectional" ? 2 : 1);
+    const auto listed = [&](const char* a, auto kind) {
+      auto it = n.attributes.find(a);
+      const auto* v = it == n.attributes.end() ? nullptr : std::get_if<decltype(kind)>(&it->second);
+      return v && v->size() == count;
+    };
+    if (!listed("activation_kinds", std::vector<int64_t>{}) || !listed("activation_alphas", std::vector<float>{}) ||
+        !listed("activation_betas", std::vector<float>{}))
+      return "attributes 'activation_kinds', 'activation_alphas' and 'activation_betas' must each list " +
+             std::to_string(count) + " values (" + op + "'s function body reads them; the rule writes them)";
+    for (int64_t k : n.attr_ints("activation_kinds"))
+      if (k < 0 || k >= kActCodes)
+        return "attribute 'activation_kinds' holds " + std::to_string(k) + ", which codes no activation function";
     // The body reads the clip as clip_bound, which the rule writes beside the optional clip (a body cannot read an
     // attribute its caller may leave out): the clip, or the largest float for none.
     const float clip = n.has_attr("clip") ? n.attr_float("clip", 0) : kNoClip;

@@ -206,7 +206,10 @@ Spec make_spec(const PrepareContext& ctx, Cell cell, std::span<const KernelInput
                                                        : std::vector<std::string>{"Tanh"};
     for (int64_t d = 0; d < s.D; ++d) names.insert(names.end(), def.begin(), def.end());
   }
-  if (names.size() == na && s.D == 2) names.insert(names.end(), names.begin(), names.end());
+  if (names.size() == na && s.D == 2) {
+    const std::vector<std::string> one = names;  // not names' own range, which the insertion may free
+    names.insert(names.end(), one.begin(), one.end());
+  }
   if (names.size() != na * static_cast<size_t>(s.D))
     ctx.fail("activations must list " + std::to_string(na * s.D) + " functions");
   std::vector<float> alphas, betas;
@@ -230,9 +233,24 @@ Spec make_spec(const PrepareContext& ctx, Cell cell, std::span<const KernelInput
     else if (l == "softsign") a.kind = ActKind::Softsign;
     else if (l == "softplus") a.kind = ActKind::Softplus;
     else ctx.fail("activation '" + name + "' is not supported");
-    a.alpha = ua && ai < alphas.size() ? alphas[ai++] : da;
-    a.beta = ub && bi < betas.size() ? betas[bi++] : db;
+    // The defaults as a float attribute holds them, as given values are (and as the grad ops' bodies read them).
+    a.alpha = ua && ai < alphas.size() ? alphas[ai++] : static_cast<float>(da);
+    a.beta = ub && bi < betas.size() ? betas[bi++] : static_cast<float>(db);
     s.acts.push_back(a);
+  }
+  // The grad ops also carry the functions as the ints and floats their function bodies read (the rule writes them
+  // beside the strings, gradients/rules/recurrent.cpp): they must say what the strings say.
+  if (auto* kinds = attr_list<std::vector<int64_t>>(n, "activation_kinds")) {
+    const auto* al = attr_list<std::vector<float>>(n, "activation_alphas");
+    const auto* be = attr_list<std::vector<float>>(n, "activation_betas");
+    const size_t k = s.acts.size();
+    bool agree = al && be && kinds->size() == k && al->size() == k && be->size() == k;
+    for (size_t i = 0; agree && i < k; ++i)
+      agree = (*kinds)[i] == static_cast<int64_t>(s.acts[i].kind) && (*al)[i] == static_cast<float>(s.acts[i].alpha) &&
+              (*be)[i] == static_cast<float>(s.acts[i].beta);
+    if (!agree)
+      ctx.fail("activation_kinds, activation_alphas and activation_betas do not agree with activations, "
+               "activation_alpha and activation_beta");
   }
   return s;
 }

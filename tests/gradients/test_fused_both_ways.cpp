@@ -359,6 +359,15 @@ std::vector<Tensor> expect_recurrent_body_equals_kernel(const std::string& op, i
   const auto clip = attrs.find("clip");
   attrs["clip_bound"] = clip != attrs.end() ? std::get<float>(clip->second) : std::numeric_limits<float>::max();
   if (lstm) attrs.emplace("input_forget", int64_t{0});
+  // The default activations, coded (ActKind: 0 Sigmoid, 1 Tanh) per direction, unless the case gives others.
+  if (!attrs.count("activation_kinds")) {
+    std::vector<int64_t> kinds;
+    for (int64_t k = 0; k < D; ++k)
+      for (int64_t code : lstm ? std::vector<int64_t>{0, 1, 1} : gates == 3 ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{1})
+        kinds.push_back(code);
+    attrs["activation_kinds"] = kinds;
+    attrs["activation_alphas"] = attrs["activation_betas"] = std::vector<float>(kinds.size(), 0.0f);
+  }
   const auto state = [&]() -> std::vector<int64_t> {
     return rc.layout1 ? std::vector<int64_t>{Bn, D, H} : std::vector<int64_t>{D, Bn, H};
   };
@@ -612,6 +621,129 @@ TEST(FusedBothWays, LSTMGradPeepholesAndInputForget) {
   expect_recurrent_body_equals_kernel("LSTMGrad", 4, attrs, seed, rc);
 }
 
+// Non-default activations, with the ints and floats the rule writes beside the strings (activation_kinds as the
+// kernel's ActKind: 0 Sigmoid, 1 Tanh, 2 Relu, 3 Affine, 4 LeakyRelu, 5 ThresholdedRelu, 6 ScaledTanh,
+// 7 HardSigmoid, 8 Elu, 9 Softsign, 10 Softplus; alpha and beta with the defaults filled in, as float attributes
+// hold them). The kernel refuses ints that do not say what the strings say, so these also pin the coding.
+std::vector<float> F6() { return std::vector<float>(6, 0.0f); }
+
+struct ActivationCase {
+  std::vector<std::string> names;
+  std::vector<float> alpha, beta;                        // the ONNX attributes (empty: not given)
+  std::vector<int64_t> kinds;                            // what the rule writes
+  std::vector<float> alphas, betas;
+};
+
+std::map<std::string, Attribute> with_activations(std::map<std::string, Attribute> attrs, const ActivationCase& a) {
+  attrs["activations"] = a.names;
+  if (!a.alpha.empty()) attrs["activation_alpha"] = a.alpha;
+  if (!a.beta.empty()) attrs["activation_beta"] = a.beta;
+  attrs["activation_kinds"] = a.kinds;
+  attrs["activation_alphas"] = a.alphas;
+  attrs["activation_betas"] = a.betas;
+  return attrs;
+}
+
+// Every function in RNN's one slot (given alpha and beta, and the defaults), with clip for every other one; then
+// two functions per direction, bidirectional. Each differs from Tanh's gradients, so a body that ignored the
+// kinds would disagree.
+TEST(FusedBothWays, RNNGradEveryActivation) {
+  const std::vector<ActivationCase> cases{
+      {{"Sigmoid"}, {}, {}, {0}, {0}, {0}},
+      {{"Relu"}, {}, {}, {2}, {0}, {0}},
+      {{"Affine"}, {0.7f}, {0.1f}, {3}, {0.7f}, {0.1f}},
+      {{"Affine"}, {}, {}, {3}, {1}, {0}},
+      {{"LeakyRelu"}, {0.2f}, {}, {4}, {0.2f}, {0}},
+      {{"LeakyRelu"}, {}, {}, {4}, {0.01f}, {0}},
+      {{"ThresholdedRelu"}, {0.3f}, {}, {5}, {0.3f}, {0}},
+      {{"ScaledTanh"}, {1.5f}, {0.8f}, {6}, {1.5f}, {0.8f}},
+      {{"HardSigmoid"}, {0.3f}, {0.45f}, {7}, {0.3f}, {0.45f}},
+      {{"HardSigmoid"}, {}, {}, {7}, {0.2f}, {0.5f}},
+      {{"Elu"}, {0.9f}, {}, {8}, {0.9f}, {0}},
+      {{"Softsign"}, {}, {}, {9}, {0}, {0}},
+      {{"Softplus"}, {}, {}, {10}, {0}, {0}},
+  };
+  uint32_t seed = 141;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const ActivationCase& a = cases[i];
+    SCOPED_TRACE(a.names[0] + (a.alpha.empty() ? " (defaults)" : "") + (i % 2 ? ", clip" : ""));
+    std::map<std::string, Attribute> attrs;
+    if (i % 2) attrs["clip"] = 0.8f;
+    const std::vector<Tensor> tanh = expect_recurrent_body_equals_kernel("RNNGrad", 1, attrs, seed);
+    const std::vector<Tensor> other = expect_recurrent_body_equals_kernel("RNNGrad", 1, with_activations(attrs, a), seed);
+    EXPECT_GT(largest_difference(tanh, other), 1e-3) << "the activation changed nothing";
+    ++seed;
+  }
+  // alpha and beta are consumed in order by the functions that take them; one list stands for both directions
+  // (the second LeakyRelu finds no alpha left and takes the default).
+  const std::vector<ActivationCase> pairs{
+      {{"Relu", "Softplus"}, {}, {}, {2, 10}, {0, 0}, {0, 0}},
+      {{"Affine", "LeakyRelu"}, {0.7f, 0.2f}, {0.1f}, {3, 4}, {0.7f, 0.2f}, {0.1f, 0}},
+      {{"ScaledTanh", "HardSigmoid"}, {1.5f, 0.3f}, {0.8f, 0.45f}, {6, 7}, {1.5f, 0.3f}, {0.8f, 0.45f}},
+      {{"Elu", "ThresholdedRelu"}, {0.9f, 0.3f}, {}, {8, 5}, {0.9f, 0.3f}, {0, 0}},
+      {{"Softsign", "Sigmoid"}, {}, {}, {9, 0}, {0, 0}, {0, 0}},
+      {{"LeakyRelu"}, {0.2f}, {}, {4, 4}, {0.2f, 0.01f}, {0, 0}},
+  };
+  for (const ActivationCase& a : pairs) {
+    SCOPED_TRACE("bidirectional " + a.names[0] + (a.names.size() > 1 ? ", " + a.names[1] : " for both"));
+    expect_recurrent_body_equals_kernel("RNNGrad", 1, with_activations(kBidirectional, a), seed++, RecurrentCase{{5, 0, 2}});
+  }
+}
+
+// GRU's two slots and LSTM's three with other functions, per direction or one list for both (the kernel, like
+// onnxruntime, takes one direction's list for both), with clip, sequence_lens, layout 1 and peepholes among them.
+TEST(FusedBothWays, GRUAndLSTMGradsActivations) {
+  {
+    SCOPED_TRACE("GRUGrad Softsign, Affine");
+    for (int64_t lbr : {0, 1}) {
+      std::map<std::string, Attribute> attrs{{"linear_before_reset", lbr}};
+      expect_recurrent_body_equals_kernel(
+          "GRUGrad", 3, with_activations(attrs, {{"Softsign", "Affine"}, {0.7f}, {0.1f}, {9, 3}, {0, 0.7f}, {0, 0.1f}}),
+          161 + lbr);
+    }
+  }
+  {
+    SCOPED_TRACE("GRUGrad bidirectional HardSigmoid, Elu / Relu, LeakyRelu, clip, sequence_lens");
+    std::map<std::string, Attribute> attrs = kBidirectional;
+    attrs["linear_before_reset"] = int64_t{1};
+    attrs["clip"] = 1.5f;
+    expect_recurrent_body_equals_kernel(
+        "GRUGrad", 3,
+        with_activations(attrs, {{"HardSigmoid", "Elu", "Relu", "LeakyRelu"}, {0.3f, 0.9f, 0.2f}, {0.45f},
+                                 {7, 8, 2, 4}, {0.3f, 0.9f, 0, 0.2f}, {0.45f, 0, 0, 0}}),
+        163, RecurrentCase{{5, 0, 2}});
+  }
+  {
+    SCOPED_TRACE("LSTMGrad bidirectional HardSigmoid, Softsign, ScaledTanh / Sigmoid, Tanh, Elu, peepholes");
+    RecurrentCase rc;
+    rc.peepholes = true;
+    expect_recurrent_body_equals_kernel(
+        "LSTMGrad", 4,
+        with_activations(kBidirectional, {{"HardSigmoid", "Softsign", "ScaledTanh", "Sigmoid", "Tanh", "Elu"},
+                                          {0.3f, 0.8f, 1.5f}, {0.45f, 1.2f}, {7, 9, 6, 0, 1, 8},
+                                          {0.3f, 0, 0.8f, 0, 0, 1.5f}, {0.45f, 0, 1.2f, 0, 0, 0}}),
+        165, rc);
+  }
+  {
+    SCOPED_TRACE("LSTMGrad bidirectional, one list Softsign, Softplus, Relu for both, clip, layout 1, input_forget");
+    RecurrentCase rc{{3, 5, 0}, true, true};
+    std::map<std::string, Attribute> attrs = kBidirectional;
+    attrs["clip"] = 0.9f;
+    attrs["input_forget"] = int64_t{1};
+    expect_recurrent_body_equals_kernel(
+        "LSTMGrad", 4,
+        with_activations(attrs, {{"Softsign", "Softplus", "Relu"}, {}, {}, {9, 10, 2, 9, 10, 2}, F6(), F6()}), 167, rc);
+  }
+  {
+    SCOPED_TRACE("LSTMGrad reverse LeakyRelu, ThresholdedRelu, Affine (defaults)");
+    expect_recurrent_body_equals_kernel(
+        "LSTMGrad", 4,
+        with_activations(kReverse, {{"LeakyRelu", "ThresholdedRelu", "Affine"}, {}, {}, {4, 5, 3},
+                                    {0.01f, 1, 1}, {0, 0, 0}}),
+        169);
+  }
+}
+
 TEST(FusedBothWays, LSTMGradForward) { expect_recurrent_body_equals_kernel("LSTMGrad", 4, {}, 47); }
 
 TEST(FusedBothWays, GRUGradForward) {
@@ -621,9 +753,9 @@ TEST(FusedBothWays, GRUGradForward) {
   }
 }
 
-// What the recurrent bodies do not serve (other activations; attributes or inputs the rule always writes or
-// passes, missing) is named (export_gradient_model refuses such a node with this text); what the rules emit,
-// clip, layout 1, peepholes and input_forget included, is accepted.
+// What the recurrent bodies cannot serve (attributes or inputs the rule always writes or passes, missing or
+// malformed) is named (export_gradient_model refuses such a node with this text); what the rules emit, every
+// activation, clip, layout 1, peepholes and input_forget included, is accepted.
 TEST(FusedBothWays, RecurrentBodyRefusalsNameTheAttribute) {
   const float no_clip = std::numeric_limits<float>::max();
   const auto node = [&](const std::string& op, std::map<std::string, Attribute> attrs, std::vector<std::string> in) {
@@ -637,6 +769,11 @@ TEST(FusedBothWays, RecurrentBodyRefusalsNameTheAttribute) {
     n.attributes.emplace("layout", int64_t{0});
     n.attributes.emplace("clip_bound", no_clip);
     if (op == "LSTMGrad") n.attributes.emplace("input_forget", int64_t{0});
+    const bool bidirectional = n.attr_string("direction", "forward") == "bidirectional";
+    const size_t count = (op == "LSTMGrad" ? 3 : op == "GRUGrad" ? 2 : 1) * (bidirectional ? 2 : 1);
+    n.attributes.emplace("activation_kinds", std::vector<int64_t>(count, 1));
+    n.attributes.emplace("activation_alphas", std::vector<float>(count, 0.0f));
+    n.attributes.emplace("activation_betas", std::vector<float>(count, 0.0f));
     n.inputs = std::move(in);
     return n;
   };
@@ -662,17 +799,31 @@ TEST(FusedBothWays, RecurrentBodyRefusalsNameTheAttribute) {
             std::string::npos);
   EXPECT_NE(refusal("LSTMGrad", {{"direction", std::string("reverse")}}, lstm_in).find("attribute 'reverse' must be 1"),
             std::string::npos);
-  // Activations other than the default are still refused.
-  EXPECT_NE(refusal("RNNGrad", {{"activations", S{"Relu"}}}, rnn_in).find("attribute 'activations'"), std::string::npos);
-  EXPECT_NE(refusal("LSTMGrad", {{"activations", S{"Sigmoid", "Tanh", "Relu"}}}, lstm_in).find("attribute 'activations'"),
-            std::string::npos);
-  // A bidirectional node lists its activations per direction (torch: Tanh, Tanh); one list serves both.
-  const auto both_with = [](S acts) {
-    return std::map<std::string, Attribute>{{"direction", std::string("bidirectional")}, {"activations", acts}};
+  // Every activation is served, read from the ints and floats the rule writes beside the strings (F functions per
+  // direction); without them, or with a count or code that does not fit, the node is refused.
+  using I = std::vector<int64_t>;
+  using F = std::vector<float>;
+  const auto coded = [](I kinds, std::map<std::string, Attribute> attrs = {}) {
+    attrs["activation_alphas"] = attrs["activation_betas"] = F(kinds.size(), 0.5f);
+    attrs["activation_kinds"] = std::move(kinds);
+    return attrs;
   };
-  EXPECT_EQ(refusal("RNNGrad", both_with({"Tanh", "Tanh"}), rnn_in), "");
-  EXPECT_EQ(refusal("LSTMGrad", both_with({"Sigmoid", "Tanh", "Tanh"}), lstm_in), "");
-  EXPECT_NE(refusal("RNNGrad", both_with({"Tanh", "Relu"}), rnn_in).find("attribute 'activations'"), std::string::npos);
+  EXPECT_EQ(refusal("RNNGrad", coded({2}, {{"activations", S{"Relu"}}}), rnn_in), "");
+  EXPECT_EQ(refusal("LSTMGrad", coded({7, 9, 10}, {{"activations", S{"HardSigmoid", "Softsign", "Softplus"}}}), lstm_in), "");
+  const std::map<std::string, Attribute> both_lbr{{"direction", std::string("bidirectional")},
+                                                  {"linear_before_reset", int64_t{0}}};
+  EXPECT_EQ(refusal("GRUGrad", coded({3, 4, 5, 6}, both_lbr), rnn_in), "");
+  EXPECT_NE(refusal("GRUGrad", coded({3, 4}, both_lbr), rnn_in).find("must each list 4 values"), std::string::npos);
+  EXPECT_NE(refusal("RNNGrad", coded({11}), rnn_in).find("holds 11, which codes no activation function"),
+            std::string::npos);
+  EXPECT_NE(refusal("RNNGrad", coded({-1}), rnn_in).find("holds -1"), std::string::npos);
+  for (const char* a : {"activation_kinds", "activation_alphas", "activation_betas"}) {
+    Node without = node("RNNGrad", {}, rnn_in);
+    without.attributes.erase(a);
+    EXPECT_NE(fused_body_refusal(without).find("'activation_kinds', 'activation_alphas' and 'activation_betas' must"),
+              std::string::npos)
+        << a;
+  }
   // clip, layout 1, input_forget and peepholes are served; clip with the clip_bound the rule writes beside it.
   for (const char* op : {"RNNGrad", "GRUGrad", "LSTMGrad"}) {
     SCOPED_TRACE(op);

@@ -213,26 +213,34 @@ def test_rnn_gradient_graph_runs_in_onnxruntime(tmp_path, kind, with_h0, bidirec
         np.testing.assert_allclose(out[k + "_grad"], v, rtol=1e-4, atol=1e-6 * np.abs(v).max(), err_msg=k)
 
 
-def test_rnn_gradient_graph_export_refuses_what_the_body_cannot_do(tmp_path):
-    """nn.RNN with relu trains natively, but RNNGrad's body serves the default activation (Tanh) only: the export
-    names the node and the attribute instead of writing a body that computes something else."""
+def test_relu_rnn_gradient_graph_runs_in_onnxruntime(tmp_path):
+    """nn.RNN with relu (activations other than the default: the rule writes them as ints and floats beside the
+    strings, which the body reads): the exported gradient graph gives the native kernels' gradients in
+    onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
     torch.manual_seed(6)
     module = nn.RNN(3, 4, nonlinearity="relu", bidirectional=True)
     x = torch.randn(4, 2, 3)
     path = tmp_path / "relu_rnn.onnx"
     export(module, (x,), ["x"], ["y", "hn"], path)
-    s, _, native = _export_gradients(path, {"x": x.numpy()})
+    s, feeds, native = _export_gradients(path, {"x": x.numpy()})
+    exported = s.export_gradient_model()
+    onnx.checker.check_model(exported, full_check=True)
+    sess = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
+    out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
     assert native
-    with pytest.raises(Exception, match=r"RNNGrad.*attribute 'activations' is not the default"):
-        s.export_gradient_model()
+    for k, v in native.items():
+        assert np.abs(v).max() > 0, k
+        np.testing.assert_allclose(out[k + "_grad"], v, rtol=1e-4, atol=1e-6 * np.abs(v).max(), err_msg=k)
 
 
 @pytest.mark.parametrize("kind,kwargs,served", [("LSTM", {}, True), ("LSTM", {"bidirectional": True}, True),
-                                                ("RNN", {"nonlinearity": "relu"}, False)])
+                                                ("RNN", {"nonlinearity": "relu"}, True)])
 def test_checkpoint_carries_a_body_only_where_it_is_right(tmp_path, kind, kwargs, served):
     """A checkpoint's training step carries the fused recurrent grad's function body where the body serves the node
-    (an LSTM with one direction or bidirectional), and none (rather than a body that computes something else) for an
-    RNN with relu, whose activation the body does not serve; all resume."""
+    (an LSTM with one direction or bidirectional, an RNN with relu: every node torch exports); a node the body does
+    not serve would get none rather than one that computes something else (the C++ refusal tests name those); all
+    resume."""
     torch.manual_seed(7)
     module = getattr(nn, kind)(3, 4, **kwargs)
     x = torch.randn(4, 2, 3)
@@ -294,14 +302,23 @@ def test_one_node_gradient_graph_runs_in_onnxruntime(kind, gates, attrs, directi
 
 @pytest.mark.parametrize("kind,gates,attrs,direction,lens", [
     ("RNN", 1, {"clip": 0.5}, "bidirectional", None),
+    ("RNN", 1, {"activations": ["Relu"]}, "forward", None),
+    ("RNN", 1, {"activations": ["Softsign", "Relu"], "clip": 0.9}, "bidirectional", [5, 0, 2]),
+    ("GRU", 3, {"activations": ["Relu", "LeakyRelu"], "activation_alpha": [0.2], "linear_before_reset": 1}, "reverse",
+     [5, 0, 2]),
+    ("LSTM", 4, {"activations": ["HardSigmoid", "Softsign", "Tanh", "Sigmoid", "Relu", "Elu"],
+                 "activation_alpha": [0.3, 1.5], "activation_beta": [0.45]}, "bidirectional", None),
+    ("LSTM", 4, {"activations": ["Sigmoid", "ScaledTanh", "Softplus"], "activation_alpha": [0.9],
+                 "activation_beta": [1.1], "clip": 0.6, "input_forget": 1}, "forward", [3, 5, 1]),
     ("GRU", 3, {"clip": 0.4, "linear_before_reset": 0}, "reverse", [5, 0, 2]),
     ("GRU", 3, {"clip": 0.4, "linear_before_reset": 1}, "forward", None),
     ("LSTM", 4, {"clip": 0.5}, "forward", None),
     ("LSTM", 4, {"input_forget": 1}, "bidirectional", [5, 0, 2]),
     ("LSTM", 4, {"clip": 0.4, "input_forget": 1}, "reverse", None),
 ])
-def test_clip_peepholes_and_input_forget_gradients_run_in_onnxruntime(kind, gates, attrs, direction, lens):
-    """clip (every gate's pre-activation clipped, no gradient where clipped), LSTM peepholes P and input_forget:
+def test_clip_peepholes_input_forget_and_activations_gradients_run_in_onnxruntime(kind, gates, attrs, direction, lens):
+    """clip (every gate's pre-activation clipped, no gradient where clipped), LSTM peepholes P and input_forget, and
+    activations other than the default (their alpha and beta consumed in order by the functions that take them):
     one ONNX node with trainable W, R, B, initial states and (LSTM) P; the exported gradient graph's bodies give
     in onnxruntime the native kernels' gradients, dP included. (layout 1 is checked against the kernels in C++
     only, FusedBothWays.RecurrentGradsLayout1: onnxruntime's CPU recurrent ops refuse layout 1 themselves.)"""
