@@ -150,6 +150,63 @@ size_t hoist_transposes_over_sum_to_shape(std::vector<Node>& nodes, const std::v
   return replace.size();
 }
 
+// Cast and Transpose commute (each element is converted on its own). Mixed precision puts a Cast between a MatMul
+// and the Transpose that torch's nn.Linear export writes: Transpose(W) -> Cast -> MatMul forward, and in the
+// backward MatMul -> Cast -> Transpose for the weight's gradient, which keeps those Transposes from folding.
+// Swapped, the Transpose sits next to the MatMul:
+//   Cast(Transpose(x, p)), the Transpose read only by the Cast, the Cast by MatMuls (and Transposes, such as the
+//   backward's W^T, which then read a chain the Folder composes) -> Transpose(Cast(x), p);
+//   Transpose(Cast(y), p), y a MatMul's output read only by the Cast, the Cast only by it -> Cast(Transpose(y, p)).
+// The swapped pair keeps the positions of the original (so the order stays topological) and the outer names.
+size_t commute_casts_with_transposes(std::vector<Node>& nodes, const std::vector<std::string>& keep) {
+  auto is_cast = [](const Node& n) { return is_node(n, "", "Cast", 1); };
+  auto is_matmul = [](const Node& n) { return is_node(n, "", "MatMul", 2); };
+  size_t swapped = 0;
+  for (int pattern = 0; pattern < 2; ++pattern) {
+    Uses u = index_uses(nodes, keep);
+    std::unordered_map<std::string, std::vector<size_t>> read_by;
+    for (size_t i = 0; i < nodes.size(); ++i)
+      for (const std::string& in : nodes[i].inputs) read_by[in].push_back(i);
+    auto made_by = [&](const std::string& v) -> std::optional<size_t> {
+      auto it = u.producer.find(v);
+      return it == u.producer.end() ? std::nullopt : std::optional<size_t>(it->second);
+    };
+    std::vector<bool> touched(nodes.size(), false);
+    for (size_t second = 0; second < nodes.size(); ++second) {
+      Node& outer = nodes[second];
+      const bool wanted = pattern == 0 ? is_cast(outer) : perm_of(outer) != nullptr;
+      if (!wanted || touched[second]) continue;
+      const std::optional<size_t> first = made_by(outer.inputs[0]);
+      if (!first || touched[*first] || u.readers[outer.inputs[0]] != 1) continue;
+      Node& inner = nodes[*first];
+      if (pattern == 0) {  // Cast(Transpose(x)) read by MatMuls only
+        if (!perm_of(inner)) continue;
+        const std::vector<size_t>& readers = read_by[outer.outputs[0]];
+        // Transposes among the readers (the backward's W^T) then read a chain of two, which the Folder composes.
+        if (readers.empty() || u.readers[outer.outputs[0]] != static_cast<int64_t>(readers.size()) ||
+            !std::all_of(readers.begin(), readers.end(),
+                         [&](size_t r) { return is_matmul(nodes[r]) || perm_of(nodes[r]) != nullptr; }) ||
+            std::none_of(readers.begin(), readers.end(), [&](size_t r) { return is_matmul(nodes[r]); }))
+          continue;
+      } else {  // Transpose(Cast(MatMul output read only by the Cast))
+        if (!is_cast(inner)) continue;
+        const std::optional<size_t> product = made_by(inner.inputs[0]);
+        if (!product || !is_matmul(nodes[*product]) || u.readers[inner.inputs[0]] != 1) continue;
+      }
+      Node moved_in = outer, moved_out = inner;
+      moved_in.inputs = inner.inputs;
+      moved_in.outputs = {outer.outputs[0] + "/onnxtrain.commuted"};
+      moved_out.inputs = moved_in.outputs;
+      moved_out.outputs = outer.outputs;
+      nodes[*first] = std::move(moved_in);
+      nodes[second] = std::move(moved_out);
+      touched[*first] = touched[second] = true;
+      ++swapped;
+    }
+  }
+  return swapped;
+}
+
 class Folder {
  public:
   Folder(std::vector<Node>& nodes, const std::vector<std::string>& keep, const Graph* types)
@@ -337,6 +394,7 @@ size_t fold_transposes_into_matmuls(std::vector<Node>& nodes, const std::vector<
     for (const auto& [name, a] : n.attributes)
       if (std::holds_alternative<std::shared_ptr<Graph>>(a)) return 0;
   hoist_transposes_over_sum_to_shape(nodes, keep, types);
+  commute_casts_with_transposes(nodes, keep);
   return Folder(nodes, keep, types).run();
 }
 

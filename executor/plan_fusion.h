@@ -31,7 +31,8 @@ inline constexpr const char* kShapePerm = "onnxtrain.perm";
 // that must still be computed (the plan's outputs). Shape nodes read through Transposes (kShapePerm), and
 // Transpose(SumToShape(g, Shape(x)), p) becomes SumToShape(Transpose(g, p), Shape(x) permuted by p) when g's rank
 // is p's (from `types`), so a MatMul's gradient reaches the Transpose after its broadcast reduction (the reduction
-// commutes with a permutation of both sides). Returns the number of Transpose nodes removed. Graphs with subgraph
+// commutes with a permutation of both sides). Likewise a Cast between a Transpose and the MatMuls that read it, or
+// between a MatMul and the Transpose that reads it (mixed precision's), swaps places with the Transpose. Returns the number of Transpose nodes removed. Graphs with subgraph
 // attributes (If/Loop/Scan bodies, which may read outer values) are left alone.
 size_t fold_transposes_into_matmuls(std::vector<Node>& nodes, const std::vector<std::string>& keep,
                                     const Graph* types = nullptr);

@@ -301,3 +301,55 @@ TEST(MatMulFold, FoldingLeavesForeignAndSubgraphNodesAlone) {
 
 }  // namespace
 }  // namespace onnxtrain
+
+namespace onnxtrain {
+namespace {
+
+// Mixed precision's Casts sit between a MatMul and its Transposes (an nn.Linear in bfloat16: Transpose(W) -> Cast
+// -> MatMul forward, MatMul -> Cast -> Transpose for the weight's gradient); they swap places with the Transposes,
+// and both Transposes fold into the product.
+TEST(MatMulFold, CastsBetweenMatMulsAndTransposesCommute) {
+  Node w_half = node("Cast", {"wt"}, {"wt16"});
+  w_half.attributes["to"] = int64_t{16};  // BFLOAT16
+  Node x_half = node("Cast", {"x"}, {"x16"});
+  x_half.attributes["to"] = int64_t{16};
+  Node widen = node("Cast", {"p"}, {"p32"});
+  widen.attributes["to"] = int64_t{1};  // FLOAT
+  Graph g;
+  g.inputs = {{"x", {DType::Float32, Shape{Dim::of(5), Dim::of(6)}}}, {"w", {DType::Float32, Shape{Dim::of(4), Dim::of(6)}}}};
+  g.outputs = {{"y", {DType::Float32, std::nullopt}}};
+  g.nodes = {transpose("w", "wt", {1, 0}), w_half, x_half, node("MatMul", {"x16", "wt16"}, {"p"}), widen,
+             transpose("p32", "y", {1, 0})};
+  g.value_info["x16"] = {DType::BFloat16, Shape{Dim::of(5), Dim::of(6)}};
+  g.value_info["wt16"] = {DType::BFloat16, Shape{Dim::of(6), Dim::of(4)}};
+
+  std::vector<Node> nodes = g.nodes;
+  EXPECT_EQ(fold_transposes_into_matmuls(nodes, {"y"}, &g), 2u);
+  for (const Node& n : nodes) EXPECT_NE(n.op_type, "Transpose") << n.name;
+  // The backward reads the cast weight through a Transpose of its own (dX = dY · W): a chain that composes.
+  std::vector<Node> backward = g.nodes;
+  backward.push_back(transpose("wt16", "w16", {1, 0}));
+  backward.push_back(node("MatMul", {"dy16", "w16"}, {"dx"}));
+  EXPECT_EQ(fold_transposes_into_matmuls(backward, {"y", "dx"}, &g), 3u);
+  for (const Node& n : backward) EXPECT_NE(n.op_type, "Transpose") << n.name;
+  // Unchanged when a Cast has another reader: the Transpose must stay for it.
+  std::vector<Node> shared = g.nodes;
+  shared.push_back(node("Identity", {"wt16"}, {"also"}));
+  EXPECT_EQ(fold_transposes_into_matmuls(shared, {"y", "also"}, &g), 1u) << "only the output Transpose folds";
+
+  // The folded plan computes what the graph says (bfloat16 products: to bfloat16's precision).
+  Executor folded(g, {{"", 17}}, std::make_shared<TensorStore>());
+  ExecutorOptions plain_opts;
+  plain_opts.check_every_value = true;
+  Executor plain(g, {{"", 17}}, std::make_shared<TensorStore>(), plain_opts);
+  const std::map<std::string, Tensor> feeds{{"x", random_tensor(DType::Float32, {5, 6}, 3)},
+                                            {"w", random_tensor(DType::Float32, {4, 6}, 4)}};
+  Tensor got = folded.run(feeds).at(0), want = plain.run(feeds).at(0);
+  ASSERT_EQ(got.shape, (std::vector<int64_t>{4, 5}));
+  ASSERT_EQ(want.shape, got.shape);
+  for (int64_t i = 0; i < got.numel(); ++i) EXPECT_NEAR(at(got, i), at(want, i), 2e-2 * (1 + std::abs(at(want, i)))) << i;
+  EXPECT_LT(folded.last_plan()->num_steps(), plain.last_plan()->num_steps());
+}
+
+}  // namespace
+}  // namespace onnxtrain
