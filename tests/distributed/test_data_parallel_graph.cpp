@@ -142,7 +142,7 @@ TEST(AllReduceGraph, RemoveRestoresTheSingleProcessGraph) {
   Graph g;
   g.inputs = {{"w_grad", TypeInfo{DType::Float32, Shape{}}}};
   auto reduced = insert_allreduce(g, {{"w_grad", DType::Float32, 4}}, ReduceOp::Mean, 64);
-  g.nodes.push_back(Node{"use", "Neg", "", {reduced.at("w_grad")}, {"out"}, {}});
+  g.nodes.push_back(Node{"use", "Neg", "", {reduced.at("w_grad")}, {"out"}, {}, {}});
   g.outputs = {{reduced.at("w_grad"), {}}, {"out", {}}};
   remove_allreduce(g);
   ASSERT_EQ(g.nodes.size(), 1u);
@@ -156,15 +156,15 @@ TEST(AllReduceGraph, RemoveRestoresTheSingleProcessGraph) {
 TEST(AllReduceGraph, StartsAsEarlyAndWaitsAsLateAsTheDependenciesAllow) {
   Graph g;
   g.inputs = {{"x", TypeInfo{DType::Float32, Shape{Dim::of(1)}}}};
-  g.nodes = {Node{"n0", "Neg", "", {"x"}, {"g1"}, {}}, Node{"n1", "Neg", "", {"g1"}, {"h"}, {}},
-             Node{"n2", "Neg", "", {"h"}, {"g2"}, {}}, Node{"n3", "Neg", "", {"g2"}, {"k"}, {}}};
+  g.nodes = {Node{"n0", "Neg", "", {"x"}, {"g1"}, {}, {}}, Node{"n1", "Neg", "", {"g1"}, {"h"}, {}, {}},
+             Node{"n2", "Neg", "", {"h"}, {"g2"}, {}, {}}, Node{"n3", "Neg", "", {"g2"}, {"k"}, {}, {}}};
   BucketOptions o;
   o.bucket_bytes = 4;  // one value per bucket
   o.overlap = true;
   // Listed in layer order (g2 is the "first layer's"), so the buckets must be reordered: g1 is produced first.
   auto reduced = insert_allreduce(g, {{"g2", DType::Float32, 4}, {"g1", DType::Float32, 4}}, ReduceOp::Mean, o);
-  g.nodes.push_back(Node{"use2", "Neg", "", {reduced.at("g2")}, {"u2"}, {}});
-  g.nodes.push_back(Node{"use1", "Neg", "", {reduced.at("g1")}, {"u1"}, {}});
+  g.nodes.push_back(Node{"use2", "Neg", "", {reduced.at("g2")}, {"u2"}, {}, {}});
+  g.nodes.push_back(Node{"use1", "Neg", "", {reduced.at("g1")}, {"u1"}, {}, {}});
   g.outputs = {{"u1", {}}, {"u2", {}}, {"k", {}}};
   place_collectives(g);
   std::vector<std::string> order;

@@ -28,7 +28,9 @@ TEST(GradientCoverage, EveryRuleOfAnOnnxOpIsForAnOpTheSchemasKnow) {
   int64_t opset = 0;
   schema_differentiable_ops(&opset);
   for (const auto& [domain, op] : default_rules().ops())
-    if (domain.empty()) EXPECT_NE(onnx::OpSchemaRegistry::Schema(op, static_cast<int>(opset), ""), nullptr) << op;
+    if (domain.empty()) {
+      EXPECT_NE(onnx::OpSchemaRegistry::Schema(op, static_cast<int>(opset), ""), nullptr) << op;
+    }
 }
 
 // Issue 24's "done means": every op the schemas tag differentiable has a rule, or a stated zero gradient. A newer
