@@ -419,7 +419,7 @@ template <bool IsMax, class T> ONNXTRAIN_HD bool arg_better(T v, T best, bool la
   return IsMax ? (last ? v >= best : v > best) : (last ? v <= best : v < best);
 }
 
-// ---- NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss (executor/cpu/misc.cpp, executor/cuda/loss.cu) -------
+// ---- NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss (executor/cpu/loss.cpp, executor/cuda/loss.cu) -------
 // One target element: its weight w (weight[t] or 1; 0 when t is ignore_index) and loss -w * logp[t], class j of
 // this element being logp[j * stride]. Both
 // accumulate in double on either side. A target outside [0, C) is an error on the CPU (checked before this

@@ -86,13 +86,15 @@ const KernelRegistry& default_kernels() {
     register_cpu_half_matmul(r);
     register_cpu_fused_grad(r);
     register_cpu_softmax(r);
-    register_cpu_scatter(r);
+    register_cpu_index(r);
     register_cpu_training_ops(r);
     register_cpu_activation(r);
     register_cpu_norm(r);
     register_cpu_conv(r);
     register_cpu_pool(r);
-    register_cpu_misc(r);
+    register_cpu_dropout(r);
+    register_cpu_einsum(r);
+    register_cpu_loss(r);
     register_cpu_resize(r);
     register_cpu_recurrent(r);
     register_cpu_spatial(r);

@@ -100,22 +100,25 @@ class KernelRegistry {
 // The registry with every built-in kernel (CPU, and CUDA when built with it).
 const KernelRegistry& default_kernels();
 
-// Per-family registration, called once from default_kernels(); one per file in executor/cpu/.
+// Per-family registration, called once from default_kernels(); one per file in executor/cpu/, named by the family
+// as in gradients/rules/ and executor/cuda/ (docs/executor.md, "Families").
 void register_cpu_elementwise(KernelRegistry& r);
 void register_cpu_unary(KernelRegistry& r);
-void register_cpu_reduce(KernelRegistry& r);
+void register_cpu_reduce(KernelRegistry& r);          // Reduce*, ArgMax/ArgMin, CumSum, TopK
 void register_cpu_shape(KernelRegistry& r);
 void register_cpu_matmul(KernelRegistry& r);
 void register_cpu_half_matmul(KernelRegistry& r);  // float16/bfloat16 MatMul, Gemm; after register_cpu_matmul
 void register_cpu_fused_grad(KernelRegistry& r);
 void register_cpu_softmax(KernelRegistry& r);
-void register_cpu_scatter(KernelRegistry& r);
+void register_cpu_index(KernelRegistry& r);           // Gather/ScatterElements, Gather/ScatterND
 void register_cpu_training_ops(KernelRegistry& r);  // ai.onnx.preview.training
 void register_cpu_activation(KernelRegistry& r);     // trigonometric and activation functions
 void register_cpu_norm(KernelRegistry& r);           // Batch/Instance/Layer/Group normalization
 void register_cpu_conv(KernelRegistry& r);           // Conv, ConvTranspose, ConvGrad (oneDNN, own AVX-512)
 void register_cpu_pool(KernelRegistry& r);           // MaxPool, AveragePool, LpPool, global pools, their grads
-void register_cpu_misc(KernelRegistry& r);           // Einsum, Dropout, CumSum, loss ops, ...
+void register_cpu_dropout(KernelRegistry& r);        // Dropout, onnxtrain.DropoutMask
+void register_cpu_einsum(KernelRegistry& r);         // Einsum
+void register_cpu_loss(KernelRegistry& r);           // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
 void register_cpu_resize(KernelRegistry& r);         // Resize (nearest, linear, cubic)
 void register_cpu_recurrent(KernelRegistry& r);      // LSTM, GRU, RNN
 void register_cpu_spatial(KernelRegistry& r);        // GridSample, Col2Im, MaxRoiPool, MaxUnpool

@@ -1,5 +1,5 @@
 // Standard-ONNX body of onnxtrain.DropoutMask(x, counter) -> mask, the draw of LoRA's adapter dropout
-// (training/adapters.h add_lora_dropout; native kernels: executor/cpu/misc.cpp, executor/cuda/misc.cu):
+// (training/adapters.h add_lora_dropout; native kernels: executor/cpu/dropout.cpp, executor/cuda/dropout.cu):
 //   run = splitmix64(splitmix64(seed) ^ counter),  u_i = (splitmix64(run + i) >> 11) * 2^-53,  mask_i = u_i >= ratio
 // with i the row-major index into x and ratio the float attribute widened to double. A checkpoint's training
 // forward holds these nodes, so the body is what lets another runtime run that checkpoint's training step.

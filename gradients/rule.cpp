@@ -78,10 +78,14 @@ const GradientRegistry& default_rules() {
     register_matmul_rules(r);
     register_reduce_rules(r);
     register_shape_rules(r);
+    register_index_rules(r);
     register_norm_rules(r);
     register_conv_rules(r);
     register_pool_rules(r);
-    register_misc_rules(r);
+    register_unary_rules(r);
+    register_dropout_rules(r);
+    register_einsum_rules(r);
+    register_loss_rules(r);
     register_resize_rules(r);
     register_recurrent_rules(r);
     register_spatial_rules(r);

@@ -63,16 +63,20 @@ class GradientRegistry {
 // The registry with every built-in rule.
 const GradientRegistry& default_rules();
 
-// One per file in gradients/rules/.
+// One per file in gradients/rules/, named by the family as in executor/cpu/ and executor/cuda/ (docs/executor.md).
 void register_elementwise_rules(GradientRegistry& r);
 void register_activation_rules(GradientRegistry& r);
 void register_matmul_rules(GradientRegistry& r);
 void register_reduce_rules(GradientRegistry& r);
 void register_shape_rules(GradientRegistry& r);
+void register_index_rules(GradientRegistry& r);     // Gather/ScatterElements, Gather/ScatterND
 void register_norm_rules(GradientRegistry& r);
 void register_conv_rules(GradientRegistry& r);
 void register_pool_rules(GradientRegistry& r);
-void register_misc_rules(GradientRegistry& r);
+void register_unary_rules(GradientRegistry& r);    // Clip
+void register_dropout_rules(GradientRegistry& r);
+void register_einsum_rules(GradientRegistry& r);
+void register_loss_rules(GradientRegistry& r);      // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
 void register_resize_rules(GradientRegistry& r);
 void register_recurrent_rules(GradientRegistry& r);  // LSTM, GRU, RNN
 void register_spatial_rules(GradientRegistry& r);    // GridSample, Col2Im, MaxRoiPool, MaxUnpool

@@ -1,6 +1,6 @@
 #pragma once
-// Einsum's equation, parsed once for both the CPU kernel (executor/cpu/misc.cpp) and the gradient rule
-// (gradients/rules/misc.cpp), so that the two agree on what an equation means.
+// Einsum's equation, parsed once for both the CPU kernel (executor/cpu/einsum.cpp) and the gradient rule
+// (gradients/rules/einsum.cpp), so that the two agree on what an equation means.
 #include <string>
 #include <vector>
 

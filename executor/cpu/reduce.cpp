@@ -1,4 +1,4 @@
-// Reductions (ReduceSum, ReduceMean, ... ReduceLogSumExp) and ArgMax/ArgMin on the CPU.
+// Reductions (ReduceSum, ReduceMean, ... ReduceLogSumExp), ArgMax/ArgMin, CumSum and TopK on the CPU.
 //
 // At plan time the reduced axes are folded into the fewest dims: adjacent dims that are both reduced or both
 // kept merge. Most real reductions then become one of three loops:
@@ -386,6 +386,131 @@ template <bool IsMax> std::unique_ptr<Kernel> make_arg(PrepareContext& ctx) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// CumSum and TopK: along one axis, like the reductions. They call the shared cpu::normalize_axis (rank >= 1),
+// not this file's, which accepts axis 0 of a scalar.
+
+using cpu::dispatch;
+using cpu::fail_dtype;
+using cpu::required_input;
+
+template <class T> class CumSumKernel final : public Kernel {
+ public:
+  CumSumKernel(int64_t outer, int64_t n, int64_t inner, bool exclusive, bool reverse)
+      : outer_(outer), n_(n), inner_(inner), exclusive_(exclusive), reverse_(reverse) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* x = in[0]->ptr<T>();
+    T* y = out[0]->ptr<T>();
+    for (int64_t o = 0; o < outer_; ++o)
+      for (int64_t i = 0; i < inner_; ++i) {
+        T acc = T(0);
+        for (int64_t s = 0; s < n_; ++s) {
+          const int64_t k = reverse_ ? n_ - 1 - s : s;
+          const int64_t at = (o * n_ + k) * inner_ + i;
+          if (exclusive_) {
+            y[at] = acc;
+            acc += x[at];
+          } else {
+            acc += x[at];
+            y[at] = acc;
+          }
+        }
+      }
+  }
+
+ private:
+  int64_t outer_, n_, inner_;
+  bool exclusive_, reverse_;
+};
+
+std::unique_ptr<Kernel> make_cumsum(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "x");
+  required_input(ctx, 1, "axis");
+  const std::vector<int64_t> axis_v = ints_of(ctx, ctx.constant_input(1), "axis");
+  if (axis_v.size() != 1) ctx.fail("axis must hold one value, got " + std::to_string(axis_v.size()));
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  if (rank == 0) ctx.fail("x must have rank >= 1");
+  const auto axis = static_cast<size_t>(cpu::normalize_axis(ctx, axis_v[0], rank));
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < x.shape.size(); ++i) {
+    if (i < axis) outer *= x.shape[i];
+    if (i > axis) inner *= x.shape[i];
+  }
+  const bool exclusive = ctx.node.attr_int("exclusive", 0) != 0, reverse = ctx.node.attr_int("reverse", 0) != 0;
+  set_output(ctx, 0, x.dtype, x.shape);
+  std::unique_ptr<Kernel> k;
+  dispatch<float, double, int32_t, int64_t>(x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    k = std::make_unique<CumSumKernel<T>>(outer, x.shape[axis], inner, exclusive, reverse);
+  });
+  if (!k) fail_dtype(ctx);
+  return k;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// TopK: the k largest (or smallest) along an axis, always sorted; equal values keep the lower index first.
+
+template <class T> class TopKKernel final : public Kernel {
+ public:
+  TopKKernel(int64_t outer, int64_t n, int64_t inner, int64_t k, bool largest)
+      : outer_(outer), n_(n), inner_(inner), k_(k), largest_(largest) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* x = in[0]->ptr<T>();
+    T* vals = out[0]->ptr<T>();
+    int64_t* idx = out.size() > 1 && out[1] ? out[1]->ptr<int64_t>() : nullptr;
+    std::vector<int64_t> order(static_cast<size_t>(n_));
+    for (int64_t o = 0; o < outer_; ++o)
+      for (int64_t i = 0; i < inner_; ++i) {
+        const T* xs = x + o * n_ * inner_ + i;
+        for (int64_t j = 0; j < n_; ++j) order[j] = j;
+        auto before = [&](int64_t a, int64_t b) {
+          const T va = xs[a * inner_], vb = xs[b * inner_];
+          if (va != vb) return largest_ ? va > vb : va < vb;
+          return a < b;
+        };
+        std::partial_sort(order.begin(), order.begin() + k_, order.end(), before);
+        for (int64_t j = 0; j < k_; ++j) {
+          const int64_t at = (o * k_ + j) * inner_ + i;
+          vals[at] = xs[order[j] * inner_];
+          if (idx) idx[at] = order[j];
+        }
+      }
+  }
+
+ private:
+  int64_t outer_, n_, inner_, k_;
+  bool largest_;
+};
+
+std::unique_ptr<Kernel> make_topk(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "X");
+  required_input(ctx, 1, "K");
+  const std::vector<int64_t> kv = ints_of(ctx, ctx.constant_input(1), "K");
+  if (kv.size() != 1) ctx.fail("K must hold one value");
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  if (rank == 0) ctx.fail("X must have rank >= 1");
+  const auto axis = static_cast<size_t>(cpu::normalize_axis(ctx, ctx.node.attr_int("axis", -1), rank));
+  const int64_t k = kv[0], n = x.shape[axis];
+  if (k < 0 || k > n) ctx.fail("K = " + std::to_string(k) + " is out of range for an axis of size " + std::to_string(n));
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < x.shape.size(); ++i) {
+    if (i < axis) outer *= x.shape[i];
+    if (i > axis) inner *= x.shape[i];
+  }
+  std::vector<int64_t> shape = x.shape;
+  shape[axis] = k;
+  set_output(ctx, 0, x.dtype, shape);
+  if (ctx.outputs.size() > 1) set_output(ctx, 1, DType::Int64, shape);
+  const bool largest = ctx.opset < 11 || ctx.node.attr_int("largest", 1) != 0;
+  std::unique_ptr<Kernel> kern;
+  dispatch<float, double, int32_t, int64_t>(x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kern = std::make_unique<TopKKernel<T>>(outer, n, inner, k, largest);
+  });
+  if (!kern) fail_dtype(ctx);
+  return kern;
+}
+
 }  // namespace
 
 void register_cpu_reduce(KernelRegistry& r) {
@@ -412,6 +537,8 @@ void register_cpu_reduce(KernelRegistry& r) {
   }
   r.add({"", "ArgMax", 1, 1 << 30, Device::CPU, numeric, [](PrepareContext& c) { return make_arg<true>(c); }});
   r.add({"", "ArgMin", 1, 1 << 30, Device::CPU, numeric, [](PrepareContext& c) { return make_arg<false>(c); }});
+  cpu::add(r, "CumSum", 11, numeric, make_cumsum);
+  cpu::add(r, "TopK", 10, numeric, make_topk);
 }
 
 }  // namespace onnxtrain

@@ -897,6 +897,264 @@ std::unique_ptr<Kernel> make_compress(PrepareContext& ctx) {
   return std::make_unique<CompressKernel>(outer, len, inner, std::move(kept), es);
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Permuting copies: out[i0..] = in[sum i_k * strides_k], output walked in order.
+
+class PermuteKernel final : public Kernel {
+ public:
+  PermuteKernel(std::vector<int64_t> dims, std::vector<int64_t> strides, size_t es)
+      : dims_(std::move(dims)), strides_(std::move(strides)), es_(es) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const auto* src = static_cast<const std::byte*>(in[0]->data);
+    auto* dst = static_cast<std::byte*>(out[0]->data);
+    const int64_t n = numel_of(dims_);
+    const size_t r = dims_.size();
+    std::vector<int64_t> idx(r, 0);
+    int64_t off = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(dst + i * es_, src + off * static_cast<int64_t>(es_), es_);
+      for (size_t q = r; q-- > 0;) {
+        off += strides_[q];
+        if (++idx[q] < dims_[q]) break;
+        off -= strides_[q] * dims_[q];
+        idx[q] = 0;
+      }
+    }
+  }
+
+ private:
+  std::vector<int64_t> dims_, strides_;
+  size_t es_;
+};
+
+// in viewed as `view` (contiguous), transposed by perm, is the output.
+std::unique_ptr<Kernel> permute_view(size_t es, const std::vector<int64_t>& view, const std::vector<int64_t>& perm) {
+  const std::vector<int64_t> st = contiguous_strides(view);
+  std::vector<int64_t> dims, strides;
+  for (int64_t p : perm) {
+    dims.push_back(view[static_cast<size_t>(p)]);
+    strides.push_back(st[static_cast<size_t>(p)]);
+  }
+  return std::make_unique<PermuteKernel>(std::move(dims), std::move(strides), es);
+}
+
+int64_t blocksize(const PrepareContext& ctx) {
+  if (!ctx.node.has_attr("blocksize")) ctx.fail("attribute 'blocksize' is required");
+  const int64_t b = ctx.node.attr_int("blocksize", 0);
+  if (b < 1) ctx.fail("blocksize must be positive, got " + std::to_string(b));
+  return b;
+}
+
+std::unique_ptr<Kernel> make_depth_to_space(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "input");
+  const size_t es = elem_size(ctx, x.dtype);
+  if (x.shape.size() != 4) ctx.fail("input must be 4-D [N, C, H, W], got " + shape_string(x.shape));
+  const int64_t b = blocksize(ctx), N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
+  if (C % (b * b) != 0)
+    ctx.fail("channels " + std::to_string(C) + " are not divisible by blocksize^2 = " + std::to_string(b * b));
+  const int64_t c = C / (b * b);
+  const std::string mode = ctx.opset >= 11 ? ctx.node.attr_string("mode", "DCR") : "DCR";
+  set_output(ctx, 0, x.dtype, {N, c, H * b, W * b});
+  if (mode == "DCR") return permute_view(es, {N, b, b, c, H, W}, {0, 3, 4, 1, 5, 2});
+  if (mode == "CRD") return permute_view(es, {N, c, b, b, H, W}, {0, 1, 4, 2, 5, 3});
+  ctx.fail("mode must be DCR or CRD, got '" + mode + "'");
+}
+
+std::unique_ptr<Kernel> make_space_to_depth(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "input");
+  const size_t es = elem_size(ctx, x.dtype);
+  if (x.shape.size() != 4) ctx.fail("input must be 4-D [N, C, H, W], got " + shape_string(x.shape));
+  const int64_t b = blocksize(ctx), N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
+  if (H % b != 0 || W % b != 0)
+    ctx.fail("height and width " + shape_string(x.shape) + " are not divisible by blocksize " + std::to_string(b));
+  set_output(ctx, 0, x.dtype, {N, C * b * b, H / b, W / b});
+  return permute_view(es, {N, C, H / b, b, W / b, b}, {0, 3, 5, 1, 2, 4});
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Trilu: zero the elements above (upper=0) or below (upper=1) diagonal k of the last two dims. Bytes only.
+
+class TriluKernel final : public Kernel {
+ public:
+  TriluKernel(int64_t batch, int64_t n, int64_t m, int64_t k, bool upper, size_t es)
+      : batch_(batch), n_(n), m_(m), k_(k), upper_(upper), es_(es) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const auto* x = static_cast<const std::byte*>(in[0]->data);
+    auto* y = static_cast<std::byte*>(out[0]->data);
+    for (int64_t b = 0; b < batch_; ++b)
+      for (int64_t i = 0; i < n_; ++i)
+        for (int64_t j = 0; j < m_; ++j) {
+          const int64_t at = ((b * n_ + i) * m_ + j) * static_cast<int64_t>(es_);
+          const bool keep = upper_ ? j - i >= k_ : j - i <= k_;
+          if (keep) std::memcpy(y + at, x + at, es_);
+          else std::memset(y + at, 0, es_);
+        }
+  }
+
+ private:
+  int64_t batch_, n_, m_, k_;
+  bool upper_;
+  size_t es_;
+};
+
+std::unique_ptr<Kernel> make_trilu(PrepareContext& ctx) {
+  const KernelInput& x = required_input(ctx, 0, "input");
+  const size_t es = elem_size(ctx, x.dtype);
+  if (x.shape.size() < 2) ctx.fail("input must have rank >= 2, got " + shape_string(x.shape));
+  int64_t k = 0;
+  if (has_input(ctx, 1)) {
+    const std::vector<int64_t> kv = ints_of(ctx, ctx.constant_input(1), "k");
+    if (kv.size() != 1) ctx.fail("k must hold one value");
+    k = kv[0];
+  }
+  const size_t r = x.shape.size();
+  const int64_t n = x.shape[r - 2], m = x.shape[r - 1];
+  set_output(ctx, 0, x.dtype, x.shape);
+  return std::make_unique<TriluKernel>(n * m != 0 ? numel_of(x.shape) / (n * m) : 0, n, m, k,
+                                       ctx.node.attr_int("upper", 1) != 0, es);
+}
+
+// ---- Pad (constant mode) ---------------------------------------------------------------------------------
+// The output is filled with the constant, then the kept part of the input is copied in as contiguous runs
+// of its innermost dim. Negative pads crop.
+
+class PadKernel final : public Kernel {
+ public:
+  PadKernel(std::vector<int64_t> in_shape, std::vector<int64_t> out_shape, std::vector<int64_t> begins,
+            std::vector<int64_t> ends, size_t es, std::vector<std::byte> attr_value)
+      : in_(std::move(in_shape)), out_(std::move(out_shape)), es_(es), attr_value_(std::move(attr_value)) {
+    const size_t r = in_.size();
+    lo_.resize(r);
+    len_.resize(r);
+    dst_.resize(r);
+    for (size_t d = 0; d < r; ++d) {
+      lo_[d] = std::max<int64_t>(0, -begins[d]);
+      len_[d] = std::max<int64_t>(0, in_[d] - std::max<int64_t>(0, -ends[d]) - lo_[d]);
+      dst_[d] = std::max<int64_t>(0, begins[d]);
+    }
+    in_strides_ = contiguous_strides(in_);
+    out_strides_ = contiguous_strides(out_);
+  }
+
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    auto* y = static_cast<std::byte*>(out[0]->data);
+    const auto* x = static_cast<const std::byte*>(in[0]->data);
+    const int64_t n = out[0]->numel();
+    // The constant: input 2 when given (a scalar of data's dtype), the opset 2-10 attribute, else zero.
+    std::byte value[16] = {};
+    if (!attr_value_.empty())
+      std::memcpy(value, attr_value_.data(), es_);
+    else if (in.size() > 2 && in[2] && in[2]->numel() > 0)
+      std::memcpy(value, in[2]->data, es_);
+    if (std::all_of(value, value + es_, [](std::byte b) { return b == std::byte{0}; })) {
+      std::memset(y, 0, static_cast<size_t>(n) * es_);
+    } else {
+      for (int64_t i = 0; i < n; ++i) std::memcpy(y + i * es_, value, es_);
+    }
+    const size_t r = in_.size();
+    if (r == 0) {
+      if (n) std::memcpy(y, x, es_);
+      return;
+    }
+    for (size_t d = 0; d < r; ++d)
+      if (len_[d] == 0) return;
+    // Odometer over the kept region's outer dims; each step copies one innermost run.
+    std::vector<int64_t> c(r, 0);
+    const size_t run_bytes = static_cast<size_t>(len_[r - 1]) * es_;
+    while (true) {
+      int64_t src = 0, dst = 0;
+      for (size_t d = 0; d < r; ++d) {
+        src += (lo_[d] + c[d]) * in_strides_[d];
+        dst += (dst_[d] + c[d]) * out_strides_[d];
+      }
+      std::memcpy(y + dst * es_, x + src * es_, run_bytes);
+      size_t d = r - 1;
+      while (d > 0) {
+        if (++c[d - 1] < len_[d - 1]) break;
+        c[d - 1] = 0;
+        --d;
+      }
+      if (d == 0) return;
+    }
+  }
+
+ private:
+  std::vector<int64_t> in_, out_, lo_, len_, dst_, in_strides_, out_strides_;
+  size_t es_;
+  std::vector<std::byte> attr_value_;
+};
+
+std::unique_ptr<Kernel> make_pad(PrepareContext& ctx) {
+  const KernelInput& data = required_input(ctx, 0, "data");
+  const size_t es = elem_size(ctx, data.dtype);
+  if (es > 16) ctx.fail("elements of " + std::to_string(es) + " bytes are not supported");
+  const std::string mode = ctx.node.attr_string("mode", "constant");
+  if (mode != "constant") ctx.fail("mode '" + mode + "' is not supported (only 'constant')");
+  std::vector<int64_t> pads;
+  std::vector<std::byte> attr_value;  // opset 2-10: the constant is the float attribute `value`
+  if (ctx.opset < 11) {
+    pads = ctx.node.attr_ints("pads");
+    const float v = ctx.node.attr_float("value", 0.0f);
+    attr_value.resize(es);
+    if (data.dtype == DType::Float32) {
+      std::memcpy(attr_value.data(), &v, es);
+    } else if (data.dtype == DType::Float64) {
+      const double dv = v;
+      std::memcpy(attr_value.data(), &dv, es);
+    } else if (v != 0.0f) {
+      ctx.fail("a non-zero value attribute is supported for float32 and float64 only, the data is " +
+               dtype_name(data.dtype));
+    }
+  } else {
+    required_input(ctx, 1, "pads");
+    const Tensor& pads_t = ctx.constant_input(1);
+    if (pads_t.dtype != DType::Int64) ctx.fail("pads must be int64, got " + dtype_name(pads_t.dtype));
+    pads.assign(pads_t.span<int64_t>().begin(), pads_t.span<int64_t>().end());
+  }
+  if (ctx.opset >= 11 && has_input(ctx, 2)) {
+    const KernelInput& v = ctx.inputs[2];
+    if (v.dtype != data.dtype)
+      ctx.fail("constant_value must have data's dtype " + dtype_name(data.dtype) + ", got " + dtype_name(v.dtype));
+    if (numel_of(v.shape) != 1) ctx.fail("constant_value must hold one value, got shape " + shape_string(v.shape));
+  }
+  const auto r = static_cast<int64_t>(data.shape.size());
+  std::vector<int64_t> axes;
+  if (ctx.opset >= 11 && has_input(ctx, 3)) {
+    if (ctx.opset < 18) ctx.fail("the axes input exists from opset 18, the model has " + std::to_string(ctx.opset));
+    const Tensor& a = ctx.constant_input(3);
+    if (a.dtype == DType::Int64)
+      axes.assign(a.span<int64_t>().begin(), a.span<int64_t>().end());
+    else if (a.dtype == DType::Int32)
+      axes.assign(a.span<int32_t>().begin(), a.span<int32_t>().end());
+    else
+      ctx.fail("axes must be int32 or int64, got " + dtype_name(a.dtype));
+  } else {
+    for (int64_t d = 0; d < r; ++d) axes.push_back(d);
+  }
+  const auto na = static_cast<int64_t>(axes.size());
+  if (static_cast<int64_t>(pads.size()) != 2 * na)
+    ctx.fail("pads has " + std::to_string(pads.size()) + " values, expected " + std::to_string(2 * na) +
+             " (begin and end for each of " + std::to_string(na) + " axes)");
+  std::vector<int64_t> begins(r, 0), ends(r, 0);
+  std::vector<bool> seen(r, false);
+  for (int64_t i = 0; i < na; ++i) {
+    const int64_t a = normalize_axis(ctx, axes[i], r);
+    if (seen[a]) ctx.fail("axis " + std::to_string(axes[i]) + " is repeated in axes");
+    seen[a] = true;
+    begins[a] = pads[i];
+    ends[a] = pads[i + na];
+  }
+  std::vector<int64_t> out_shape(r);
+  for (int64_t d = 0; d < r; ++d) {
+    out_shape[d] = data.shape[d] + begins[d] + ends[d];
+    if (out_shape[d] < 0)
+      ctx.fail("pads " + shape_string(pads) + " crop more than the " + std::to_string(data.shape[d]) +
+               " elements of axis " + std::to_string(d));
+  }
+  ctx.outputs.at(0) = {data.dtype, out_shape};
+  return std::make_unique<PadKernel>(data.shape, out_shape, begins, ends, es, std::move(attr_value));
+}
+
 }  // namespace
 
 void register_cpu_shape(KernelRegistry& r) {
@@ -924,6 +1182,11 @@ void register_cpu_shape(KernelRegistry& r) {
   add("Gather", 1, make_gather);
   add("CenterCropPad", 18, make_center_crop_pad);
   add("Compress", 9, make_compress);
+  cpu::add(r, "DepthToSpace", 1, {}, make_depth_to_space);
+  cpu::add(r, "SpaceToDepth", 1, {}, make_space_to_depth);
+  cpu::add(r, "Trilu", 14, {}, make_trilu);
+  // Pads (and the constant) are attributes before opset 11 and inputs from then on; one factory reads both.
+  cpu::add(r, "Pad", 2, {}, make_pad);
 }
 
 }  // namespace onnxtrain

@@ -42,18 +42,19 @@ class DeviceCopyKernel final : public Kernel {
 // Validates through the CPU factory and discards its kernel.
 inline void host_prepare(PrepareContext& ctx, const KernelFactory& host) { (void)host(ctx); }
 
-// Column-major C = op(B) op(A) (blas.cu's argument order) for float16/bfloat16 data with float32 accumulation
+// Column-major C = op(B) op(A) (matmul.cu's argument order) for float16/bfloat16 data with float32 accumulation
 // (half_matmul.cu); strides are in elements, batch 1 ignores them.
 void gemm_half(DType t, cublasOperation_t opb, cublasOperation_t opa, int64_t n, int64_t m, int64_t k, float alpha,
                const void* b, int64_t ldb, int64_t sb, const void* a, int64_t lda, int64_t sa, float beta, void* c,
                int64_t ldc, int64_t sc, int64_t batch);
 
-// Per-family registration (one per file in executor/cuda/), called from register_cuda_kernels().
+// Per-family registration (one per file in executor/cuda/, named by the family as in executor/cpu/ and
+// gradients/rules/; docs/executor.md, "Families"), called from register_cuda_kernels().
 void register_cuda_elementwise(KernelRegistry& r);
 void register_cuda_unary(KernelRegistry& r);
 void register_cuda_training_ops(KernelRegistry& r);
-void register_cuda_movement(KernelRegistry& r);
-void register_cuda_blas(KernelRegistry& r);
+void register_cuda_shape(KernelRegistry& r);
+void register_cuda_matmul(KernelRegistry& r);
 void register_cuda_softmax(KernelRegistry& r);
 void register_cuda_norm(KernelRegistry& r);
 void register_cuda_conv(KernelRegistry& r);
@@ -61,7 +62,9 @@ void register_cuda_pool(KernelRegistry& r);
 void register_cuda_reduce(KernelRegistry& r);
 void register_cuda_loss(KernelRegistry& r);
 void register_cuda_index(KernelRegistry& r);
-void register_cuda_misc(KernelRegistry& r);
+void register_cuda_resize(KernelRegistry& r);
+void register_cuda_einsum(KernelRegistry& r);
+void register_cuda_dropout(KernelRegistry& r);
 
 }  // namespace onnxtrain::cuda
 

@@ -1,5 +1,5 @@
 // Half-precision products for mixed precision: float16/bfloat16 operands and result, float32 accumulation and
-// scalars (CUBLAS_COMPUTE_32F), through cublasGemmEx / cublasGemmStridedBatchedEx. blas.cu's MatMul and Gemm
+// scalars (CUBLAS_COMPUTE_32F), through cublasGemmEx / cublasGemmStridedBatchedEx. matmul.cu's MatMul and Gemm
 // kernels call this for their half-precision instantiations, so batching and Gemm's bias stay in one place.
 // Never run here (no GPU on the build machine); tests/executor/test_cuda_parity.cpp compares it with the CPU.
 #include "executor/cuda/common.h"

@@ -1,4 +1,4 @@
-// Reductions (ReduceSum ... ReduceLogSumExp) and ArgMax/ArgMin on CUDA.
+// Reductions (ReduceSum ... ReduceLogSumExp), ArgMax/ArgMin, CumSum and TopK on CUDA.
 //
 // One generic strided reduction: the reduced and kept axes are folded into the fewest dims (adjacent dims
 // that are both reduced or both kept merge; size-1 dims vanish), an output index decomposes over the kept
@@ -6,11 +6,14 @@
 // kBlockThreshold elements per output: bias-gradient columns, small rows) run one thread per output; longer
 // ones one block per output with a shared-memory tree. The maths is ReduceFn of executor/functors.h, which
 // the CPU kernels call too. The summation order differs from the CPU's, so float results agree to rounding.
+// CumSum runs one thread per lane along the axis. TopK runs one thread per lane and selects the k elements
+// one after another, O(k n) per lane: fine for the small k of classification metrics, slow for large k.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <memory>
 #include <type_traits>
+#include <utility>
 
 #include "executor/cuda/common.h"
 #include "executor/cuda/device_util.cuh"
@@ -291,6 +294,121 @@ template <bool IsMax> std::unique_ptr<Kernel> make_arg(PrepareContext& ctx, cons
   return k;
 }
 
+// ---- CumSum ----------------------------------------------------------------------------------------------
+
+template <class T>
+__global__ void cumsum_kernel(int64_t lanes, int64_t n, int64_t inner, bool exclusive, bool reverse, const T* x, T* y) {
+  for (int64_t lane = global_index(); lane < lanes; lane += grid_stride()) {
+    const int64_t base = (lane / inner) * n * inner + lane % inner;
+    T acc = T(0);
+    for (int64_t s = 0; s < n; ++s) {
+      const int64_t at = base + (reverse ? n - 1 - s : s) * inner;
+      const T v = x[at];
+      if (exclusive) y[at] = acc;
+      acc += v;
+      if (!exclusive) y[at] = acc;
+    }
+  }
+}
+
+template <class T> class CumSumKernel final : public Kernel {
+ public:
+  CumSumKernel(int64_t n, int64_t inner, bool exclusive, bool reverse)
+      : n_(n), inner_(inner), exclusive_(exclusive), reverse_(reverse) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const int64_t lanes = n_ ? out[0]->numel() / n_ : 0;
+    if (lanes == 0) return;
+    cumsum_kernel<<<blocks_for(lanes), kBlock, 0, stream()>>>(lanes, n_, inner_, exclusive_, reverse_, in[0]->ptr<T>(),
+                                                              out[0]->ptr<T>());
+    check_launch("CumSum kernel");
+  }
+
+ private:
+  int64_t n_, inner_;
+  bool exclusive_, reverse_;
+};
+
+// K<T>(args...) for input 0's dtype among the numeric types CumSum and TopK take.
+template <template <class> class K, class... A> std::unique_ptr<Kernel> numeric(const PrepareContext& ctx, A... args) {
+  std::unique_ptr<Kernel> k;
+  dispatch<float, double, int32_t, int64_t>(ctx.inputs[0].dtype, [&](auto tag) {
+    k = std::make_unique<K<typename decltype(tag)::type>>(args...);
+  });
+  if (!k) ops::fail_dtype(ctx);
+  return k;
+}
+
+// The axis as [outer, n, inner]: n and inner.
+std::pair<int64_t, int64_t> axis_split(const PrepareContext& ctx, int64_t axis) {
+  const std::vector<int64_t>& shape = ctx.inputs[0].shape;
+  const auto a = static_cast<size_t>(ops::normalize_axis(ctx, axis, static_cast<int64_t>(shape.size())));
+  int64_t inner = 1;
+  for (size_t d = a + 1; d < shape.size(); ++d) inner *= shape[d];
+  return {shape[a], inner};
+}
+
+std::unique_ptr<Kernel> make_cumsum(PrepareContext& ctx, const KernelFactory& host) {
+  host_prepare(ctx, host);
+  const std::pair<int64_t, int64_t> split = axis_split(ctx, ops::ints_of(ctx, ctx.constant_input(1), "axis").at(0));
+  const int64_t n = split.first, inner = split.second;
+  const bool exclusive = ctx.node.attr_int("exclusive", 0) != 0, reverse = ctx.node.attr_int("reverse", 0) != 0;
+  return numeric<CumSumKernel>(ctx, n, inner, exclusive, reverse);
+}
+
+// ---- TopK ------------------------------------------------------------------------------------------------
+// The order is the CPU's: by value (descending when largest), equal values by lower index. Each step takes
+// the first element, in that order, that comes after the previous pick.
+
+template <class T>
+__global__ void topk_kernel(int64_t lanes, int64_t n, int64_t inner, int64_t k, bool largest, const T* x, T* vals,
+                            int64_t* idx) {
+  for (int64_t lane = global_index(); lane < lanes; lane += grid_stride()) {
+    const int64_t o = lane / inner, i = lane % inner;
+    const T* xs = x + o * n * inner + i;
+    auto before = [&](int64_t a, int64_t b) {
+      const T va = xs[a * inner], vb = xs[b * inner];
+      if (va != vb) return largest ? va > vb : va < vb;
+      return a < b;
+    };
+    int64_t prev = -1;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t pick = -1;
+      for (int64_t e = 0; e < n; ++e)
+        if ((prev < 0 || before(prev, e)) && (pick < 0 || before(e, pick))) pick = e;
+      const int64_t at = (o * k + j) * inner + i;
+      vals[at] = xs[pick * inner];
+      if (idx) idx[at] = pick;
+      prev = pick;
+    }
+  }
+}
+
+template <class T> class TopKKernel final : public Kernel {
+ public:
+  TopKKernel(int64_t n, int64_t inner, int64_t k, bool largest) : n_(n), inner_(inner), k_(k), largest_(largest) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const int64_t lanes = k_ ? out[0]->numel() / k_ : 0;
+    if (lanes == 0) return;
+    int64_t* idx = out.size() > 1 && out[1] ? out[1]->ptr<int64_t>() : nullptr;
+    topk_kernel<<<blocks_for(lanes), kBlock, 0, stream()>>>(lanes, n_, inner_, k_, largest_, in[0]->ptr<T>(),
+                                                            out[0]->ptr<T>(), idx);
+    check_launch("TopK kernel");
+  }
+
+ private:
+  int64_t n_, inner_, k_;
+  bool largest_;
+};
+
+std::unique_ptr<Kernel> make_topk(PrepareContext& ctx, const KernelFactory& host) {
+  host_prepare(ctx, host);
+  const std::pair<int64_t, int64_t> split = axis_split(ctx, ctx.node.attr_int("axis", -1));
+  const int64_t n = split.first, inner = split.second;
+  const int64_t k = ops::ints_of(ctx, ctx.constant_input(1), "K").at(0);
+  const bool largest = ctx.opset < 11 || ctx.node.attr_int("largest", 1) != 0;
+  return numeric<TopKKernel>(ctx, n, inner, k, largest);
+}
+
 }  // namespace
 
 void register_cuda_reduce(KernelRegistry& r) {
@@ -309,6 +427,8 @@ void register_cuda_reduce(KernelRegistry& r) {
   for (const Entry& e : entries) twin(r, e.op, reduce(e.kind, e.axes_input_since));
   twin(r, "ArgMax", make_arg<true>);
   twin(r, "ArgMin", make_arg<false>);
+  twin(r, "CumSum", make_cumsum);
+  twin(r, "TopK", make_topk);
 }
 
 }  // namespace onnxtrain::cuda

@@ -25,8 +25,8 @@ void register_cuda_kernels(KernelRegistry& r) {
   cuda::register_cuda_elementwise(r);
   cuda::register_cuda_unary(r);
   cuda::register_cuda_training_ops(r);
-  cuda::register_cuda_movement(r);
-  cuda::register_cuda_blas(r);
+  cuda::register_cuda_shape(r);
+  cuda::register_cuda_matmul(r);
   cuda::register_cuda_softmax(r);
   cuda::register_cuda_norm(r);
   cuda::register_cuda_gather_grad(r);
@@ -35,7 +35,9 @@ void register_cuda_kernels(KernelRegistry& r) {
   cuda::register_cuda_reduce(r);
   cuda::register_cuda_loss(r);
   cuda::register_cuda_index(r);
-  cuda::register_cuda_misc(r);
+  cuda::register_cuda_resize(r);
+  cuda::register_cuda_einsum(r);
+  cuda::register_cuda_dropout(r);
 }
 
 }  // namespace onnxtrain

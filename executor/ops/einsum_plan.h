@@ -1,6 +1,6 @@
 #pragma once
-// Einsum's plan-time index plan, built by the CPU kernel (executor/cpu/misc.cpp) and read by its CUDA twin
-// (executor/cuda/misc.cu), so both backends parse the equation once, the same way. Device-neutral: plain host
+// Einsum's plan-time index plan, built by the CPU kernel (executor/cpu/einsum.cpp) and read by its CUDA twin
+// (executor/cuda/einsum.cu), so both backends parse the equation once, the same way. Device-neutral: plain host
 // data and the interface the CPU kernel implements.
 #include <cstdint>
 #include <vector>

@@ -1,6 +1,6 @@
 #pragma once
 // Resize's plan-time tap tables, shared by the CPU kernel (executor/cpu/resize.cpp, which builds them) and its
-// CUDA twin (executor/cuda/misc.cu, which uploads and applies them), so both backends interpolate with the
+// CUDA twin (executor/cuda/resize.cu, which uploads and applies them), so both backends interpolate with the
 // same weights. Device-neutral: plain host data, the cubic kernel, and the interface the CPU kernel implements.
 #include <cmath>
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Gradients of reductions. Each rule first restores the reduced dims of dY (and Y) as size-1 dims, then
-// lets broadcasting spread them over the input.
+// lets broadcasting spread them over the input. Also CumSum and TopK, which work along one axis too.
 #include "gradients/rule.h"
 #include "gradients/rules/util.h"
 
@@ -69,6 +69,25 @@ void add_reduce(GradientRegistry& reg, const std::string& op, int64_t axes_input
   });
 }
 
+// ---- CumSum and TopK: along one axis, like the reductions ------------------------------------------------
+
+void cumsum_rule(RuleContext& c) {
+  // Each x_j reaches the outputs after it (before it, reversed): the gradient is the opposite-direction
+  // cumulative sum, exclusive when the forward was.
+  const int64_t reverse = c.node().attr_int("reverse", 0) != 0 ? 0 : 1;
+  c.set_dX(0, apply(c.builder(), "CumSum", {c.dY(0), c.X(1)}, rules::input_type(c, 0),
+                    {{"exclusive", c.node().attr_int("exclusive", 0)}, {"reverse", reverse}}));
+}
+
+void topk_rule(RuleContext& c) {
+  // dY goes back to the positions the values came from; they are distinct along the axis, so a plain scatter.
+  if (c.opset() < 11) c.fail("needs opset 11 or newer (ScatterElements), the model has opset " + std::to_string(c.opset()));
+  if (c.num_outputs() < 2 || c.node().outputs[1].empty()) c.fail("needs the Indices output");
+  Expr x = c.X(0);
+  c.set_dX(0, apply(c.builder(), "ScatterElements", {zeros_like(x), c.Y(1), c.dY(0)}, x.type,
+                    {{"axis", c.node().attr_int("axis", -1)}}));
+}
+
 }  // namespace
 
 void register_reduce_rules(GradientRegistry& reg) {
@@ -117,6 +136,8 @@ void register_reduce_rules(GradientRegistry& reg) {
       return where(equal(c.X(0), keep_dims(c, r, c.Y(0))), dy, scalar(c.builder(), dy.dtype(), 0.0));
     });
   }
+  reg.add("CumSum", cumsum_rule);
+  reg.add("TopK", topk_rule);
 }
 
 }  // namespace onnxtrain

@@ -250,80 +250,6 @@ void split_rule(RuleContext& c) {
   c.set_dX(0, apply(c.builder(), "Concat", pieces, rules::input_type(c, 0), {{"axis", c.node().attr_int("axis", 0)}}));
 }
 
-void gather_elements_rule(RuleContext& c) {
-  // Scatter-add, not scatter: an index may repeat.
-  if (c.opset() < 16) c.fail("needs opset 16 or newer (ScatterElements with reduction='add'), the model has opset " +
-                             std::to_string(c.opset()));
-  Expr x = c.X(0);
-  c.set_dX(0, apply(c.builder(), "ScatterElements", {zeros_like(x), c.X(1), c.dY(0)}, x.type,
-                    {{"axis", c.node().attr_int("axis", 0)}, {"reduction", std::string("add")}}));
-}
-
-void need_scatter_add(RuleContext& c, const char* op) {
-  if (c.opset() < 16)
-    c.fail(std::string("needs opset 16 or newer (") + op + " with reduction='add'), the model has opset " +
-           std::to_string(c.opset()));
-}
-
-void gather_nd_rule(RuleContext& c) {
-  // Scatter-add dY back at the gathered positions (indices may repeat). ScatterND has no batch_dims, so with
-  // batch_dims = b the b leading coordinates are prepended to every index tuple (a constant grid, expanded).
-  need_scatter_add(c, "ScatterND");
-  GraphBuilder& b = c.builder();
-  Expr x = c.X(0), idx = c.X(1), dy = c.dY(0);
-  const int64_t batch = c.node().attr_int("batch_dims", 0);
-  Expr full = idx;
-  if (batch > 0) {
-    auto xd = rules::static_dims(x.type);
-    auto id = rules::static_dims(idx.type);
-    if (!xd || !id) c.fail("with batch_dims > 0, needs the shapes of data and indices to be known statically");
-    const auto q = static_cast<int64_t>(id->size());
-    // grid[b0, .., b_{batch-1}, 1, .., 1, k] = b_k, broadcast over the index dims between.
-    std::vector<int64_t> grid_dims((*id).begin(), (*id).begin() + batch);
-    for (int64_t i = batch; i < q - 1; ++i) grid_dims.push_back(1);
-    grid_dims.push_back(batch);
-    int64_t cells = 1;
-    for (int64_t i = 0; i < batch; ++i) cells *= (*id)[i];
-    std::vector<int64_t> grid;
-    for (int64_t cell = 0; cell < cells; ++cell) {
-      std::vector<int64_t> coord(batch);
-      for (int64_t k = batch - 1, rest = cell; k >= 0; --k) {
-        coord[k] = rest % (*id)[k];
-        rest /= (*id)[k];
-      }
-      grid.insert(grid.end(), coord.begin(), coord.end());
-    }
-    Expr g = constant(b, TensorData::from<int64_t>(grid_dims, std::span<const int64_t>(grid)));
-    std::vector<int64_t> target(id->begin(), id->end() - 1);
-    target.push_back(batch);
-    Shape ts;
-    for (int64_t d : target) ts.push_back(Dim::of(d));
-    Expr eg = expand(g, int64s(b, target), ts);
-    Shape fs = ts;
-    fs.back() = Dim::of(batch + id->back());
-    full = apply(b, "Concat", {eg, cast(idx, DType::Int64)}, TypeInfo{DType::Int64, fs}, {{"axis", int64_t{-1}}});
-  }
-  c.set_dX(0, apply(b, "ScatterND", {zeros_like(x), full, dy}, x.type, {{"reduction", std::string("add")}}));
-}
-
-// ScatterND and ScatterElements: with reduction 'none', data's gradient is dY with the overwritten positions
-// zeroed, and updates' is dY read at those positions (ONNX leaves duplicate indices undefined under 'none';
-// like torch.scatter we assume they are unique). With 'add' data passes dY through unchanged.
-void scatter_rule(RuleContext& c, const char* gather_op, std::map<std::string, Attribute> attrs) {
-  const std::string red = c.node().attr_string("reduction", "none");
-  if (red != "none" && red != "add") c.fail("has no gradient for reduction '" + red + "' (only 'none' and 'add')");
-  const std::string& op = c.node().op_type;
-  GraphBuilder& b = c.builder();
-  Expr dy = c.dY(0);
-  if (c.needs_dX(0)) {
-    if (red == "add")
-      c.set_dX(0, dy);
-    else
-      c.set_dX(0, apply(b, op, {dy, c.X(1), zeros_like(c.X(2))}, dy.type, attrs));
-  }
-  if (c.needs_dX(2)) c.set_dX(2, apply(b, gather_op, {dy, c.X(1)}, rules::input_type(c, 2), attrs));
-}
-
 // CenterCropPad crops some axes and zero-pads others, each centred the same way (the odd element at the end),
 // so its adjoint is itself: cropping dY back to X's size undoes the padding and zero-padding it back undoes
 // the crop. dX = CenterCropPad(dY, X's dims at axes), same axes.
@@ -400,6 +326,87 @@ void compress_rule(RuleContext& c) {
   c.set_dX(0, has_axis ? dx : rules::reshape_to_input(c, dx, 0));
 }
 
+// ---- Tile, Pad, DepthToSpace, SpaceToDepth, Trilu --------------------------------------------------------
+
+void tile_rule(RuleContext& c) {
+  // Output dim k is (repeat, original) with the repeat outer: view dY that way and sum the repeats out.
+  const TypeInfo xt = rules::input_type(c, 0);
+  auto dims = rules::static_dims(xt);
+  if (!dims) c.fail("needs the input's shape to be known statically");
+  auto reps = rules::constant_int64s(c.builder().graph(), c.node().inputs[1]);
+  if (!reps) c.fail("repeats must be an int64 constant (an initializer or Constant node)");
+  if (reps->size() != dims->size()) c.fail("repeats does not match the input's rank");
+  std::vector<int64_t> view, axes;
+  Shape view_shape;
+  for (size_t k = 0; k < dims->size(); ++k) {
+    axes.push_back(static_cast<int64_t>(2 * k));
+    view.insert(view.end(), {(*reps)[k], (*dims)[k]});
+    view_shape.push_back(Dim::of((*reps)[k]));
+    view_shape.push_back(Dim::of((*dims)[k]));
+  }
+  if (std::all_of(reps->begin(), reps->end(), [](int64_t r) { return r == 1; })) return c.set_dX(0, c.dY(0));
+  Expr v = reshape(c.dY(0), int64s(c.builder(), view), view_shape);
+  c.set_dX(0, rules::reduce_sum(v, axes, false, c.opset()));
+}
+
+void pad_rule(RuleContext& c) {
+  // Pad with the negated pads crops what was added and puts back (as zeros) what a negative pad cropped.
+  const std::string mode = c.node().attr_string("mode", "constant");
+  if (mode != "constant") c.fail("has no gradient for mode '" + mode + "' yet (only 'constant')");
+  GraphBuilder& b = c.builder();
+  const TypeInfo xt = rules::input_type(c, 0);
+  Expr dy = c.dY(0), dx;
+  if (c.opset() < 11) {
+    std::vector<int64_t> pads = c.node().attr_ints("pads");
+    for (int64_t& p : pads) p = -p;
+    dx = apply(b, "Pad", {dy}, xt, {{"pads", pads}});
+  } else {
+    auto pads = rules::constant_int64s(b.graph(), c.node().inputs[1]);
+    if (!pads) c.fail("pads must be an int64 constant (an initializer or Constant node)");
+    for (int64_t& p : *pads) p = -p;
+    std::vector<Expr> ins{dy, int64s(b, *pads)};
+    if (c.has_input(3)) {
+      auto axes = rules::constant_int64s(b.graph(), c.node().inputs[3]);
+      if (!axes) c.fail("axes must be an int64 constant (an initializer or Constant node)");
+      ins.push_back(scalar(b, dy.dtype(), 0.0));  // constant_value must precede axes
+      ins.push_back(int64s(b, *axes));
+    }
+    dx = apply(b, "Pad", ins, xt);
+  }
+  // constant_value is non-differentiable in the ONNX schema, so the engine never asks for its gradient.
+  c.set_dX(0, dx);
+}
+
+void depth_to_space_rule(RuleContext& c) {
+  GraphBuilder& b = c.builder();
+  const int64_t bs = c.node().attr_int("blocksize", 0);
+  const TypeInfo xt = rules::input_type(c, 0);
+  const std::string mode = c.opset() >= 11 ? c.node().attr_string("mode", "DCR") : "DCR";
+  // DCR is exactly undone by SpaceToDepth.
+  if (mode == "DCR") return c.set_dX(0, apply(b, "SpaceToDepth", {c.dY(0)}, xt, {{"blocksize", bs}}));
+  // CRD: y[n, c, h*b + i, w*b + j] = x[n, (c*b + i)*b + j, h, w]; undo with reshape, transpose, reshape.
+  if (!xt.shape || xt.shape->size() != 4) c.fail("needs a 4-D input");
+  const Shape& s = *xt.shape;
+  if (!s[1].known() || !s[2].known() || !s[3].known()) c.fail("needs the input's C, H and W to be known statically");
+  const int64_t C = s[1].value, H = s[2].value, W = s[3].value, ch = C / (bs * bs);
+  Shape six{s[0], Dim::of(ch), Dim::of(H), Dim::of(bs), Dim::of(W), Dim::of(bs)};
+  Expr v = reshape(c.dY(0), int64s(b, {0, ch, H, bs, W, bs}), six);
+  Expr t = transpose(v, {0, 1, 3, 5, 2, 4});
+  c.set_dX(0, reshape(t, int64s(b, {0, C, H, W}), s));
+}
+
+void space_to_depth_rule(RuleContext& c) {
+  c.set_dX(0, apply(c.builder(), "DepthToSpace", {c.dY(0)}, rules::input_type(c, 0),
+                    {{"blocksize", c.node().attr_int("blocksize", 0)}}));
+}
+
+void trilu_rule(RuleContext& c) {
+  // The same mask applies to dY.
+  std::vector<Expr> ins{c.dY(0)};
+  if (c.has_input(1)) ins.push_back(c.X(1));
+  c.set_dX(0, apply(c.builder(), "Trilu", ins, rules::input_type(c, 0), {{"upper", c.node().attr_int("upper", 1)}}));
+}
+
 }  // namespace
 
 void register_shape_rules(GradientRegistry& r) {
@@ -436,16 +443,15 @@ void register_shape_rules(GradientRegistry& r) {
   r.add("Expand", [](RuleContext& c) { c.set_dX(0, c.dY(0)); });
   r.add("Concat", concat_rule);
   r.add("Gather", gather_rule);
-  r.add("GatherElements", gather_elements_rule);
   r.add("Slice", slice_rule);
-  r.add("GatherND", gather_nd_rule);
-  r.add("ScatterND", [](RuleContext& c) { scatter_rule(c, "GatherND", {}); });
-  r.add("ScatterElements", [](RuleContext& c) {
-    scatter_rule(c, "GatherElements", {{"axis", c.node().attr_int("axis", 0)}});
-  });
   r.add("Split", split_rule);
   r.add("CenterCropPad", center_crop_pad_rule);
   r.add("Compress", compress_rule);
+  r.add("Tile", tile_rule);
+  r.add("Pad", pad_rule);
+  r.add("DepthToSpace", depth_to_space_rule);
+  r.add("SpaceToDepth", space_to_depth_rule);
+  r.add("Trilu", trilu_rule);
 }
 
 }  // namespace onnxtrain

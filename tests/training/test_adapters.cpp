@@ -275,7 +275,7 @@ Model mlp(int64_t n) {
   return m;
 }
 
-// The mask's formula written out again (executor/cpu/misc.cpp DropoutMask), to check the kernel draws it.
+// The mask's formula written out again (executor/cpu/dropout.cpp DropoutMask), to check the kernel draws it.
 uint64_t splitmix64(uint64_t z) {
   z += 0x9e3779b97f4a7c15ULL;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;

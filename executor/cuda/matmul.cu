@@ -183,7 +183,7 @@ std::unique_ptr<Kernel> make_gemm(PrepareContext& ctx, const KernelFactory& host
 
 }  // namespace
 
-void register_cuda_blas(KernelRegistry& r) {
+void register_cuda_matmul(KernelRegistry& r) {
   twin(r, "MatMul", make_matmul);
   twin(r, "Gemm", make_gemm);
 }

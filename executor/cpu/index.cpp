@@ -1,5 +1,5 @@
-// Index-driven data movement on the CPU: ScatterND, ScatterElements, GatherElements, GatherND, and Pad
-// (constant mode), which the Slice gradient uses to put dY back in place.
+// Index-driven data movement on the CPU: ScatterND, ScatterElements, GatherElements and GatherND (rules:
+// gradients/rules/index.cpp; CUDA twins: executor/cuda/index.cu).
 // Indices are data, so they are checked at run time: a bad index throws Error naming the node and the index
 // before anything is written through it. Scatters run sequentially: duplicate indices with a reduction must
 // combine every update, and with reduction 'none' the last write wins, as in the ONNX reference.
@@ -409,158 +409,15 @@ std::unique_ptr<Kernel> make_gather_nd(PrepareContext& ctx) {
   return std::make_unique<GatherNDKernel>(ctx.node.describe(), data.shape, b, batches, tuples, k, slice, es);
 }
 
-// ---- Pad (constant mode) ---------------------------------------------------------------------------------
-// The output is filled with the constant, then the kept part of the input is copied in as contiguous runs
-// of its innermost dim. Negative pads crop.
-
-class PadKernel final : public Kernel {
- public:
-  PadKernel(std::vector<int64_t> in_shape, std::vector<int64_t> out_shape, std::vector<int64_t> begins,
-            std::vector<int64_t> ends, size_t es, std::vector<std::byte> attr_value)
-      : in_(std::move(in_shape)), out_(std::move(out_shape)), es_(es), attr_value_(std::move(attr_value)) {
-    const size_t r = in_.size();
-    lo_.resize(r);
-    len_.resize(r);
-    dst_.resize(r);
-    for (size_t d = 0; d < r; ++d) {
-      lo_[d] = std::max<int64_t>(0, -begins[d]);
-      len_[d] = std::max<int64_t>(0, in_[d] - std::max<int64_t>(0, -ends[d]) - lo_[d]);
-      dst_[d] = std::max<int64_t>(0, begins[d]);
-    }
-    in_strides_ = contiguous_strides(in_);
-    out_strides_ = contiguous_strides(out_);
-  }
-
-  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    auto* y = static_cast<std::byte*>(out[0]->data);
-    const auto* x = static_cast<const std::byte*>(in[0]->data);
-    const int64_t n = out[0]->numel();
-    // The constant: input 2 when given (a scalar of data's dtype), the opset 2-10 attribute, else zero.
-    std::byte value[16] = {};
-    if (!attr_value_.empty())
-      std::memcpy(value, attr_value_.data(), es_);
-    else if (in.size() > 2 && in[2] && in[2]->numel() > 0)
-      std::memcpy(value, in[2]->data, es_);
-    if (std::all_of(value, value + es_, [](std::byte b) { return b == std::byte{0}; })) {
-      std::memset(y, 0, static_cast<size_t>(n) * es_);
-    } else {
-      for (int64_t i = 0; i < n; ++i) std::memcpy(y + i * es_, value, es_);
-    }
-    const size_t r = in_.size();
-    if (r == 0) {
-      if (n) std::memcpy(y, x, es_);
-      return;
-    }
-    for (size_t d = 0; d < r; ++d)
-      if (len_[d] == 0) return;
-    // Odometer over the kept region's outer dims; each step copies one innermost run.
-    std::vector<int64_t> c(r, 0);
-    const size_t run_bytes = static_cast<size_t>(len_[r - 1]) * es_;
-    while (true) {
-      int64_t src = 0, dst = 0;
-      for (size_t d = 0; d < r; ++d) {
-        src += (lo_[d] + c[d]) * in_strides_[d];
-        dst += (dst_[d] + c[d]) * out_strides_[d];
-      }
-      std::memcpy(y + dst * es_, x + src * es_, run_bytes);
-      size_t d = r - 1;
-      while (d > 0) {
-        if (++c[d - 1] < len_[d - 1]) break;
-        c[d - 1] = 0;
-        --d;
-      }
-      if (d == 0) return;
-    }
-  }
-
- private:
-  std::vector<int64_t> in_, out_, lo_, len_, dst_, in_strides_, out_strides_;
-  size_t es_;
-  std::vector<std::byte> attr_value_;
-};
-
-std::unique_ptr<Kernel> make_pad(PrepareContext& ctx) {
-  const KernelInput& data = required_input(ctx, 0, "data");
-  const size_t es = elem_size(ctx, data.dtype);
-  if (es > 16) ctx.fail("elements of " + std::to_string(es) + " bytes are not supported");
-  const std::string mode = ctx.node.attr_string("mode", "constant");
-  if (mode != "constant") ctx.fail("mode '" + mode + "' is not supported (only 'constant')");
-  std::vector<int64_t> pads;
-  std::vector<std::byte> attr_value;  // opset 2-10: the constant is the float attribute `value`
-  if (ctx.opset < 11) {
-    pads = ctx.node.attr_ints("pads");
-    const float v = ctx.node.attr_float("value", 0.0f);
-    attr_value.resize(es);
-    if (data.dtype == DType::Float32) {
-      std::memcpy(attr_value.data(), &v, es);
-    } else if (data.dtype == DType::Float64) {
-      const double dv = v;
-      std::memcpy(attr_value.data(), &dv, es);
-    } else if (v != 0.0f) {
-      ctx.fail("a non-zero value attribute is supported for float32 and float64 only, the data is " +
-               dtype_name(data.dtype));
-    }
-  } else {
-    required_input(ctx, 1, "pads");
-    const Tensor& pads_t = ctx.constant_input(1);
-    if (pads_t.dtype != DType::Int64) ctx.fail("pads must be int64, got " + dtype_name(pads_t.dtype));
-    pads.assign(pads_t.span<int64_t>().begin(), pads_t.span<int64_t>().end());
-  }
-  if (ctx.opset >= 11 && has_input(ctx, 2)) {
-    const KernelInput& v = ctx.inputs[2];
-    if (v.dtype != data.dtype)
-      ctx.fail("constant_value must have data's dtype " + dtype_name(data.dtype) + ", got " + dtype_name(v.dtype));
-    if (numel_of(v.shape) != 1) ctx.fail("constant_value must hold one value, got shape " + shape_string(v.shape));
-  }
-  const auto r = static_cast<int64_t>(data.shape.size());
-  std::vector<int64_t> axes;
-  if (ctx.opset >= 11 && has_input(ctx, 3)) {
-    if (ctx.opset < 18) ctx.fail("the axes input exists from opset 18, the model has " + std::to_string(ctx.opset));
-    const Tensor& a = ctx.constant_input(3);
-    if (a.dtype == DType::Int64)
-      axes.assign(a.span<int64_t>().begin(), a.span<int64_t>().end());
-    else if (a.dtype == DType::Int32)
-      axes.assign(a.span<int32_t>().begin(), a.span<int32_t>().end());
-    else
-      ctx.fail("axes must be int32 or int64, got " + dtype_name(a.dtype));
-  } else {
-    for (int64_t d = 0; d < r; ++d) axes.push_back(d);
-  }
-  const auto na = static_cast<int64_t>(axes.size());
-  if (static_cast<int64_t>(pads.size()) != 2 * na)
-    ctx.fail("pads has " + std::to_string(pads.size()) + " values, expected " + std::to_string(2 * na) +
-             " (begin and end for each of " + std::to_string(na) + " axes)");
-  std::vector<int64_t> begins(r, 0), ends(r, 0);
-  std::vector<bool> seen(r, false);
-  for (int64_t i = 0; i < na; ++i) {
-    const int64_t a = normalize_axis(ctx, axes[i], r);
-    if (seen[a]) ctx.fail("axis " + std::to_string(axes[i]) + " is repeated in axes");
-    seen[a] = true;
-    begins[a] = pads[i];
-    ends[a] = pads[i + na];
-  }
-  std::vector<int64_t> out_shape(r);
-  for (int64_t d = 0; d < r; ++d) {
-    out_shape[d] = data.shape[d] + begins[d] + ends[d];
-    if (out_shape[d] < 0)
-      ctx.fail("pads " + shape_string(pads) + " crop more than the " + std::to_string(data.shape[d]) +
-               " elements of axis " + std::to_string(d));
-  }
-  ctx.outputs.at(0) = {data.dtype, out_shape};
-  return std::make_unique<PadKernel>(data.shape, out_shape, begins, ends, es, std::move(attr_value));
-}
-
 }  // namespace
 
-void register_cpu_scatter(KernelRegistry& r) {
+void register_cpu_index(KernelRegistry& r) {
   using cpu::add;
   const std::vector<DType> numeric{DType::Float32, DType::Float64, DType::Int32, DType::Int64};
   add(r, "ScatterND", 11, numeric, make_scatter_nd);
   add(r, "ScatterElements", 11, numeric, make_scatter_elements);
   add(r, "GatherElements", 11, {}, make_gather_elements);
   add(r, "GatherND", 11, {}, make_gather_nd);
-  // Pads (and the constant) are attributes before opset 11 and inputs from then on; one factory reads both.
-  add(r, "Pad", 2, {}, make_pad);
 }
 
 }  // namespace onnxtrain

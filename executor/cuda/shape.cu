@@ -1,4 +1,4 @@
-// Data-movement ops on CUDA.
+// Shape and data-movement ops on CUDA (the shape family: executor/cpu/shape.cpp, gradients/rules/shape.cpp).
 //
 // Transpose, Slice, Expand, Tile, Concat, Split, Pad, DepthToSpace, SpaceToDepth and Trilu move elements
 // without computing: every output element is one input element or a fill value. At plan time their CPU
@@ -245,7 +245,7 @@ std::unique_ptr<Kernel> make_gather(PrepareContext& ctx, const KernelFactory& ho
 
 }  // namespace
 
-void register_cuda_movement(KernelRegistry& r) {
+void register_cuda_shape(KernelRegistry& r) {
   for (const char* op : {"Transpose", "Slice", "Expand", "Tile", "Split", "DepthToSpace", "SpaceToDepth", "Trilu"})
     twin(r, op, traced());
   twin(r, "Concat", traced(MovementSpec{true, -1}));
