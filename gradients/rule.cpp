@@ -75,6 +75,7 @@ const GradientRegistry& default_rules() {
     GradientRegistry r;
     register_elementwise_rules(r);
     register_activation_rules(r);
+    register_softmax_rules(r);
     register_matmul_rules(r);
     register_reduce_rules(r);
     register_shape_rules(r);

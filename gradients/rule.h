@@ -66,6 +66,7 @@ const GradientRegistry& default_rules();
 // One per file in gradients/rules/, named by the family as in executor/cpu/ and executor/cuda/ (docs/executor.md).
 void register_elementwise_rules(GradientRegistry& r);
 void register_activation_rules(GradientRegistry& r);
+void register_softmax_rules(GradientRegistry& r);    // Softmax, LogSoftmax
 void register_matmul_rules(GradientRegistry& r);
 void register_reduce_rules(GradientRegistry& r);
 void register_shape_rules(GradientRegistry& r);

@@ -32,8 +32,6 @@ KNOWN_MISMATCHES = {
     "Celu", "Gelu", "HardSigmoid", "HardSwish", "Hardmax", "Mish", "PRelu", "Selu", "Softsign", "ThresholdedRelu",
     # fused activation gradients: CPU fused_grad, CUDA unary
     "GeluGrad", "GeluTanhGrad", "ReluGrad", "SigmoidGrad", "TanhGrad",
-    # rules in activation, kernels in softmax
-    "LogSoftmax", "Softmax",
 }
 
 
