@@ -32,6 +32,46 @@ const Graph& graph_attr(const RuleContext& c, const std::string& name) {
   return **g;
 }
 
+// Differentiates g, a subgraph whose inputs give the engine the types of everything it reads, as `req` asks:
+// g's values are typed by shape inference on g as a model of its own (the rules need them), build_gradients
+// appends the backward nodes, and the values they add get names unique in the enclosing graph (`prefix` + name),
+// so that none shadows or is shadowed by a value outside, which ONNX forbids. Returns each wrt's gradient by its
+// final name; `what` names the subgraph in errors.
+std::map<std::string, std::string> differentiate_subgraph(RuleContext& c, Graph& g, const GradientRequest& req,
+                                                          const std::string& prefix, const std::string& what) {
+  const std::map<std::string, int64_t> opsets{{"", c.opset()}, {"onnxtrain", 1}};
+  {
+    Model m;
+    m.opset_imports = opsets;
+    m.graph = g;
+    infer_shapes(m);
+    for (auto& [name, t] : m.graph.value_info) g.value_info.try_emplace(name, t);
+  }
+  const size_t n_forward = g.nodes.size();
+  GradientResult r;
+  try {
+    r = build_gradients(g, opsets, req);
+  } catch (const Error& e) {
+    c.fail("differentiating " + what + ": " + e.what());
+  }
+  std::unordered_map<std::string, std::string> renamed;
+  for (size_t i = n_forward; i < g.nodes.size(); ++i)
+    for (std::string& o : g.nodes[i].outputs)
+      if (!o.empty()) o = renamed[o] = c.builder().unique_name(prefix + o);
+  for (size_t i = n_forward; i < g.nodes.size(); ++i)
+    for (std::string& in : g.nodes[i].inputs)
+      if (auto it = renamed.find(in); it != renamed.end()) in = it->second;
+  for (const auto& [from, to] : renamed)
+    if (auto it = g.value_info.find(from); it != g.value_info.end()) g.value_info[to] = it->second;
+  std::map<std::string, std::string> grads;
+  for (const std::string& w : req.wrt) {
+    const std::string& name = r.grads.at(w);
+    auto it = renamed.find(name);
+    grads[w] = it == renamed.end() ? name : it->second;
+  }
+  return grads;
+}
+
 // The backward of one subgraph without inputs of its own (an If branch): a graph, also without inputs, that
 // recomputes `body`, reads the incoming gradients `seeds` (one per body output; invalid where none flows) from
 // the enclosing scope, and returns the gradient of every value in `wrt` (values of the enclosing scope), zeros
@@ -40,7 +80,6 @@ std::shared_ptr<Graph> backward_of_branch(RuleContext& c, const Graph& body, con
                                           const std::vector<std::string>& wrt, const std::vector<Expr>& seeds) {
   if (!body.inputs.empty()) c.fail("'" + label + "' declares inputs; an If branch takes none");
   const Graph& outer = c.builder().graph();
-  const std::map<std::string, int64_t> opsets{{"", c.opset()}, {"onnxtrain", 1}};
   Graph g = body;
   // While the engine works on the branch, the enclosing values it reads (and the seeds, and every wrt) are
   // inputs of it, which gives the engine their types; they become outer references again afterwards.
@@ -58,13 +97,6 @@ std::shared_ptr<Graph> backward_of_branch(RuleContext& c, const Graph& body, con
     if (!t) c.fail("'" + label + "' reads '" + v + "', whose type is unknown; run shape inference first");
     g.inputs.push_back({v, *t});
   }
-  // Types of the branch's own values, which the rules need: shape inference on the branch as a model of its own.
-  Model m;
-  m.opset_imports = opsets;
-  m.graph = g;
-  infer_shapes(m);
-  for (auto& [name, t] : m.graph.value_info) g.value_info.try_emplace(name, t);
-
   GradientRequest req;
   req.wrt = wrt;
   for (size_t k = 0; k < seeds.size() && k < g.outputs.size(); ++k)
@@ -72,31 +104,11 @@ std::shared_ptr<Graph> backward_of_branch(RuleContext& c, const Graph& body, con
       req.outputs.push_back(g.outputs[k].name);
       req.output_grads.push_back(seeds[k].name);
     }
-  const size_t n_forward = g.nodes.size();
-  GradientResult r;
-  try {
-    r = build_gradients(g, opsets, req);
-  } catch (const Error& e) {
-    c.fail("differentiating '" + label + "': " + e.what());
-  }
+  const std::map<std::string, std::string> grads =
+      differentiate_subgraph(c, g, req, c.node().name + "/" + label + "/", "'" + label + "'");
   g.inputs.clear();
-  // The values the backward added get names unique in the enclosing graph too, so that none shadows (or is
-  // shadowed by) a value outside the branch, which ONNX forbids.
-  std::unordered_map<std::string, std::string> renamed;
-  for (size_t i = n_forward; i < g.nodes.size(); ++i)
-    for (std::string& o : g.nodes[i].outputs)
-      if (!o.empty()) o = renamed[o] = c.builder().unique_name(c.node().name + "/" + label + "/" + o);
-  for (size_t i = n_forward; i < g.nodes.size(); ++i)
-    for (std::string& in : g.nodes[i].inputs)
-      if (auto it = renamed.find(in); it != renamed.end()) in = it->second;
-  for (const auto& [from, to] : renamed)
-    if (auto it = g.value_info.find(from); it != g.value_info.end()) g.value_info[to] = it->second;
   g.outputs.clear();
-  for (const std::string& w : wrt) {
-    std::string grad = r.grads.at(w);
-    if (auto it = renamed.find(grad); it != renamed.end()) grad = it->second;
-    g.outputs.push_back({grad, *outer.type_of(w)});
-  }
+  for (const std::string& w : wrt) g.outputs.push_back({grads.at(w), *outer.type_of(w)});
   g.name = body.name + "_grad";
   return std::make_shared<Graph>(std::move(g));
 }
@@ -194,7 +206,6 @@ void scan_rule(RuleContext& c) {
   const std::vector<int64_t> out_dirs = ints_or(n, "scan_output_directions", K, 0);
   GraphBuilder& b = c.builder();
   const std::string tag = (n.name.empty() ? std::string("scan") : n.name) + "/";
-  const std::map<std::string, int64_t> opsets{{"", c.opset()}, {"onnxtrain", 1}};
 
   // 1. The states entering every step, recomputed by a Scan whose body also emits its incoming states.
   auto replay = std::make_shared<Graph>(body);
@@ -262,13 +273,6 @@ void scan_rule(RuleContext& c) {
       outer_inputs.push_back({n.inputs[p], c.X(p).type});
   const size_t declared = g.inputs.size();
   for (const ValueInfo& v : outer_inputs) g.inputs.push_back(v);
-  {
-    Model m;
-    m.opset_imports = opsets;
-    m.graph = g;
-    infer_shapes(m);
-    for (auto& [name, t] : m.graph.value_info) g.value_info.try_emplace(name, t);
-  }
   GradientRequest req;
   for (size_t i : float_states) req.wrt.push_back(body.inputs[i].name);
   for (size_t j : float_scans) req.wrt.push_back(body.inputs[N + j].name);
@@ -281,28 +285,9 @@ void scan_rule(RuleContext& c) {
     req.outputs.push_back(body.outputs[N + float_outs[q]].name);
     req.output_grads.push_back(dy_in[q]);
   }
-  const size_t n_forward = g.nodes.size();
-  GradientResult r;
-  try {
-    r = build_gradients(g, opsets, req);
-  } catch (const Error& e) {
-    c.fail(std::string("differentiating the body: ") + e.what());
-  }
+  const std::map<std::string, std::string> grads = differentiate_subgraph(c, g, req, tag + "body_grad/", "the body");
   g.inputs.resize(declared);  // the outer values are outer references again
-  std::unordered_map<std::string, std::string> renamed;
-  for (size_t i = n_forward; i < g.nodes.size(); ++i)
-    for (std::string& o : g.nodes[i].outputs)
-      if (!o.empty()) o = renamed[o] = b.unique_name(tag + "body_grad/" + o);
-  for (size_t i = n_forward; i < g.nodes.size(); ++i)
-    for (std::string& in : g.nodes[i].inputs)
-      if (auto it = renamed.find(in); it != renamed.end()) in = it->second;
-  for (const auto& [from, to] : renamed)
-    if (auto it = g.value_info.find(from); it != g.value_info.end()) g.value_info[to] = it->second;
-  auto grad_of = [&](const std::string& w) {
-    std::string name = r.grads.at(w);
-    auto it = renamed.find(name);
-    return it == renamed.end() ? name : it->second;
-  };
+  auto grad_of = [&](const std::string& w) { return grads.at(w); };
   g.outputs.clear();
   for (size_t i : float_states) g.outputs.push_back({grad_of(body.inputs[i].name), c.X(i).type});
   for (size_t q = 0; q < outer_targets.size(); ++q) {
@@ -490,7 +475,6 @@ void loop_by_recomputation(RuleContext& c, const Graph& body) {
   GraphBuilder& b = c.builder();
   const size_t own = own_inputs(c), N = own - 2, K = c.num_outputs() - N;
   const std::string tag = (n.name.empty() ? std::string("loop") : n.name) + "/";
-  const std::map<std::string, int64_t> opsets{{"", c.opset()}, {"onnxtrain", 1}};
   const TypeInfo i64{DType::Int64, Shape{}}, boolean{DType::Bool, Shape{}};
   for (size_t i = 2; i < own; ++i)
     if (!c.X(i).valid() || !c.X(i).shape())
@@ -553,13 +537,6 @@ void loop_by_recomputation(RuleContext& c, const Graph& body) {
     if (!t) c.fail("the body reads '" + v + "', whose type is unknown; run shape inference first");
     g.inputs.push_back({v, *t});
   }
-  {
-    Model m;
-    m.opset_imports = opsets;
-    m.graph = g;
-    infer_shapes(m);
-    for (auto& [name, t] : m.graph.value_info) g.value_info.try_emplace(name, t);
-  }
   GradientRequest req;
   for (size_t j : fs) req.wrt.push_back(body.inputs[2 + j].name);
   for (size_t p : outer_targets) req.wrt.push_back(n.inputs[p]);
@@ -571,27 +548,8 @@ void loop_by_recomputation(RuleContext& c, const Graph& body) {
     req.outputs.push_back(body.outputs[1 + N + fk[q]].name);
     req.output_grads.push_back(dy_in[q]);
   }
-  const size_t n_forward = g.nodes.size();
-  GradientResult r;
-  try {
-    r = build_gradients(g, opsets, req);
-  } catch (const Error& e) {
-    c.fail(std::string("differentiating the body: ") + e.what());
-  }
-  std::unordered_map<std::string, std::string> renamed;
-  for (size_t i = n_forward; i < g.nodes.size(); ++i)
-    for (std::string& o : g.nodes[i].outputs)
-      if (!o.empty()) o = renamed[o] = b.unique_name(tag + "body_grad/" + o);
-  for (size_t i = n_forward; i < g.nodes.size(); ++i)
-    for (std::string& in : g.nodes[i].inputs)
-      if (auto it = renamed.find(in); it != renamed.end()) in = it->second;
-  for (const auto& [from, to] : renamed)
-    if (auto it = g.value_info.find(from); it != g.value_info.end()) g.value_info[to] = it->second;
-  auto grad_of = [&](const std::string& w) {
-    const std::string& name = r.grads.at(w);
-    auto it = renamed.find(name);
-    return it == renamed.end() ? name : it->second;
-  };
+  const std::map<std::string, std::string> grads = differentiate_subgraph(c, g, req, tag + "body_grad/", "the body");
+  auto grad_of = [&](const std::string& w) { return grads.at(w); };
 
   // The step's inputs now come from the backward iteration: t = L-1-k, i = t, the condition true, v_t recomputed
   // by the inner Loop, slice t of each scan output's gradient.
