@@ -43,8 +43,6 @@ void register_elementwise_rules(GradientRegistry& r) {
     if (c.needs_dX(0)) c.set_dX(0, c.dY(0) / c.X(1));
     if (c.needs_dX(1)) c.set_dX(1, -(c.dY(0) * c.Y(0)) / c.X(1));
   });
-  r.add("Neg", [](RuleContext& c) { c.set_dX(0, -c.dY(0)); });
-  r.add("Identity", [](RuleContext& c) { c.set_dX(0, c.dY(0)); });
   r.add("Sum", [](RuleContext& c) {
     for (size_t i = 0; i < c.num_inputs(); ++i) c.set_dX(i, c.dY(0));
   });
@@ -61,31 +59,6 @@ void register_elementwise_rules(GradientRegistry& r) {
       c.set_dX(0, c.dY(0) * e * pow(c.X(0), e - 1.0));
     }
     if (c.needs_dX(1)) c.set_dX(1, cast(c.dY(0) * c.Y(0) * log(c.X(0)), c.X(1).dtype()));
-  });
-  r.add("Sqrt", [](RuleContext& c) { c.set_dX(0, (0.5 * c.dY(0)) / c.Y(0)); });
-  r.add("Exp", [](RuleContext& c) { c.set_dX(0, c.dY(0) * c.Y(0)); });
-  r.add("Log", [](RuleContext& c) { c.set_dX(0, c.dY(0) / c.X(0)); });
-  r.add("Abs", [](RuleContext& c) { c.set_dX(0, c.dY(0) * sign(c.X(0))); });
-  r.add("Reciprocal", [](RuleContext& c) {
-    // y = 1/x:  dx = -dy / x^2 = -dy * y * y
-    c.set_dX(0, -(c.dY(0) * c.Y(0) * c.Y(0)));
-  });
-  r.add("Erf", [](RuleContext& c) {
-    // d/dx erf(x) = 2/sqrt(pi) * exp(-x^2)
-    Expr x = c.X(0);
-    c.set_dX(0, c.dY(0) * (2.0 / std::sqrt(std::numbers::pi)) * exp(-(x * x)));
-  });
-  r.add("Cast", [](RuleContext& c) {
-    // Only a float-to-float cast carries a gradient; casts to or from integers are piecewise constant.
-    if (!is_floating(c.X(0).dtype()) || !is_floating(c.dY(0).dtype())) return;
-    c.set_dX(0, cast(c.dY(0), c.X(0).dtype()));
-  });
-  r.add("CastLike", [](RuleContext& c) {
-    // CastLike(dY, X) as a Cast to X's static dtype, so that X need not stay alive for the backward pass;
-    // target_type only lends its dtype and gets no gradient.
-    const DType x = rules::input_type(c, 0).dtype;
-    if (!is_floating(x) || !is_floating(c.dY(0).dtype())) return;
-    c.set_dX(0, cast(c.dY(0), x));
   });
   r.add("Where", [](RuleContext& c) {
     Expr zero = zero_like(c.dY(0));

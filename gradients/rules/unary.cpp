@@ -1,5 +1,8 @@
-// Gradients of ops whose kernels are the unary family (executor/cpu/unary.cpp, executor/cuda/unary.cu): Clip.
-// The other unary ops' rules are still in elementwise.cpp and activation.cpp (docs/executor.md, "Families").
+// Gradients of ops whose kernels are the unary family (executor/cpu/unary.cpp, executor/cuda/unary.cu): Neg,
+// Identity, Sqrt, Exp, Log, Abs, Reciprocal, Erf, Cast, CastLike and Clip. Relu, Sigmoid, Tanh, LeakyRelu,
+// Softplus and Elu are still in activation.cpp (docs/executor.md, "Families").
+#include <cmath>
+#include <numbers>
 #include <optional>
 
 #include "gradients/rule.h"
@@ -33,6 +36,33 @@ void clip_rule(RuleContext& c) {
 }  // namespace
 
 void register_unary_rules(GradientRegistry& r) {
+  r.add("Neg", [](RuleContext& c) { c.set_dX(0, -c.dY(0)); });
+  r.add("Identity", [](RuleContext& c) { c.set_dX(0, c.dY(0)); });
+  r.add("Sqrt", [](RuleContext& c) { c.set_dX(0, (0.5 * c.dY(0)) / c.Y(0)); });
+  r.add("Exp", [](RuleContext& c) { c.set_dX(0, c.dY(0) * c.Y(0)); });
+  r.add("Log", [](RuleContext& c) { c.set_dX(0, c.dY(0) / c.X(0)); });
+  r.add("Abs", [](RuleContext& c) { c.set_dX(0, c.dY(0) * sign(c.X(0))); });
+  r.add("Reciprocal", [](RuleContext& c) {
+    // y = 1/x:  dx = -dy / x^2 = -dy * y * y
+    c.set_dX(0, -(c.dY(0) * c.Y(0) * c.Y(0)));
+  });
+  r.add("Erf", [](RuleContext& c) {
+    // d/dx erf(x) = 2/sqrt(pi) * exp(-x^2)
+    Expr x = c.X(0);
+    c.set_dX(0, c.dY(0) * (2.0 / std::sqrt(std::numbers::pi)) * exp(-(x * x)));
+  });
+  r.add("Cast", [](RuleContext& c) {
+    // Only a float-to-float cast carries a gradient; casts to or from integers are piecewise constant.
+    if (!is_floating(c.X(0).dtype()) || !is_floating(c.dY(0).dtype())) return;
+    c.set_dX(0, cast(c.dY(0), c.X(0).dtype()));
+  });
+  r.add("CastLike", [](RuleContext& c) {
+    // CastLike(dY, X) as a Cast to X's static dtype, so that X need not stay alive for the backward pass;
+    // target_type only lends its dtype and gets no gradient.
+    const DType x = rules::input_type(c, 0).dtype;
+    if (!is_floating(x) || !is_floating(c.dY(0).dtype())) return;
+    c.set_dX(0, cast(c.dY(0), x));
+  });
   r.add("Clip", clip_rule);
 }
 
