@@ -1,6 +1,6 @@
-// Gradients of activations. Relu, Sigmoid and Tanh use the fused onnxtrain ops (gradients/fused.h), which read
-// only the forward output, so the input can be freed after the forward pass; Gelu's fused gradients read its
-// input. Softmax and LogSoftmax: softmax.cpp.
+// Gradients of activations whose CPU kernels are executor/cpu/activation.cpp. Gelu's fused gradients read its
+// input. Relu, Sigmoid, Tanh, LeakyRelu, Softplus, Elu (unary kernels): unary.cpp; Softmax and LogSoftmax:
+// softmax.cpp.
 #include <cmath>
 #include <numbers>
 #include <numeric>
@@ -15,10 +15,6 @@ namespace onnxtrain {
 
 namespace {
 
-Expr fused(RuleContext& c, const std::string& op) {
-  return apply(c.builder(), op, {c.dY(0), c.Y(0)}, c.dY(0).type, {}, kFusedGradDomain);
-}
-
 Expr zero(const Expr& a) { return scalar(*a.b, a.dtype(), 0.0); }
 Expr positive(const Expr& a) { return greater(a, zero(a)); }
 Expr unary(const std::string& op, const Expr& a) { return apply(*a.b, op, {a}, a.type); }
@@ -26,29 +22,8 @@ Expr unary(const std::string& op, const Expr& a) { return apply(*a.b, op, {a}, a
 }  // namespace
 
 void register_activation_rules(GradientRegistry& r) {
-  r.add("Relu", [](RuleContext& c) { c.set_dX(0, fused(c, "ReluGrad")); });
-  r.add("Sigmoid", [](RuleContext& c) { c.set_dX(0, fused(c, "SigmoidGrad")); });
-  r.add("Tanh", [](RuleContext& c) { c.set_dX(0, fused(c, "TanhGrad")); });
-  r.add("LeakyRelu", [](RuleContext& c) {
-    const double alpha = c.node().attr_float("alpha", 0.01f);
-    // With alpha > 0, y > 0 exactly where x > 0, so only Y is kept for the backward pass.
-    Expr s = alpha > 0 ? c.Y(0) : c.X(0), dy = c.dY(0);
-    c.set_dX(0, where(positive(s), dy, dy * alpha));
-  });
-  r.add("Softplus", [](RuleContext& c) {
-    // d/dx log(1 + e^x) = sigmoid(x)
-    Expr x = c.X(0);
-    c.set_dX(0, c.dY(0) * apply(c.builder(), "Sigmoid", {x}, x.type));
-  });
-
-  // Elu, Selu and Celu: for x <= 0 the derivative is (y + alpha * gamma) (resp. y / alpha + 1), and the sign of
-  // y tells the branches apart for the usual attributes, so these read only Y.
-  r.add("Elu", [](RuleContext& c) {
-    const double alpha = c.node().attr_float("alpha", 1.0f);
-    Expr dy = c.dY(0), y = c.Y(0);
-    Expr s = alpha >= 0 ? y : c.X(0);  // alpha < 0 makes y positive on both branches
-    c.set_dX(0, where(positive(s), dy, dy * (y + alpha)));
-  });
+  // Selu and Celu (and Elu, unary.cpp): for x <= 0 the derivative is (y + alpha * gamma) (resp. y / alpha + 1),
+  // and the sign of y tells the branches apart for the usual attributes, so these read only Y.
   r.add("Selu", [](RuleContext& c) {
     const double alpha = c.node().attr_float("alpha", 1.67326319217681884765625f);
     const double gamma = c.node().attr_float("gamma", 1.05070102214813232421875f);

@@ -1,16 +1,25 @@
 // Gradients of ops whose kernels are the unary family (executor/cpu/unary.cpp, executor/cuda/unary.cu): Neg,
-// Identity, Sqrt, Exp, Log, Abs, Reciprocal, Erf, Cast, CastLike and Clip. Relu, Sigmoid, Tanh, LeakyRelu,
-// Softplus and Elu are still in activation.cpp (docs/executor.md, "Families").
+// Identity, Sqrt, Exp, Log, Abs, Reciprocal, Erf, Cast, CastLike, Clip, and the activations Relu, Sigmoid, Tanh,
+// LeakyRelu, Softplus and Elu. Relu, Sigmoid and Tanh use the fused onnxtrain ops (gradients/fused.h), which read
+// only the forward output, so the input can be freed after the forward pass.
 #include <cmath>
 #include <numbers>
 #include <optional>
 
+#include "gradients/fused.h"
 #include "gradients/rule.h"
 #include "gradients/rules/util.h"
 
 namespace onnxtrain {
 
 namespace {
+
+Expr fused(RuleContext& c, const std::string& op) {
+  return apply(c.builder(), op, {c.dY(0), c.Y(0)}, c.dY(0).type, {}, kFusedGradDomain);
+}
+
+Expr zero(const Expr& a) { return scalar(*a.b, a.dtype(), 0.0); }
+Expr positive(const Expr& a) { return greater(a, zero(a)); }
 
 Expr zero_of(RuleContext& c, const Expr& like) { return scalar(c.builder(), like.dtype(), 0.0); }
 
@@ -64,6 +73,28 @@ void register_unary_rules(GradientRegistry& r) {
     c.set_dX(0, cast(c.dY(0), x));
   });
   r.add("Clip", clip_rule);
+  r.add("Relu", [](RuleContext& c) { c.set_dX(0, fused(c, "ReluGrad")); });
+  r.add("Sigmoid", [](RuleContext& c) { c.set_dX(0, fused(c, "SigmoidGrad")); });
+  r.add("Tanh", [](RuleContext& c) { c.set_dX(0, fused(c, "TanhGrad")); });
+  r.add("LeakyRelu", [](RuleContext& c) {
+    const double alpha = c.node().attr_float("alpha", 0.01f);
+    // With alpha > 0, y > 0 exactly where x > 0, so only Y is kept for the backward pass.
+    Expr s = alpha > 0 ? c.Y(0) : c.X(0), dy = c.dY(0);
+    c.set_dX(0, where(positive(s), dy, dy * alpha));
+  });
+  r.add("Softplus", [](RuleContext& c) {
+    // d/dx log(1 + e^x) = sigmoid(x)
+    Expr x = c.X(0);
+    c.set_dX(0, c.dY(0) * apply(c.builder(), "Sigmoid", {x}, x.type));
+  });
+  // Elu: for x <= 0 the derivative is y + alpha, and the sign of y tells the branches apart for alpha >= 0, so
+  // it reads only Y (as Selu and Celu, activation.cpp).
+  r.add("Elu", [](RuleContext& c) {
+    const double alpha = c.node().attr_float("alpha", 1.0f);
+    Expr dy = c.dY(0), y = c.Y(0);
+    Expr s = alpha >= 0 ? y : c.X(0);  // alpha < 0 makes y positive on both branches
+    c.set_dX(0, where(positive(s), dy, dy * (y + alpha)));
+  });
 }
 
 }  // namespace onnxtrain
