@@ -245,7 +245,7 @@ TEST_P(DeviceSession, TrainerValidatesAndCheckpointsOnTheDevice) {
   const auto dir = test::temp_dir("device_trainer_" + std::to_string(std::hash<std::string>()(device())));
   Data train = make_data(40, true, 6), val = make_data(15, true, 7);
   std::map<std::string, std::map<std::string, double>> metrics;
-  for (const std::string dev : {std::string("cpu"), device()}) {
+  for (const std::string& dev : {std::string("cpu"), device()}) {
     TrainingSession s(classifier(), adam_cosine("cross_entropy", dev));
     DataLoader tl({{"x", train.x}, {s.target_name(), train.y}}, 16, std::make_shared<RandomSampler>(40, true, 11));
     DataLoader vl({{"x", val.x}, {s.target_name(), val.y}}, 8);
