@@ -31,7 +31,12 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ONNXTRAIN_HAVE_BF16_KERNEL 1
 #include <cpuid.h>
+// GCC 12's AVX-512 headers build _mm512_cvtepi32_epi16 and _mm512_castsi256_si512 on an "undefined" register
+// that -Wuninitialized then reports (a false positive, GCC bug 105593), once per inlined use.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #include <sys/syscall.h>
 #include <unistd.h>
 #else

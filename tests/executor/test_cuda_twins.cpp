@@ -120,8 +120,12 @@ TEST(SharedFunctors, TranscendentalsTheCpuComputesWithEigen) {
     EXPECT_NEAR(SigmoidOp{}(x), static_cast<double>(1.0L / (1.0L + std::exp(-xl))), 1e-15) << x;
     EXPECT_NEAR(SigmoidOp{}(static_cast<float>(x)), static_cast<float>(1.0L / (1.0L + std::exp(-xl))), 1e-7) << x;
     EXPECT_DOUBLE_EQ(TanhOp{}(x), static_cast<double>(std::tanh(xl))) << x;
-    if (std::abs(x) < 700) EXPECT_NEAR(ExpOp{}(x) / static_cast<double>(std::exp(xl)), 1.0, 1e-15) << x;
-    if (x > 0) EXPECT_NEAR(LogOp{}(x), static_cast<double>(std::log(xl)), 1e-14) << x;
+    if (std::abs(x) < 700) {
+      EXPECT_NEAR(ExpOp{}(x) / static_cast<double>(std::exp(xl)), 1.0, 1e-15) << x;
+    }
+    if (x > 0) {
+      EXPECT_NEAR(LogOp{}(x), static_cast<double>(std::log(xl)), 1e-14) << x;
+    }
   }
   EXPECT_TRUE(std::isnan(LogOp{}(-1.0)));
   EXPECT_EQ(LogOp{}(0.0), -INFINITY);
