@@ -36,6 +36,20 @@ void add_weighted_loss(Graph& g, const std::string& v, std::vector<int64_t> shap
   g.outputs.push_back({"L", f64({})});
 }
 
+// L = sum(H * H) + sum(Ys * R) for a fixed R of Ys' shape: both a control-flow node's final state H and its
+// stacked scan output Ys carry gradient.
+void add_state_and_sequence_loss(Graph& g, const std::vector<int64_t>& ys_shape) {
+  g.nodes.push_back(named_node("hh", "Mul", {"H", "H"}, {"HH"}));
+  g.nodes.push_back(named_node("hsum", "ReduceSum", {"HH"}, {"Lh"}));
+  g.nodes.back().attributes["keepdims"] = int64_t{0};
+  g.initializers["R"] = f64_tensor(ys_shape, 0.7, -0.15).to_data();
+  g.nodes.push_back(named_node("weigh", "Mul", {"Ys", "R"}, {"weighted"}));
+  g.nodes.push_back(named_node("ysum", "ReduceSum", {"weighted"}, {"Ly"}));
+  g.nodes.back().attributes["keepdims"] = int64_t{0};
+  g.nodes.push_back(named_node("total", "Add", {"Lh", "Ly"}, {"L"}));
+  g.outputs.push_back({"L", f64({})});
+}
+
 double loss(Executor& ex, const std::map<std::string, Tensor>& feeds) { return ex.run(feeds).at(0).ptr<double>()[0]; }
 
 // The analytic gradients of L with respect to `wrt` (graph inputs among `feeds`), each compared element by
@@ -168,17 +182,7 @@ Model rnn_scan_model(int64_t in_axis, int64_t in_dir, int64_t out_axis, int64_t 
   n.attributes["scan_output_axes"] = std::vector<int64_t>{out_axis};
   n.attributes["scan_output_directions"] = std::vector<int64_t>{out_dir};
   g.nodes.push_back(n);
-  // L = sum(Ys * R) + sum(H * H): both the scan output and the final state carry gradient.
-  g.nodes.push_back(named_node("hh", "Mul", {"H", "H"}, {"HH"}));
-  g.nodes.push_back(named_node("hsum", "ReduceSum", {"HH"}, {"Lh"}));
-  g.nodes.back().attributes["keepdims"] = int64_t{0};
-  const std::vector<int64_t> y_shape = out_axis == 0 ? std::vector<int64_t>{4, 3} : std::vector<int64_t>{3, 4};
-  g.initializers["R"] = f64_tensor(y_shape, 0.7, -0.15).to_data();
-  g.nodes.push_back(named_node("weigh", "Mul", {"Ys", "R"}, {"weighted"}));
-  g.nodes.push_back(named_node("ysum", "ReduceSum", {"weighted"}, {"Ly"}));
-  g.nodes.back().attributes["keepdims"] = int64_t{0};
-  g.nodes.push_back(named_node("total", "Add", {"Lh", "Ly"}, {"L"}));
-  g.outputs.push_back({"L", f64({})});
+  add_state_and_sequence_loss(g, out_axis == 0 ? std::vector<int64_t>{4, 3} : std::vector<int64_t>{3, 4});
   return m;
 }
 
@@ -223,15 +227,7 @@ TEST(ControlFlowGradients, LoopWithTripCountCarriedValueAndScanOutputMatchesCent
   Node n = named_node("repeat", "Loop", {"M", "", "h0"}, {"H", "Ys"});
   n.attributes["body"] = body;
   g.nodes.push_back(n);
-  g.nodes.push_back(named_node("hh", "Mul", {"H", "H"}, {"HH"}));
-  g.nodes.push_back(named_node("hsum", "ReduceSum", {"HH"}, {"Lh"}));
-  g.nodes.back().attributes["keepdims"] = int64_t{0};
-  g.initializers["R"] = f64_tensor({3, 3}, 0.7, -0.15).to_data();
-  g.nodes.push_back(named_node("weigh", "Mul", {"Ys", "R"}, {"weighted"}));
-  g.nodes.push_back(named_node("ysum", "ReduceSum", {"weighted"}, {"Ly"}));
-  g.nodes.back().attributes["keepdims"] = int64_t{0};
-  g.nodes.push_back(named_node("total", "Add", {"Lh", "Ly"}, {"L"}));
-  g.outputs.push_back({"L", f64({})});
+  add_state_and_sequence_loss(g, {3, 3});
   Graph built = expect_gradients_match(m, {"h0", "X", "W", "c"},
                                        {{"h0", f64_tensor({3}, 0.1, 0.2)}, {"X", f64_tensor({3}, -0.5, 0.4)},
                                         {"W", f64_tensor({3}, 0.9, -0.3)}, {"c", f64_tensor({3}, 0.2, 0.1)}});
@@ -261,15 +257,7 @@ TEST(ControlFlowGradients, LoopWithTripCountFromAShapeTakesTheScanPathAndMatches
   Node n = named_node("repeat", "Loop", {"M", "", "h0"}, {"H", "Ys"});
   n.attributes["body"] = body;
   g.nodes.push_back(n);
-  g.nodes.push_back(named_node("hh", "Mul", {"H", "H"}, {"HH"}));
-  g.nodes.push_back(named_node("hsum", "ReduceSum", {"HH"}, {"Lh"}));
-  g.nodes.back().attributes["keepdims"] = int64_t{0};
-  g.initializers["R"] = f64_tensor({4, 3}, 0.7, -0.15).to_data();
-  g.nodes.push_back(named_node("weigh", "Mul", {"Ys", "R"}, {"weighted"}));
-  g.nodes.push_back(named_node("ysum", "ReduceSum", {"weighted"}, {"Ly"}));
-  g.nodes.back().attributes["keepdims"] = int64_t{0};
-  g.nodes.push_back(named_node("total", "Add", {"Lh", "Ly"}, {"L"}));
-  g.outputs.push_back({"L", f64({})});
+  add_state_and_sequence_loss(g, {4, 3});
   Graph built = expect_gradients_match(m, {"h0", "X", "W"},
                                        {{"h0", f64_tensor({3}, 0.1, 0.2)}, {"X", f64_tensor({3}, -0.5, 0.4)},
                                         {"W", f64_tensor({3}, 0.9, -0.3)}, {"S", f64_tensor({4, 2}, 0.0, 1.0)}});
@@ -310,15 +298,7 @@ TEST(ControlFlowGradients, LoopWithAnIntCounterOnTheScanPathMatchesCentralDiffer
   Node n = named_node("repeat", "Loop", {"M", "", "h0", "n0"}, {"H", "N", "Ys", "Ns"});
   n.attributes["body"] = body;
   g.nodes.push_back(n);
-  g.nodes.push_back(named_node("hh", "Mul", {"H", "H"}, {"HH"}));
-  g.nodes.push_back(named_node("hsum", "ReduceSum", {"HH"}, {"Lh"}));
-  g.nodes.back().attributes["keepdims"] = int64_t{0};
-  g.initializers["R"] = f64_tensor({3, 3}, 0.7, -0.15).to_data();
-  g.nodes.push_back(named_node("weigh", "Mul", {"Ys", "R"}, {"weighted"}));
-  g.nodes.push_back(named_node("ysum", "ReduceSum", {"weighted"}, {"Ly"}));
-  g.nodes.back().attributes["keepdims"] = int64_t{0};
-  g.nodes.push_back(named_node("total", "Add", {"Lh", "Ly"}, {"L"}));
-  g.outputs.push_back({"L", f64({})});
+  add_state_and_sequence_loss(g, {3, 3});
   Graph built = expect_gradients_match(m, {"h0", "X", "W"},
                                        {{"h0", f64_tensor({3}, 0.1, 0.2)}, {"X", f64_tensor({3}, -0.5, 0.4)},
                                         {"W", f64_tensor({3}, 0.9, -0.3)}});
