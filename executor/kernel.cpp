@@ -84,7 +84,6 @@ const KernelRegistry& default_kernels() {
     register_cpu_shape(r);
     register_cpu_matmul(r);
     register_cpu_half_matmul(r);
-    register_cpu_fused_grad(r);
     register_cpu_softmax(r);
     register_cpu_index(r);
     register_cpu_training_ops(r);

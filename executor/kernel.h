@@ -108,11 +108,10 @@ void register_cpu_reduce(KernelRegistry& r);          // Reduce*, ArgMax/ArgMin,
 void register_cpu_shape(KernelRegistry& r);
 void register_cpu_matmul(KernelRegistry& r);
 void register_cpu_half_matmul(KernelRegistry& r);  // float16/bfloat16 MatMul, Gemm; after register_cpu_matmul
-void register_cpu_fused_grad(KernelRegistry& r);
 void register_cpu_softmax(KernelRegistry& r);
 void register_cpu_index(KernelRegistry& r);           // Gather/ScatterElements, Gather/ScatterND
 void register_cpu_training_ops(KernelRegistry& r);  // ai.onnx.preview.training
-void register_cpu_activation(KernelRegistry& r);     // trigonometric and activation functions
+void register_cpu_activation(KernelRegistry& r);     // activation functions, Hardmax, GeluGrad/GeluTanhGrad
 void register_cpu_norm(KernelRegistry& r);           // Batch/Instance/Layer/Group normalization
 void register_cpu_conv(KernelRegistry& r);           // Conv, ConvTranspose, ConvGrad (oneDNN, own AVX-512)
 void register_cpu_pool(KernelRegistry& r);           // MaxPool, AveragePool, LpPool, global pools, their grads

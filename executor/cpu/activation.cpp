@@ -1,6 +1,9 @@
-// Trigonometric, hyperbolic and activation kernels on the CPU: flat loops over the shared functors in
-// executor/functors.h (so a CUDA backend reuses the maths the node tests check here), plus PRelu (its slope
-// broadcasts onto the input) and Hardmax (a one-hot of the first maximum along an axis).
+// Activation kernels on the CPU (rules: gradients/rules/activation.cpp; CUDA: executor/cuda/activation.cu): flat
+// loops over the shared functors in executor/functors.h (so the CUDA twins reuse the maths the node tests check
+// here), plus PRelu (its slope broadcasts onto the input), Hardmax (a one-hot of the first maximum along an axis)
+// and Gelu's fused gradients GeluGrad and GeluTanhGrad.
+// GCC 12 warns falsely inside its AVX-512 intrinsics when Eigen vectorises the GELU gradients.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -212,24 +215,41 @@ std::unique_ptr<Kernel> make_hardmax(PrepareContext& ctx) {
   return k;
 }
 
+// ---- GeluGrad, GeluTanhGrad: (dY, X) -> dX ----------------------------------------------------------------
+// GELU's derivative from its input x, for GeluGrad (exact, erf) and GeluTanhGrad (tanh approximation): the
+// formulas of executor/functors.h as Eigen array expressions, one vectorised pass (GCC does not vectorise
+// std::erf/exp/tanh, so a scalar loop loses to the function body's chain of vectorised kernels).
+using GeluGradOp = cpu::EigenFormula<GeluErfGradFn>;
+using GeluTanhGradOp = cpu::EigenFormula<GeluTanhGradFn>;
+
+template <class Op, class T> class EigenGradKernel final : public Kernel {
+ public:
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* dy = in[0]->ptr<T>();
+    const T* x = in[1]->ptr<T>();
+    T* dx = out[0]->ptr<T>();
+    parallel_chunks(out[0]->numel(), cpu::kCostlyGrain, [&](int64_t s, int64_t e) {
+      using A = Eigen::Array<T, Eigen::Dynamic, 1>;
+      Eigen::Map<const A> dys(dy + s, e - s), xs(x + s, e - s);
+      Eigen::Map<A>(dx + s, e - s) = Op::eval(dys, xs);
+    });
+  }
+};
+
+template <class Op> std::unique_ptr<Kernel> make_gelu_grad(PrepareContext& ctx) {
+  cpu::expect_grad_inputs(ctx);
+  const KernelInput& dy = ctx.inputs[0];
+  cpu::set_output(ctx, 0, dy.dtype, dy.shape);
+  if (dy.dtype == DType::Float32) return std::make_unique<EigenGradKernel<Op, float>>();
+  if (dy.dtype == DType::Float64) return std::make_unique<EigenGradKernel<Op, double>>();
+  ctx.fail("unsupported dtype " + dtype_name(dy.dtype) + " (float32, float64)");
+}
+
 }  // namespace
 
 void register_cpu_activation(KernelRegistry& r) {
   const std::vector<DType> flt = {DType::Float32, DType::Float64};
-  // Versions: the trigonometric ops arrived at 7 and the hyperbolic ones at 9, unchanged since except for
-  // added dtypes; opset 6 dropped the legacy consumed_inputs of Selu/HardSigmoid.
-  add(r, "Sin", 7, flt, plain<SinOp>(kCostlyGrain));
-  add(r, "Cos", 7, flt, plain<CosOp>(kCostlyGrain));
-  add(r, "Tan", 7, flt, plain<TanOp>(kCostlyGrain));
-  add(r, "Asin", 7, flt, plain<AsinOp>(kCostlyGrain));
-  add(r, "Acos", 7, flt, plain<AcosOp>(kCostlyGrain));
-  add(r, "Atan", 7, flt, plain<AtanOp>(kCostlyGrain));
-  add(r, "Sinh", 9, flt, plain<SinhOp>(kCostlyGrain));
-  add(r, "Cosh", 9, flt, plain<CoshOp>(kCostlyGrain));
-  add(r, "Asinh", 9, flt, plain<AsinhOp>(kCostlyGrain));
-  add(r, "Acosh", 9, flt, plain<AcoshOp>(kCostlyGrain));
-  add(r, "Atanh", 9, flt, plain<AtanhOp>(kCostlyGrain));
-  add(r, "Round", 11, flt, plain<RoundOp>(kCheapGrain));
+  // Opset 6 dropped the legacy consumed_inputs of Selu/HardSigmoid.
   add(r, "Selu", 6, flt, make_selu);
   add(r, "Celu", 12, flt, make_celu);
   add(r, "Gelu", 20, flt, make_gelu);
@@ -241,6 +261,9 @@ void register_cpu_activation(KernelRegistry& r) {
   add(r, "PRelu", 7, flt, make_prelu);
   add(r, "Hardmax", 1, flt, make_hardmax);
   add(r, "Shrink", 9, flt, make_shrink);
+  // Gelu's fused gradients (emitted by its rule, gradients/rules/activation.cpp), beside the forward kernel.
+  add(r, "onnxtrain", "GeluGrad", 1, flt, make_gelu_grad<GeluGradOp>);
+  add(r, "onnxtrain", "GeluTanhGrad", 1, flt, make_gelu_grad<GeluTanhGradOp>);
 }
 
 }  // namespace onnxtrain

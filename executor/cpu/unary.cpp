@@ -1,6 +1,8 @@
-// Unary elementwise ops on the CPU: one flat loop over contiguous memory, threaded for large tensors. The
-// transcendental float ops go through Eigen's vectorised versions (executor/cpu/eigen_map.h),
-// which GCC cannot vectorise from std:: calls; the rest call the shared functors in executor/functors.h.
+// Unary elementwise ops on the CPU (rules: gradients/rules/unary.cpp; CUDA: executor/cuda/unary.cu): one flat
+// loop over contiguous memory, threaded for large tensors. The transcendental float ops go through Eigen's
+// vectorised versions (executor/cpu/eigen_map.h), which GCC cannot vectorise from std:: calls; the rest call the
+// shared functors in executor/functors.h. Also the fused gradients ReluGrad, SigmoidGrad and TanhGrad, which the
+// rules of Relu, Sigmoid and Tanh emit.
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -187,6 +189,31 @@ std::unique_ptr<Kernel> make_clip(PrepareContext& ctx) {
   return k;
 }
 
+// ---- ReluGrad, SigmoidGrad, TanhGrad: (dY, Y) -> dX from the forward op's output --------------------------
+// One pass instead of the 3-5 elementwise nodes of their ONNX function bodies (gradients/fused.cpp).
+
+template <class Op, class T> class GradKernel final : public Kernel {
+ public:
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    const T* dy = in[0]->ptr<T>();
+    const T* y = in[1]->ptr<T>();
+    T* dx = out[0]->ptr<T>();
+    const Op op;
+    parallel_chunks(out[0]->numel(), kCheapGrain, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) dx[i] = op(dy[i], y[i]);
+    });
+  }
+};
+
+template <class Op> std::unique_ptr<Kernel> make_grad(PrepareContext& ctx) {
+  cpu::expect_grad_inputs(ctx);
+  const KernelInput& dy = ctx.inputs[0];
+  cpu::set_output(ctx, 0, dy.dtype, dy.shape);
+  if (dy.dtype == DType::Float32) return std::make_unique<GradKernel<Op, float>>();
+  if (dy.dtype == DType::Float64) return std::make_unique<GradKernel<Op, double>>();
+  ctx.fail("unsupported dtype " + dtype_name(dy.dtype) + " (float32, float64)");
+}
+
 }  // namespace
 
 void register_cpu_unary(KernelRegistry& r) {
@@ -220,6 +247,23 @@ void register_cpu_unary(KernelRegistry& r) {
       make_cast_like);
   add(r, "Clip", 6, {DType::Float32, DType::Float64, DType::Int64, DType::Int32, DType::Int8, DType::UInt8},
       make_clip);
+  // The trigonometric ops arrived at 7 and the hyperbolic ones at 9, unchanged since except for added dtypes.
+  add(r, "Sin", 7, flt, functor_unary<SinOp, float, double>(kCostlyGrain));
+  add(r, "Cos", 7, flt, functor_unary<CosOp, float, double>(kCostlyGrain));
+  add(r, "Tan", 7, flt, functor_unary<TanOp, float, double>(kCostlyGrain));
+  add(r, "Asin", 7, flt, functor_unary<AsinOp, float, double>(kCostlyGrain));
+  add(r, "Acos", 7, flt, functor_unary<AcosOp, float, double>(kCostlyGrain));
+  add(r, "Atan", 7, flt, functor_unary<AtanOp, float, double>(kCostlyGrain));
+  add(r, "Sinh", 9, flt, functor_unary<SinhOp, float, double>(kCostlyGrain));
+  add(r, "Cosh", 9, flt, functor_unary<CoshOp, float, double>(kCostlyGrain));
+  add(r, "Asinh", 9, flt, functor_unary<AsinhOp, float, double>(kCostlyGrain));
+  add(r, "Acosh", 9, flt, functor_unary<AcoshOp, float, double>(kCostlyGrain));
+  add(r, "Atanh", 9, flt, functor_unary<AtanhOp, float, double>(kCostlyGrain));
+  add(r, "Round", 11, flt, functor_unary<RoundOp, float, double>(kCheapGrain));
+  // The fused gradients of Relu, Sigmoid and Tanh (gradients/rules/unary.cpp emits them).
+  add(r, "onnxtrain", "ReluGrad", 1, flt, make_grad<ReluGradOp>);
+  add(r, "onnxtrain", "SigmoidGrad", 1, flt, make_grad<SigmoidGradOp>);
+  add(r, "onnxtrain", "TanhGrad", 1, flt, make_grad<TanhGradOp>);
 }
 
 }  // namespace onnxtrain

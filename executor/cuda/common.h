@@ -52,6 +52,7 @@ void gemm_half(DType t, cublasOperation_t opb, cublasOperation_t opa, int64_t n,
 // gradients/rules/; docs/executor.md, "Families"), called from register_cuda_kernels().
 void register_cuda_elementwise(KernelRegistry& r);
 void register_cuda_unary(KernelRegistry& r);
+void register_cuda_activation(KernelRegistry& r);
 void register_cuda_training_ops(KernelRegistry& r);
 void register_cuda_shape(KernelRegistry& r);
 void register_cuda_matmul(KernelRegistry& r);

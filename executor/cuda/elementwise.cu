@@ -1,27 +1,16 @@
 // Binary, ternary and variadic elementwise ops with broadcasting on CUDA: the maths is executor/functors.h,
-// the broadcast pattern is the CPU's BroadcastPlan, and this file only launches.
+// the broadcast pattern is the CPU's BroadcastPlan, and this file only launches (the two-input launch template,
+// shared with PRelu in activation.cu, is map_kernels.cuh).
 #include <memory>
 #include <type_traits>
 
 #include "executor/cuda/common.h"
 #include "executor/cuda/device_util.cuh"
+#include "executor/cuda/map_kernels.cuh"
 #include "executor/functor_attrs.h"
 
 namespace onnxtrain::cuda {
 namespace {
-
-template <class Op, class TA, class TB, class TO>
-__global__ void binary_kernel(Strides<2> s, bool flat, int64_t n, const TA* a, const TB* b, TO* o, Op op) {
-  for (int64_t i = global_index(); i < n; i += grid_stride()) {
-    if (flat) {
-      o[i] = op(a[i], b[i]);
-    } else {
-      int64_t off[2];
-      s.offsets(i, off);
-      o[i] = op(a[off[0]], b[off[1]]);
-    }
-  }
-}
 
 template <class T>
 __global__ void where_kernel(Strides<3> s, bool flat, int64_t n, const bool* c, const T* x, const T* y, T* o) {
@@ -40,31 +29,6 @@ __global__ void where_kernel(Strides<3> s, bool flat, int64_t n, const bool* c, 
 template <class T> __global__ void scale_kernel(int64_t n, T* o, T scale) {
   const MulOp op;
   for (int64_t i = global_index(); i < n; i += grid_stride()) o[i] = op(o[i], scale);
-}
-
-template <class Op, class TA, class TB, class TO>
-void launch_binary(const BroadcastPlan& p, const TA* a, const TB* b, TO* o, const Op& op) {
-  if (p.numel == 0) return;
-  binary_kernel<<<blocks_for(p.numel), kBlock, 0, stream()>>>(strides_of<2>(p), p.all_contiguous(), p.numel, a, b, o, op);
-  check_launch("binary elementwise kernel");
-}
-
-template <class Op, class TA, class TB, class TO> class BinaryKernel final : public Kernel {
- public:
-  BinaryKernel(BroadcastPlan p, Op op) : plan_(std::move(p)), op_(op) {}
-  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    launch_binary(plan_, in[0]->ptr<TA>(), in[1]->ptr<TB>(), out[0]->ptr<TO>(), op_);
-  }
-
- private:
-  BroadcastPlan plan_;
-  Op op_;
-};
-
-BroadcastPlan plan_for(const PrepareContext& ctx) {
-  std::vector<std::vector<int64_t>> shapes;
-  for (const KernelInput& in : ctx.inputs) shapes.push_back(in.shape);
-  return plan_broadcast(shapes, ctx.outputs[0].shape);
 }
 
 template <class Op, bool BoolOut, class... Ts> CudaFactory same_type_binary(Op (*make_op)(const Node&) = nullptr) {
@@ -168,18 +132,6 @@ template <class Op, class... Ts> CudaFactory variadic(bool mean) {
   };
 }
 
-// PRelu: the slope broadcasts onto X, which is the output's shape.
-std::unique_ptr<Kernel> make_prelu(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  std::unique_ptr<Kernel> k;
-  dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    k = std::make_unique<BinaryKernel<PReluOp, T, T, T>>(plan_for(ctx), PReluOp{});
-  });
-  if (!k) ops::fail_dtype(ctx);
-  return k;
-}
-
 }  // namespace
 
 void register_cuda_elementwise(KernelRegistry& r) {
@@ -202,7 +154,6 @@ void register_cuda_elementwise(KernelRegistry& r) {
   twin(r, "Mean", variadic<AddOp, float, double>(true));
   twin(r, "Max", variadic<MaxOp, float, double, int64_t, int32_t>(false));
   twin(r, "Min", variadic<MinOp, float, double, int64_t, int32_t>(false));
-  twin(r, "PRelu", make_prelu);
 }
 
 }  // namespace onnxtrain::cuda

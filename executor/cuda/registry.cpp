@@ -24,6 +24,7 @@ void twin(KernelRegistry& r, const std::string& domain, const std::string& op, C
 void register_cuda_kernels(KernelRegistry& r) {
   cuda::register_cuda_elementwise(r);
   cuda::register_cuda_unary(r);
+  cuda::register_cuda_activation(r);
   cuda::register_cuda_training_ops(r);
   cuda::register_cuda_shape(r);
   cuda::register_cuda_matmul(r);

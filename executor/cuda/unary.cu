@@ -1,10 +1,13 @@
-// Unary elementwise ops, activations, Cast, Clip, the fused (dY, Y) -> dX gradients and Hardmax on CUDA.
-// The maths is executor/functors.h, shared with the CPU kernels; this file only launches.
+// Unary elementwise ops on CUDA (CPU kernels: executor/cpu/unary.cpp; rules: gradients/rules/unary.cpp): the
+// maths functions, Relu/Sigmoid/Tanh/LeakyRelu/Softplus/Elu, the trigonometric ops and Round, Cast, Clip, and the
+// fused ReluGrad, SigmoidGrad and TanhGrad. The maths is executor/functors.h, shared with the CPU kernels; this
+// file only launches (the launch templates are map_kernels.cuh).
 #include <limits>
 #include <memory>
 
 #include "executor/cuda/common.h"
 #include "executor/cuda/device_util.cuh"
+#include "executor/cuda/map_kernels.cuh"
 #include "executor/functor_attrs.h"
 
 namespace onnxtrain::cuda {
@@ -12,44 +15,6 @@ namespace onnxtrain::cuda {
 std::unique_ptr<Kernel> make_half_cast(DType from, DType to);  // half.cu
 
 namespace {
-
-template <class Op, class TI, class TO> __global__ void unary_kernel(int64_t n, const TI* x, TO* y, Op op) {
-  for (int64_t i = global_index(); i < n; i += grid_stride()) y[i] = op(x[i]);
-}
-
-template <class Op, class TI, class TO> class UnaryKernel final : public Kernel {
- public:
-  explicit UnaryKernel(Op op) : op_(op) {}
-  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    const int64_t n = out[0]->numel();
-    if (n == 0) return;
-    unary_kernel<<<blocks_for(n), kBlock, 0, stream()>>>(n, in[0]->ptr<TI>(), out[0]->ptr<TO>(), op_);
-    check_launch("unary elementwise kernel");
-  }
-
- private:
-  Op op_;
-};
-
-template <class Op, class... Ts> CudaFactory unary(Op (*make_op)(const Node&) = nullptr) {
-  return [make_op](PrepareContext& ctx, const KernelFactory& host) -> std::unique_ptr<Kernel> {
-    host_prepare(ctx, host);
-    const Op op = make_op ? make_op(ctx.node) : Op{};
-    std::unique_ptr<Kernel> k;
-    dispatch<Ts...>(ctx.inputs[0].dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      k = std::make_unique<UnaryKernel<Op, T, T>>(op);
-    });
-    if (!k) ops::fail_dtype(ctx);
-    return k;
-  };
-}
-
-template <class Op> CudaFactory floats(Op (*make_op)(const Node&) = nullptr) { return unary<Op, float, double>(make_op); }
-
-std::unique_ptr<Kernel> make_gelu(PrepareContext& ctx, const KernelFactory& host) {
-  return gelu_uses_tanh(ctx.node) ? floats<GeluTanhOp>()(ctx, host) : floats<GeluOp>()(ctx, host);
-}
 
 std::unique_ptr<Kernel> make_copy(PrepareContext& ctx, const KernelFactory& host) {
   host_prepare(ctx, host);
@@ -110,66 +75,6 @@ std::unique_ptr<Kernel> make_clip(PrepareContext& ctx, const KernelFactory& host
   return k;
 }
 
-// Fused gradients: (dY, Y) -> dX, same shapes (checked by the CPU factory).
-template <class Op, class T> __global__ void grad_kernel(int64_t n, const T* dy, const T* y, T* dx) {
-  const Op op;
-  for (int64_t i = global_index(); i < n; i += grid_stride()) dx[i] = op(dy[i], y[i]);
-}
-
-template <class Op, class T> class GradKernel final : public Kernel {
- public:
-  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    const int64_t n = out[0]->numel();
-    if (n == 0) return;
-    grad_kernel<Op, T><<<blocks_for(n), kBlock, 0, stream()>>>(n, in[0]->ptr<T>(), in[1]->ptr<T>(), out[0]->ptr<T>());
-    check_launch("fused gradient kernel");
-  }
-};
-
-template <class Op> std::unique_ptr<Kernel> make_grad(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  if (ctx.inputs[0].dtype == DType::Float64) return std::make_unique<GradKernel<Op, double>>();
-  return std::make_unique<GradKernel<Op, float>>();
-}
-
-// Hardmax: one thread per lane writes the one-hot of the lane's first maximum.
-template <class T> __global__ void hardmax_kernel(int64_t lanes, int64_t len, int64_t inner, const T* x, T* y) {
-  for (int64_t lane = global_index(); lane < lanes; lane += grid_stride()) {
-    const int64_t base = (lane / inner) * len * inner + lane % inner;
-    int64_t best = 0;
-    for (int64_t j = 1; j < len; ++j)
-      if (x[base + j * inner] > x[base + best * inner]) best = j;
-    for (int64_t j = 0; j < len; ++j) y[base + j * inner] = j == best ? T(1) : T(0);
-  }
-}
-
-template <class T> class HardmaxKernel final : public Kernel {
- public:
-  HardmaxKernel(int64_t outer, int64_t len, int64_t inner) : outer_(outer), len_(len), inner_(inner) {}
-  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    const int64_t lanes = outer_ * inner_;
-    if (lanes == 0 || len_ == 0) return;
-    hardmax_kernel<<<blocks_for(lanes), kBlock, 0, stream()>>>(lanes, len_, inner_, in[0]->ptr<T>(), out[0]->ptr<T>());
-    check_launch("Hardmax kernel");
-  }
-
- private:
-  int64_t outer_, len_, inner_;
-};
-
-std::unique_ptr<Kernel> make_hardmax(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const std::vector<int64_t>& shape = ctx.inputs[0].shape;
-  const auto rank = static_cast<int64_t>(shape.size());
-  const bool coerce = ctx.opset < 13;
-  const int64_t axis = ops::normalize_axis(ctx, ctx.node.attr_int("axis", coerce ? 1 : -1), rank);
-  int64_t outer = 1, len = shape[axis], inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
-  for (int64_t d = axis + 1; d < rank; ++d) (coerce ? len : inner) *= shape[d];
-  if (ctx.inputs[0].dtype == DType::Float64) return std::make_unique<HardmaxKernel<double>>(outer, len, inner);
-  return std::make_unique<HardmaxKernel<float>>(outer, len, inner);
-}
-
 }  // namespace
 
 void register_cuda_unary(KernelRegistry& r) {
@@ -207,22 +112,10 @@ void register_cuda_unary(KernelRegistry& r) {
   twin(r, "Acosh", floats<AcoshOp>());
   twin(r, "Atanh", floats<AtanhOp>());
   twin(r, "Round", floats<RoundOp>());
-  twin(r, "Selu", floats<SeluOp>(selu_op));
-  twin(r, "Celu", floats<CeluOp>(celu_op));
-  twin(r, "Gelu", make_gelu);
-  twin(r, "HardSigmoid", floats<HardSigmoidOp>(hard_sigmoid_op));
-  twin(r, "HardSwish", floats<HardSwishOp>());
-  twin(r, "Softsign", floats<SoftsignOp>());
-  twin(r, "Mish", floats<MishOp>());
-  twin(r, "ThresholdedRelu", floats<ThresholdedReluOp>(thresholded_relu_op));
-  twin(r, "Hardmax", make_hardmax);
 
   twin(r, "onnxtrain", "ReluGrad", make_grad<ReluGradOp>);
   twin(r, "onnxtrain", "SigmoidGrad", make_grad<SigmoidGradOp>);
   twin(r, "onnxtrain", "TanhGrad", make_grad<TanhGradOp>);
-  // (dY, X) -> dX: the GELU gradients take the forward input in Y's place.
-  twin(r, "onnxtrain", "GeluGrad", make_grad<GeluErfGradFn>);
-  twin(r, "onnxtrain", "GeluTanhGrad", make_grad<GeluTanhGradFn>);
 }
 
 }  // namespace onnxtrain::cuda

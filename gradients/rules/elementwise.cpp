@@ -1,5 +1,6 @@
 // Gradients of elementwise arithmetic. Rules return gradients in the broadcast (output) shape; the engine
-// sums them back to each input's shape.
+// sums them back to each input's shape. The one-input maths (Sqrt, Exp, the trigonometric ops, ...) is the unary
+// family, unary.cpp.
 #include <cmath>
 #include <numbers>
 
@@ -72,32 +73,6 @@ void register_elementwise_rules(GradientRegistry& r) {
     if (c.node().attr_int("fmod", 0) != 1) c.fail("fmod=0 is defined for integer inputs only, which have no gradient");
     c.set_dX(0, c.dY(0));
     if (c.needs_dX(1)) c.set_dX(1, -(c.dY(0) * unary("Round", (c.X(0) - c.Y(0)) / c.X(1))));
-  });
-  // ---- trigonometric and hyperbolic
-  r.add("Sin", [](RuleContext& c) { c.set_dX(0, c.dY(0) * unary("Cos", c.X(0))); });
-  r.add("Cos", [](RuleContext& c) { c.set_dX(0, -(c.dY(0) * unary("Sin", c.X(0)))); });
-  // d tan = 1 + tan^2
-  r.add("Tan", [](RuleContext& c) { c.set_dX(0, c.dY(0) * (1.0 + c.Y(0) * c.Y(0))); });
-  r.add("Asin", [](RuleContext& c) {
-    Expr x = c.X(0);
-    c.set_dX(0, c.dY(0) / sqrt(1.0 - x * x));
-  });
-  r.add("Acos", [](RuleContext& c) {
-    Expr x = c.X(0);
-    c.set_dX(0, -c.dY(0) / sqrt(1.0 - x * x));
-  });
-  r.add("Atan", [](RuleContext& c) {
-    Expr x = c.X(0);
-    c.set_dX(0, c.dY(0) / (1.0 + x * x));
-  });
-  r.add("Sinh", [](RuleContext& c) { c.set_dX(0, c.dY(0) * unary("Cosh", c.X(0))); });
-  r.add("Cosh", [](RuleContext& c) { c.set_dX(0, c.dY(0) * unary("Sinh", c.X(0))); });
-  // d asinh = 1/sqrt(x^2 + 1) = 1/cosh(y);  d acosh = 1/sqrt(x^2 - 1) = 1/sinh(y)
-  r.add("Asinh", [](RuleContext& c) { c.set_dX(0, c.dY(0) / unary("Cosh", c.Y(0))); });
-  r.add("Acosh", [](RuleContext& c) { c.set_dX(0, c.dY(0) / unary("Sinh", c.Y(0))); });
-  r.add("Atanh", [](RuleContext& c) {
-    Expr x = c.X(0);
-    c.set_dX(0, c.dY(0) / (1.0 - x * x));
   });
 }
 

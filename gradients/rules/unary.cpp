@@ -1,10 +1,12 @@
 // Gradients of ops whose kernels are the unary family (executor/cpu/unary.cpp, executor/cuda/unary.cu): Neg,
-// Identity, Sqrt, Exp, Log, Abs, Reciprocal, Erf, Cast, CastLike, Clip, and the activations Relu, Sigmoid, Tanh,
-// LeakyRelu, Softplus and Elu. Relu, Sigmoid and Tanh use the fused onnxtrain ops (gradients/fused.h), which read
+// Identity, Sqrt, Exp, Log, Abs, Reciprocal, Erf, Cast, CastLike, Clip, the activations Relu, Sigmoid, Tanh,
+// LeakyRelu, Softplus and Elu, and the trigonometric and hyperbolic functions (Round, their kernels' neighbour,
+// is not differentiable). Relu, Sigmoid and Tanh use the fused onnxtrain ops (gradients/fused.h), which read
 // only the forward output, so the input can be freed after the forward pass.
 #include <cmath>
 #include <numbers>
 #include <optional>
+#include <string>
 
 #include "gradients/fused.h"
 #include "gradients/rule.h"
@@ -20,6 +22,9 @@ Expr fused(RuleContext& c, const std::string& op) {
 
 Expr zero(const Expr& a) { return scalar(*a.b, a.dtype(), 0.0); }
 Expr positive(const Expr& a) { return greater(a, zero(a)); }
+
+// The same-typed unary op `op` of a (for the functions Expr has no shorthand for).
+Expr unary(const std::string& op, const Expr& a) { return apply(*a.b, op, {a}, a.type); }
 
 Expr zero_of(RuleContext& c, const Expr& like) { return scalar(c.builder(), like.dtype(), 0.0); }
 
@@ -94,6 +99,32 @@ void register_unary_rules(GradientRegistry& r) {
     Expr dy = c.dY(0), y = c.Y(0);
     Expr s = alpha >= 0 ? y : c.X(0);  // alpha < 0 makes y positive on both branches
     c.set_dX(0, where(positive(s), dy, dy * (y + alpha)));
+  });
+  // ---- trigonometric and hyperbolic
+  r.add("Sin", [](RuleContext& c) { c.set_dX(0, c.dY(0) * unary("Cos", c.X(0))); });
+  r.add("Cos", [](RuleContext& c) { c.set_dX(0, -(c.dY(0) * unary("Sin", c.X(0)))); });
+  // d tan = 1 + tan^2
+  r.add("Tan", [](RuleContext& c) { c.set_dX(0, c.dY(0) * (1.0 + c.Y(0) * c.Y(0))); });
+  r.add("Asin", [](RuleContext& c) {
+    Expr x = c.X(0);
+    c.set_dX(0, c.dY(0) / sqrt(1.0 - x * x));
+  });
+  r.add("Acos", [](RuleContext& c) {
+    Expr x = c.X(0);
+    c.set_dX(0, -c.dY(0) / sqrt(1.0 - x * x));
+  });
+  r.add("Atan", [](RuleContext& c) {
+    Expr x = c.X(0);
+    c.set_dX(0, c.dY(0) / (1.0 + x * x));
+  });
+  r.add("Sinh", [](RuleContext& c) { c.set_dX(0, c.dY(0) * unary("Cosh", c.X(0))); });
+  r.add("Cosh", [](RuleContext& c) { c.set_dX(0, c.dY(0) * unary("Sinh", c.X(0))); });
+  // d asinh = 1/sqrt(x^2 + 1) = 1/cosh(y);  d acosh = 1/sqrt(x^2 - 1) = 1/sinh(y)
+  r.add("Asinh", [](RuleContext& c) { c.set_dX(0, c.dY(0) / unary("Cosh", c.Y(0))); });
+  r.add("Acosh", [](RuleContext& c) { c.set_dX(0, c.dY(0) / unary("Sinh", c.Y(0))); });
+  r.add("Atanh", [](RuleContext& c) {
+    Expr x = c.X(0);
+    c.set_dX(0, c.dY(0) / (1.0 - x * x));
   });
 }
 
