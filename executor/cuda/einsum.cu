@@ -1,7 +1,8 @@
 // Einsum on CUDA (CPU kernel: executor/cpu/einsum.cpp; rule: gradients/rules/einsum.cpp).
 //
-// It runs its CPU factory at plan time and takes its index plan (executor/ops/einsum_plan.h), so the equation
-// has one parser. One thread per output element over the summed indices, in the CPU's order.
+// Its factory takes the node's checks, output shape and index plan from ops::prepare_einsum
+// (executor/ops/einsum_plan.h), as the CPU factory does, so the equation has one parser and the CPU factory is not
+// run. One thread per output element over the summed indices, in the CPU's order.
 #include <algorithm>
 #include <memory>
 
@@ -67,11 +68,9 @@ template <class T> class EinsumKernel final : public Kernel {
   EinsumGeom<T> g_;
 };
 
-std::unique_ptr<Kernel> make_einsum(PrepareContext& ctx, const KernelFactory& host) {
-  const std::unique_ptr<Kernel> cpu_kernel = host(ctx);
-  const auto* planned = dynamic_cast<const ops::EinsumPlanned*>(cpu_kernel.get());
-  if (!planned) ctx.fail("internal: the CPU Einsum kernel did not expose its plan");
-  const ops::EinsumPlan& p = planned->plan();
+// The CPU factory (the second argument) is not run: ops::prepare_einsum is the shared plan-time part.
+std::unique_ptr<Kernel> make_einsum(PrepareContext& ctx, const KernelFactory&) {
+  const ops::EinsumPlan p = ops::prepare_einsum(ctx);
   const size_t nt = p.out_strides.size();
   if (nt > static_cast<size_t>(kMaxOperands) || p.out_dims.size() > static_cast<size_t>(kMaxIndices) ||
       p.sum_dims.size() > static_cast<size_t>(kMaxIndices))

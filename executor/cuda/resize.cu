@@ -1,7 +1,8 @@
 // Resize on CUDA (CPU kernel: executor/cpu/resize.cpp; rule: gradients/rules/resize.cpp).
 //
-// It runs its CPU factory at plan time and takes its plan (executor/ops/resize_taps.h), so the coordinate
-// modes and interpolation weights have one source. The tap tables are applied axis by axis, innermost first,
+// Its factory takes the node's checks, output shape and tap tables from ops::prepare_resize
+// (executor/ops/resize_taps.h), as the CPU factory does, so the coordinate modes and interpolation weights have one
+// source and the CPU factory is not run. The tap tables are applied axis by axis, innermost first,
 // accumulating in double like the CPU kernel.
 #include <algorithm>
 #include <memory>
@@ -81,16 +82,15 @@ template <class T> class ResizeKernel final : public Kernel {
   Tensor buf_[2];
 };
 
-std::unique_ptr<Kernel> make_resize(PrepareContext& ctx, const KernelFactory& host) {
-  const std::unique_ptr<Kernel> cpu_kernel = host(ctx);
-  const auto* plan = dynamic_cast<const ops::ResizeTaps*>(cpu_kernel.get());
-  if (!plan) ctx.fail("internal: the CPU Resize kernel did not expose its tap tables");
-  if (plan->planned_axes().empty()) return std::make_unique<DeviceCopyKernel>();
+// The CPU factory (the second argument) is not run: ops::prepare_resize is the shared plan-time part.
+std::unique_ptr<Kernel> make_resize(PrepareContext& ctx, const KernelFactory&) {
+  const ops::ResizePlan plan = ops::prepare_resize(ctx);
+  if (plan.axes.empty()) return std::make_unique<DeviceCopyKernel>();
   std::vector<int64_t> shape = ctx.inputs[0].shape;
   std::vector<AxisStage> stages;
   std::vector<Tensor> tables;
   int64_t scratch = 1;
-  for (const auto& [axis, t] : plan->planned_axes()) {
+  for (const auto& [axis, t] : plan.axes) {
     AxisStage a{1, t.in, t.out, 1, t.n, nullptr, nullptr, nullptr};
     for (size_t i = 0; i < shape.size(); ++i) {
       if (i < axis) a.pre *= shape[i];
@@ -107,8 +107,8 @@ std::unique_ptr<Kernel> make_resize(PrepareContext& ctx, const KernelFactory& ho
     scratch = std::max(scratch, a.pre * a.out * a.post);
   }
   if (ctx.inputs[0].dtype == DType::Float64)
-    return std::make_unique<ResizeKernel<double>>(std::move(stages), std::move(tables), plan->extrapolation(), scratch);
-  return std::make_unique<ResizeKernel<float>>(std::move(stages), std::move(tables), plan->extrapolation(), scratch);
+    return std::make_unique<ResizeKernel<double>>(std::move(stages), std::move(tables), plan.extrapolation, scratch);
+  return std::make_unique<ResizeKernel<float>>(std::move(stages), std::move(tables), plan.extrapolation, scratch);
 }
 
 }  // namespace

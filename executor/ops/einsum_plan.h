@@ -1,9 +1,11 @@
 #pragma once
-// Einsum's plan-time index plan, built by the CPU kernel (executor/cpu/einsum.cpp) and read by its CUDA twin
-// (executor/cuda/einsum.cu), so both backends parse the equation once, the same way. Device-neutral: plain host
-// data and the interface the CPU kernel implements.
+// Einsum's plan-time part (executor/ops/einsum_plan.cpp), shared by the CPU kernel (executor/cpu/einsum.cpp) and its
+// CUDA twin (executor/cuda/einsum.cu), so both backends check the node and parse the equation once, the same way,
+// and neither runs the other's factory. Device-neutral: plain host data.
 #include <cstdint>
 #include <vector>
+
+#include "executor/kernel.h"
 
 namespace onnxtrain::ops {
 
@@ -15,11 +17,8 @@ struct EinsumPlan {
   std::vector<std::vector<int64_t>> sum_strides;   // per operand, stride for each summed index
 };
 
-// Implemented by the CPU Einsum kernel.
-class EinsumPlanned {
- public:
-  virtual ~EinsumPlanned() = default;
-  virtual const EinsumPlan& plan() const = 0;
-};
+// Checks the inputs (at least one, all present, one dtype) and the equation, sets output 0 (input 0's dtype, the
+// output indices' sizes) and returns the index plan. The kernels only pick their element type.
+EinsumPlan prepare_einsum(PrepareContext& ctx);
 
 }  // namespace onnxtrain::ops

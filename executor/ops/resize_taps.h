@@ -1,11 +1,14 @@
 #pragma once
-// Resize's plan-time tap tables, shared by the CPU kernel (executor/cpu/resize.cpp, which builds them) and its
-// CUDA twin (executor/cuda/resize.cu, which uploads and applies them), so both backends interpolate with the
-// same weights. Device-neutral: plain host data, the cubic kernel, and the interface the CPU kernel implements.
+// Resize's plan-time part (executor/ops/resize_taps.cpp): the node's checks, its output shape and the tap tables,
+// shared by the CPU kernel (executor/cpu/resize.cpp) and its CUDA twin (executor/cuda/resize.cu, which uploads and
+// applies them), so both backends interpolate with the same weights and neither runs the other's factory.
+// Device-neutral: plain host data, and the cubic kernel (which GridSample's bicubic mode uses too).
 #include <cmath>
 #include <cstdint>
 #include <utility>
 #include <vector>
+
+#include "executor/kernel.h"
 
 namespace onnxtrain::ops {
 
@@ -46,12 +49,15 @@ inline double cubic_kernel_slope(double A, double x) {
   return 0.0;
 }
 
-// What the CPU Resize kernel planned: the axes to resize, innermost first, applied one after another.
-class ResizeTaps {
- public:
-  virtual ~ResizeTaps() = default;
-  virtual const std::vector<std::pair<size_t, AxisTaps>>& planned_axes() const = 0;
-  virtual double extrapolation() const = 0;
+// What a Resize node plans: the axes to resize, innermost first, applied one after another (none: a copy), and the
+// value of outputs outside the input (tf_crop_and_resize).
+struct ResizePlan {
+  std::vector<std::pair<size_t, AxisTaps>> axes;
+  double extrapolation = 0;
 };
+
+// Checks the inputs and attributes (scales or sizes, roi, the opset-18 axes and keep_aspect_ratio_policy), sets
+// output 0 (X's dtype, the resized shape) and returns the tap tables. The kernels only pick their element type.
+ResizePlan prepare_resize(PrepareContext& ctx);
 
 }  // namespace onnxtrain::ops
