@@ -27,7 +27,7 @@ LOOP = re.compile(r"for \(const char\* op : \{([^}]*)\}\)")
 KNOWN_MISMATCHES = set()
 # Fused gradient ops (the "onnxtrain" domain: ReluGrad, SoftmaxGrad, ConvGrad, ...) have no rule of their own: the
 # forward op's rule emits them. Their home is that rule's family, like the forward op's kernels, so the emitting rule
-# file counts as their "rules" layer (a string literal naming the op anywhere in a rules family's file). The
+# file counts as their "rules" layer (a string literal "...Grad" naming the op anywhere in a rules family's file). The
 # exception are kernel families that have no rules file at all: helper ops several rules share (gather_grad:
 # GatherGrad and SumToShape, emitted by the Gather rule and the broadcasting helper in rules/util.cpp) or ops no rule
 # emits (training_ops); those are families of their own (docs/executor.md, "Families", a dash in the rule column).
