@@ -104,11 +104,8 @@ template <class T, bool Log> class SoftmaxKernel final : public Kernel {
 };
 
 template <bool Log> std::unique_ptr<Kernel> make_softmax(PrepareContext& ctx) {
-  if (ctx.inputs.empty() || !ctx.inputs[0].present()) ctx.fail("input 0 (input) is required");
-  if (ctx.outputs.size() != 1) ctx.fail("expected 1 output, got " + std::to_string(ctx.outputs.size()));
+  const Layout l = ops::prepare_softmax(ctx, false);
   const KernelInput& x = ctx.inputs[0];
-  const Layout l = ops::softmax_layout(ctx, false);
-  cpu::set_output(ctx, 0, x.dtype, x.shape);
   if (x.dtype == DType::Float32) return std::make_unique<SoftmaxKernel<float, Log>>(l);
   if (x.dtype == DType::Float64) return std::make_unique<SoftmaxKernel<double, Log>>(l);
   ctx.fail("unsupported dtype " + dtype_name(x.dtype) + " (float32, float64)");
@@ -175,10 +172,8 @@ template <class T, bool Log> class SoftmaxGradKernel final : public Kernel {
 };
 
 template <bool Log> std::unique_ptr<Kernel> make_softmax_grad(PrepareContext& ctx) {
-  cpu::expect_grad_inputs(ctx);
+  const Layout l = ops::prepare_softmax(ctx, true);
   const KernelInput& dy = ctx.inputs[0];
-  const Layout l = ops::softmax_layout(ctx, true);
-  cpu::set_output(ctx, 0, dy.dtype, dy.shape);
   if (dy.dtype == DType::Float32) return std::make_unique<SoftmaxGradKernel<float, Log>>(l);
   if (dy.dtype == DType::Float64) return std::make_unique<SoftmaxGradKernel<double, Log>>(l);
   ctx.fail("unsupported dtype " + dtype_name(dy.dtype) + " (float32, float64)");

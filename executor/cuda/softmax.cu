@@ -65,9 +65,8 @@ template <class T, bool Backward> class SoftmaxKernel final : public Kernel {
   bool empty_;
 };
 
-template <bool Log, bool Backward> std::unique_ptr<Kernel> make(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const ops::SoftmaxLayout l = ops::softmax_layout(ctx, Backward);
+template <bool Log, bool Backward> std::unique_ptr<Kernel> make(PrepareContext& ctx) {
+  const ops::SoftmaxLayout l = ops::prepare_softmax(ctx, Backward);
   const cudnnSoftmaxAlgorithm_t algo = Log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE;
   std::unique_ptr<Kernel> k;
   dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {

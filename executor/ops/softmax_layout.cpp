@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "executor/ops/kernel_util.h"
 #include "graph/error.h"
 
 namespace onnxtrain::ops {
@@ -26,6 +27,18 @@ SoftmaxLayout softmax_layout(const PrepareContext& ctx, bool fused_grad) {
   // The fused ops always have the opset 13 single-axis semantics, whatever the model's ai.onnx opset.
   const bool old = !fused_grad && ctx.opset < 13;
   return softmax_layout(ctx, ctx.inputs[0].shape, ctx.node.attr_int("axis", old ? 1 : -1), old);
+}
+
+SoftmaxLayout prepare_softmax(PrepareContext& ctx, bool fused_grad) {
+  if (fused_grad) {
+    expect_grad_inputs(ctx);
+  } else {
+    if (ctx.inputs.empty() || !ctx.inputs[0].present()) ctx.fail("input 0 (input) is required");
+    if (ctx.outputs.size() != 1) ctx.fail("expected 1 output, got " + std::to_string(ctx.outputs.size()));
+  }
+  const SoftmaxLayout l = softmax_layout(ctx, fused_grad);
+  set_output(ctx, 0, ctx.inputs[0].dtype, ctx.inputs[0].shape);
+  return l;
 }
 
 }  // namespace onnxtrain::ops

@@ -22,4 +22,9 @@ SoftmaxLayout softmax_layout(const PrepareContext& ctx, const std::vector<int64_
 // opset 13 single-axis form) has for input 0.
 SoftmaxLayout softmax_layout(const PrepareContext& ctx, bool fused_grad);
 
+// The plan-time part of a Softmax/LogSoftmax node (or, with `fused_grad`, a SoftmaxGrad/LogSoftmaxGrad node) that
+// both backends share: checks its inputs and outputs, sets output 0 (input 0's dtype and shape) and returns the
+// layout. The kernels only pick their element type.
+SoftmaxLayout prepare_softmax(PrepareContext& ctx, bool fused_grad);
+
 }  // namespace onnxtrain::ops
