@@ -6,6 +6,7 @@
 
 #include "executor/cpu/kernel_util.h"
 #include "executor/functors.h"
+#include "executor/ops/loss.h"
 #include "executor/kernel.h"
 #include "graph/error.h"
 
@@ -14,11 +15,6 @@ namespace {
 
 using cpu::dispatch;
 using cpu::fail_dtype;
-using cpu::has_input;
-using cpu::ints_of;
-using cpu::normalize_axis;
-using cpu::required_input;
-using cpu::set_output;
 
 // ---------------------------------------------------------------------------------------------------------
 // NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (which is the former on log_softmax over axis 1).
@@ -82,35 +78,14 @@ template <class T, class I> class LossKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_loss(PrepareContext& ctx, bool softmax) {
-  const KernelInput& x = required_input(ctx, 0, softmax ? "scores" : "input");
-  const KernelInput& t = required_input(ctx, 1, softmax ? "labels" : "target");
-  if (x.shape.size() < 2) ctx.fail("input must have shape [N, C, d...], got " + shape_string(x.shape));
-  std::vector<int64_t> want{x.shape[0]};
-  want.insert(want.end(), x.shape.begin() + 2, x.shape.end());
-  if (t.shape != want) ctx.fail("target has shape " + shape_string(t.shape) + ", expected " + shape_string(want));
-  const int64_t C = x.shape[1];
-  if (has_input(ctx, 2)) {
-    const KernelInput& w = ctx.inputs[2];
-    if (w.dtype != x.dtype) ctx.fail("weight must have the input's dtype " + dtype_name(x.dtype));
-    if (w.shape != std::vector<int64_t>{C}) ctx.fail("weight must have shape [" + std::to_string(C) + "], got " + shape_string(w.shape));
-  }
-  const std::string reduction = ctx.node.attr_string("reduction", "mean");
-  if (reduction != "none" && reduction != "sum" && reduction != "mean")
-    ctx.fail("reduction must be none, sum or mean, got '" + reduction + "'");
-  std::optional<int64_t> ignore;
-  if (ctx.node.has_attr("ignore_index")) ignore = ctx.node.attr_int("ignore_index", 0);
-  set_output(ctx, 0, x.dtype, reduction == "none" ? want : std::vector<int64_t>{});
-  if (softmax && ctx.outputs.size() > 1) set_output(ctx, 1, x.dtype, x.shape);
-  const int64_t D = numel_of(want) / std::max<int64_t>(1, x.shape[0]);
+  const ops::LossAttrs a = ops::prepare_loss(ctx, softmax);
   std::unique_ptr<Kernel> k;
-  dispatch<float, double>(x.dtype, [&](auto tag) {
+  dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (t.dtype == DType::Int64)
-      k = std::make_unique<LossKernel<T, int64_t>>(ctx.node.describe(), softmax, x.shape[0], C, D, reduction, ignore);
-    else if (t.dtype == DType::Int32)
-      k = std::make_unique<LossKernel<T, int32_t>>(ctx.node.describe(), softmax, x.shape[0], C, D, reduction, ignore);
+    if (a.wide_target)
+      k = std::make_unique<LossKernel<T, int64_t>>(ctx.node.describe(), softmax, a.n, a.c, a.d, a.reduction, a.ignore);
     else
-      ctx.fail("target must be int32 or int64, got " + dtype_name(t.dtype));
+      k = std::make_unique<LossKernel<T, int32_t>>(ctx.node.describe(), softmax, a.n, a.c, a.d, a.reduction, a.ignore);
   });
   if (!k) fail_dtype(ctx);
   return k;

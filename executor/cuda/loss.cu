@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "executor/cuda/common.h"
+#include "executor/ops/loss.h"
 #include "executor/cuda/device_util.cuh"
 #include "executor/functors.h"
 
@@ -103,20 +104,16 @@ template <class T, class I> class LossKernel final : public Kernel {
   Tensor scratch_;  // log_prob on the device when the node does not output it
 };
 
-CudaFactory loss(bool softmax) {
-  return [softmax](PrepareContext& ctx, const KernelFactory& host) -> std::unique_ptr<Kernel> {
-    host_prepare(ctx, host);
+KernelFactory loss(bool softmax) {
+  return [softmax](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
+    const ops::LossAttrs a = ops::prepare_loss(ctx, softmax);
     const std::vector<int64_t>& shape = ctx.inputs[0].shape;
-    const int64_t n = shape[0], c = shape[1];
-    int64_t d = 1;
-    for (size_t i = 2; i < shape.size(); ++i) d *= shape[i];
-    const bool has_ignore = ctx.node.has_attr("ignore_index");
-    const LossGeom g{n, c, d, has_ignore, has_ignore ? ctx.node.attr_int("ignore_index", 0) : 0};
+    const LossGeom g{a.n, a.c, a.d, a.ignore.has_value(), a.ignore.value_or(0)};
     const DType t = ctx.inputs[0].dtype;
     Tensor scratch;
     if (softmax && (ctx.outputs.size() < 2 || ctx.node.outputs[1].empty())) scratch = Tensor::empty(t, shape, Device::CUDA);
-    const std::string reduction = ctx.node.attr_string("reduction", "mean");
-    const bool wide = ctx.inputs[1].dtype == DType::Int64;
+    const std::string& reduction = a.reduction;
+    const bool wide = a.wide_target;
     std::unique_ptr<Kernel> k;
     dispatch<float, double>(t, [&](auto tag) {
       using T = typename decltype(tag)::type;
