@@ -7,6 +7,7 @@
 
 #include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
+#include "executor/ops/dropout.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
@@ -14,9 +15,6 @@ namespace {
 
 using cpu::dispatch;
 using cpu::fail_dtype;
-using cpu::has_input;
-using cpu::required_input;
-using cpu::set_output;
 
 // ---------------------------------------------------------------------------------------------------------
 // Dropout. Inference (no training_mode, or false): y = x and an all-true mask. Training: the mask keeps an
@@ -72,26 +70,12 @@ template <class T> class DropoutKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_dropout(PrepareContext& ctx) {
-  const KernelInput& x = required_input(ctx, 0, "data");
-  set_output(ctx, 0, x.dtype, x.shape);
-  if (ctx.outputs.size() > 1) set_output(ctx, 1, DType::Bool, x.shape);
-  // Before opset 12 ratio is an attribute and there is no training mode: the op is the identity.
-  const bool inputs_form = ctx.opset >= 12;
-  if (!inputs_form && ctx.node.attr_int("is_test", 1) == 0) ctx.fail("is_test=0 (training) is not supported");
-  const bool has_ratio = inputs_form && has_input(ctx, 1), has_mode = inputs_form && has_input(ctx, 2);
-  if (has_mode && ctx.inputs[2].dtype != DType::Bool)
-    ctx.fail("training_mode must be bool, got " + dtype_name(ctx.inputs[2].dtype));
-  std::optional<uint32_t> seed;
-  if (ctx.node.has_attr("seed")) {
-    const int64_t s = ctx.node.attr_int("seed", 0);
-    if (s < 0 || s > 0xffffffffLL) ctx.fail("seed must be in [0, 2^32), got " + std::to_string(s));
-    seed = static_cast<uint32_t>(s);
-  }
-  const double fixed = inputs_form ? 0.5 : ctx.node.attr_float("ratio", 0.5f);
+  const ops::DropoutAttrs a = ops::prepare_dropout(ctx);
+  const KernelInput& x = ctx.inputs[0];
   std::unique_ptr<Kernel> k;
   dispatch<float, double>(x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    k = std::make_unique<DropoutKernel<T>>(ctx.node.describe(), seed, has_ratio, has_mode, fixed);
+    k = std::make_unique<DropoutKernel<T>>(ctx.node.describe(), a.seed, a.has_ratio, a.has_mode, a.fixed_ratio);
   });
   if (!k) fail_dtype(ctx);
   return k;
@@ -129,14 +113,8 @@ class DropoutMaskKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_dropout_mask(PrepareContext& ctx) {
-  const KernelInput& x = required_input(ctx, 0, "x");
-  const KernelInput& c = required_input(ctx, 1, "counter");
-  if (c.dtype != DType::Int64 || !c.shape.empty()) ctx.fail("counter must be an int64 scalar");
-  const double ratio = ctx.node.attr_float("ratio", 0.0f);
-  if (!(ratio >= 0.0 && ratio < 1.0)) ctx.fail("ratio must be in [0, 1), got " + std::to_string(ratio));
-  if (!ctx.node.has_attr("seed")) ctx.fail("needs a seed attribute");
-  set_output(ctx, 0, DType::Bool, x.shape);
-  return std::make_unique<DropoutMaskKernel>(splitmix64(static_cast<uint64_t>(ctx.node.attr_int("seed", 0))), ratio);
+  const ops::DropoutMaskAttrs a = ops::prepare_dropout_mask(ctx);
+  return std::make_unique<DropoutMaskKernel>(splitmix64(a.seed), a.ratio);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "executor/cuda/common.h"
+#include "executor/ops/dropout.h"
 #include "executor/cuda/device_util.cuh"
 #include "graph/error.h"
 
@@ -68,15 +69,14 @@ template <class T> class DropoutKernel final : public Kernel {
   uint64_t runs_ = 0;
 };
 
-std::unique_ptr<Kernel> make_dropout(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  // Before opset 12 the CPU factory accepts only is_test=1: no training mode input, so always the identity.
-  const bool inputs_form = ctx.opset >= 12;
-  const bool has_ratio = inputs_form && ops::has_input(ctx, 1), has_mode = inputs_form && ops::has_input(ctx, 2);
+std::unique_ptr<Kernel> make_dropout(PrepareContext& ctx) {
+  // Before opset 12 the op layer accepts only is_test=1: no training mode input, so always the identity.
+  const ops::DropoutAttrs a = ops::prepare_dropout(ctx);
+  const bool has_ratio = a.has_ratio, has_mode = a.has_mode;
   if (has_ratio && ctx.inputs[1].dtype != DType::Float32 && ctx.inputs[1].dtype != DType::Float64)
     ctx.fail("ratio must be float32 or float64, got " + dtype_name(ctx.inputs[1].dtype));
-  const bool seeded = ctx.node.has_attr("seed");
-  const uint64_t key = seeded ? splitmix64(static_cast<uint64_t>(ctx.node.attr_int("seed", 0)))
+  const bool seeded = a.seed.has_value();
+  const uint64_t key = seeded ? splitmix64(static_cast<uint64_t>(*a.seed))
                               : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   if (ctx.inputs[0].dtype == DType::Float64) return std::make_unique<DropoutKernel<double>>(has_ratio, has_mode, seeded, key);
   return std::make_unique<DropoutKernel<float>>(has_ratio, has_mode, seeded, key);
@@ -108,10 +108,9 @@ class DropoutMaskKernel final : public Kernel {
   double ratio_;
 };
 
-std::unique_ptr<Kernel> make_dropout_mask(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);  // the CPU factory checks the counter, ratio and seed and sets the output
-  return std::make_unique<DropoutMaskKernel>(splitmix64(static_cast<uint64_t>(ctx.node.attr_int("seed", 0))),
-                                             static_cast<double>(ctx.node.attr_float("ratio", 0.0f)));
+std::unique_ptr<Kernel> make_dropout_mask(PrepareContext& ctx) {
+  const ops::DropoutMaskAttrs a = ops::prepare_dropout_mask(ctx);  // the counter, ratio and seed; the output
+  return std::make_unique<DropoutMaskKernel>(splitmix64(a.seed), a.ratio);
 }
 
 }  // namespace
