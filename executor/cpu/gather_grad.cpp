@@ -15,6 +15,7 @@
 
 #include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
+#include "executor/ops/gather_grad.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
@@ -26,17 +27,6 @@ std::string dims_text(const std::vector<int64_t>& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
   return s + "]";
-}
-
-// The target shape input: int64 or int32, known at plan time (Shape of a tensor, folded), no negative dims.
-std::vector<int64_t> target_shape(const PrepareContext& ctx, size_t i) {
-  const KernelInput& s = cpu::required_input(ctx, i, "shape");
-  if (s.shape.size() != 1) ctx.fail("input " + std::to_string(i) + " (shape) must be 1-D, got rank " +
-                                    std::to_string(s.shape.size()));
-  std::vector<int64_t> v = cpu::ints_of(ctx, ctx.constant_input(i), "input " + std::to_string(i) + " (shape)");
-  for (int64_t d : v)
-    if (d < 0) ctx.fail("input " + std::to_string(i) + " (shape) " + dims_text(v) + " has a negative dim");
-  return v;
 }
 
 template <class T, class I> class GatherGradKernel final : public Kernel {
@@ -86,33 +76,15 @@ template <class T, class I> class GatherGradKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_gather_grad(PrepareContext& ctx) {
-  const KernelInput& dy = cpu::required_input(ctx, 0, "dY");
-  const KernelInput& ind = cpu::required_input(ctx, 1, "indices");
-  const std::vector<int64_t> shape = target_shape(ctx, 2);
-  // Required (not defaulted to 0): the function body reads it by reference and has no default to fall back on.
-  if (!ctx.node.has_attr("axis")) ctx.fail("attribute 'axis' (Gather's axis) is required");
-  const auto rank = static_cast<int64_t>(shape.size());
-  if (rank == 0) ctx.fail("the data shape must have rank >= 1 (Gather's data), got a scalar");
-  const int64_t axis = cpu::normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank);
-  int64_t outer = 1, inner = 1, m = 1;
-  std::vector<int64_t> expect;  // Gather's output shape: shape[:axis] + indices.shape + shape[axis+1:]
-  for (int64_t i = 0; i < rank; ++i) {
-    if (i < axis) outer *= shape[i];
-    if (i > axis) inner *= shape[i];
-    if (i == axis) expect.insert(expect.end(), ind.shape.begin(), ind.shape.end());
-    else expect.push_back(shape[i]);
-  }
-  for (int64_t d : ind.shape) m *= d;
-  if (dy.shape != expect)
-    ctx.fail("dY has shape " + dims_text(dy.shape) + ", but Gather of data " + dims_text(shape) + " with indices " +
-             dims_text(ind.shape) + " along axis " + std::to_string(axis) + " gives " + dims_text(expect));
-  cpu::set_output(ctx, 0, dy.dtype, shape);
+  const ops::GatherGradGeometry g = ops::prepare_gather_grad(ctx);
+  const KernelInput& dy = ctx.inputs[0];
+  const KernelInput& ind = ctx.inputs[1];
   std::unique_ptr<Kernel> k;
   const std::string where = ctx.node.describe();
   cpu::dispatch<float, double>(dy.dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    if (ind.dtype == DType::Int64) k = std::make_unique<GatherGradKernel<T, int64_t>>(where, outer, shape[axis], m, inner);
-    if (ind.dtype == DType::Int32) k = std::make_unique<GatherGradKernel<T, int32_t>>(where, outer, shape[axis], m, inner);
+    if (ind.dtype == DType::Int64) k = std::make_unique<GatherGradKernel<T, int64_t>>(where, g.outer, g.n, g.m, g.inner);
+    if (ind.dtype == DType::Int32) k = std::make_unique<GatherGradKernel<T, int32_t>>(where, g.outer, g.n, g.m, g.inner);
   });
   if (!k) ctx.fail("unsupported types: dY " + dtype_name(dy.dtype) + " (float32, float64), indices " +
                    dtype_name(ind.dtype) + " (int32, int64)");
@@ -143,24 +115,12 @@ class SumToShapeKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_sum_to_shape(PrepareContext& ctx) {
-  const KernelInput& dy = cpu::required_input(ctx, 0, "dY");
-  const std::vector<int64_t> shape = target_shape(ctx, 1);
+  const ops::SumToShapeAxes s = ops::prepare_sum_to_shape(ctx);
+  const KernelInput& dy = ctx.inputs[0];
   if (dy.dtype != DType::Float32 && dy.dtype != DType::Float64)
     ctx.fail("unsupported dtype " + dtype_name(dy.dtype) + " for dY (float32, float64)");
-  const size_t r = dy.shape.size();
-  auto mismatch = [&] {
-    ctx.fail("the target shape " + dims_text(shape) + " does not broadcast to dY's shape " + dims_text(dy.shape));
-  };
-  if (shape.size() > r) mismatch();
-  const size_t lead = r - shape.size();
-  std::vector<int64_t> axes, kept;
-  for (size_t a = 0; a < r; ++a) {
-    const bool reduce = a < lead || (shape[a - lead] == 1 && dy.shape[a] != 1);
-    if (!reduce && dy.shape[a] != shape[a - lead]) mismatch();
-    if (reduce) axes.push_back(static_cast<int64_t>(a));
-    kept.push_back(reduce ? 1 : dy.shape[a]);
-  }
-  cpu::set_output(ctx, 0, dy.dtype, shape);
+  const std::vector<int64_t>& axes = s.axes;
+  const std::vector<int64_t>& kept = s.kept;
   if (axes.empty()) return std::make_unique<cpu::CopyKernel>();
 
   auto node = std::make_unique<Node>();

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "executor/cuda/common.h"
+#include "executor/ops/gather_grad.h"
 #include "executor/cuda/device_util.cuh"
 #include "graph/error.h"
 
@@ -43,19 +44,14 @@ template <class T, class I> class GatherGradKernel final : public Kernel {
   int64_t n_, inner_;
 };
 
-std::unique_ptr<Kernel> make_gather_grad(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);  // validation, and dX's shape from the plan-time shape input
-  const std::vector<int64_t>& shape = ctx.outputs[0].shape;
-  const auto rank = static_cast<int64_t>(shape.size());
-  const int64_t axis = ops::normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank);
-  int64_t inner = 1;
-  for (int64_t d = axis + 1; d < rank; ++d) inner *= shape[d];
+std::unique_ptr<Kernel> make_gather_grad(PrepareContext& ctx) {
+  const ops::GatherGradGeometry g = ops::prepare_gather_grad(ctx);  // dX's shape from the plan-time shape input
   const bool i32 = ctx.inputs[1].dtype == DType::Int32;
   std::unique_ptr<Kernel> k;
   dispatch<float, double>(ctx.inputs[0].dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    if (i32) k = std::make_unique<GatherGradKernel<T, int32_t>>(shape[axis], inner);
-    else k = std::make_unique<GatherGradKernel<T, int64_t>>(shape[axis], inner);
+    if (i32) k = std::make_unique<GatherGradKernel<T, int32_t>>(g.n, g.inner);
+    else k = std::make_unique<GatherGradKernel<T, int64_t>>(g.n, g.inner);
   });
   if (!k) ctx.fail("unsupported dtype " + dtype_name(ctx.inputs[0].dtype) + " on CUDA (float32, float64)");
   return k;
@@ -106,8 +102,8 @@ template <class T> class SumToShapeKernel final : public Kernel {
   int64_t per_;
 };
 
-std::unique_ptr<Kernel> make_sum_to_shape(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);  // validates that the target broadcasts to dY
+std::unique_ptr<Kernel> make_sum_to_shape(PrepareContext& ctx) {
+  ops::prepare_sum_to_shape(ctx);  // validates that the target broadcasts to dY
   const std::vector<int64_t>& dy = ctx.inputs[0].shape;
   const std::vector<int64_t>& target = ctx.outputs[0].shape;
   const size_t lead = dy.size() - target.size();
