@@ -17,6 +17,7 @@
 
 #include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
+#include "executor/ops/norm.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
@@ -54,23 +55,6 @@ template <class T> Moments moments(const T* x, int64_t runs, int64_t len, int64_
   return m;
 }
 
-void expect_float(const PrepareContext& ctx, size_t i, DType t, const char* name) {
-  const KernelInput& in = cpu::required_input(ctx, i, name);
-  if (in.dtype != t)
-    ctx.fail(std::string("input ") + std::to_string(i) + " (" + name + ") must have the input's dtype " +
-             dtype_name(t) + ", got " + dtype_name(in.dtype));
-}
-
-// Input i must have exactly `want` elements in a 1-D (or, for `any_shape`, any) shape.
-void expect_vector(const PrepareContext& ctx, size_t i, const char* name, int64_t want) {
-  const KernelInput& in = ctx.inputs[i];
-  int64_t n = 1;
-  for (int64_t d : in.shape) n *= d;
-  if (in.shape.size() != 1 || n != want)
-    ctx.fail(std::string("input ") + std::to_string(i) + " (" + name + ") must have shape [" + std::to_string(want) +
-             "], got " + shape_string(in.shape));
-}
-
 template <class F> std::unique_ptr<Kernel> float_kernel(PrepareContext& ctx, DType t, F&& make) {
   if (t == DType::Float32) return make(cpu::Tag<float>{});
   if (t == DType::Float64) return make(cpu::Tag<double>{});
@@ -80,18 +64,11 @@ template <class F> std::unique_ptr<Kernel> float_kernel(PrepareContext& ctx, DTy
 // ---- LayerNormalization ------------------------------------------------------------------------------------
 
 // For each element j of a normalised row, the index into scale (or bias) broadcast to the row's shape;
-// empty when the tensor already has the row's shape (the common case, indexed directly).
-std::vector<int64_t> broadcast_index(const PrepareContext& ctx, const std::vector<int64_t>& row_shape,
-                                     const std::vector<int64_t>& s, const char* name) {
+// empty when the tensor already has the row's shape (the common case, indexed directly). The op layer has
+// checked that s broadcasts (ops::prepare_layer_norm).
+std::vector<int64_t> broadcast_index(const std::vector<int64_t>& row_shape, const std::vector<int64_t>& s) {
   if (s == row_shape) return {};
-  if (s.size() > row_shape.size())
-    ctx.fail(std::string(name) + " of shape " + shape_string(s) + " does not broadcast to the normalised shape " +
-             shape_string(row_shape));
   const size_t off = row_shape.size() - s.size();
-  for (size_t i = 0; i < s.size(); ++i)
-    if (s[i] != 1 && s[i] != row_shape[off + i])
-      ctx.fail(std::string(name) + " of shape " + shape_string(s) + " does not broadcast to the normalised shape " +
-               shape_string(row_shape));
   const int64_t n = prod(row_shape, 0, row_shape.size());
   std::vector<int64_t> idx(n);
   const std::vector<int64_t> ss = cpu::contiguous_strides(s);
@@ -153,35 +130,13 @@ template <class T, class U> class LayerNormKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_layer_norm(PrepareContext& ctx) {
-  const KernelInput& x = cpu::required_input(ctx, 0, "X");
-  const KernelInput& s = cpu::required_input(ctx, 1, "Scale");
-  expect_float(ctx, 1, x.dtype, "Scale");
-  const bool has_b = cpu::has_input(ctx, 2);
-  if (has_b) expect_float(ctx, 2, x.dtype, "B");
-  const auto rank = static_cast<int64_t>(x.shape.size());
-  if (rank == 0) ctx.fail("input X must have rank >= 1, got a scalar");
-  const int64_t axis = cpu::normalize_axis(ctx, ctx.node.attr_int("axis", -1), rank);
-  const std::vector<int64_t> row_shape(x.shape.begin() + axis, x.shape.end());
-  std::vector<int64_t> si = broadcast_index(ctx, row_shape, s.shape, "Scale");
-  std::vector<int64_t> bi = has_b ? broadcast_index(ctx, row_shape, ctx.inputs[2].shape, "B") : std::vector<int64_t>{};
-  // stash_type is the type of Mean and InvStdDev (the schema allows float; double is accepted too). The
-  // statistics are always accumulated in double, at least as precise as either choice.
-  const int64_t stash = ctx.node.attr_int("stash_type", 1);
-  if (stash != 1 && stash != 11)
-    ctx.fail("stash_type " + std::to_string(stash) + " is not supported (1 = float, 11 = double)");
-  const DType u = stash == 1 ? DType::Float32 : DType::Float64;
-  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
-  if (ctx.outputs.empty() || ctx.outputs.size() > 3)
-    ctx.fail("expected 1 to 3 outputs (Y, Mean, InvStdDev), got " + std::to_string(ctx.outputs.size()));
-  cpu::set_output(ctx, 0, x.dtype, x.shape);
-  std::vector<int64_t> stat_shape(x.shape.begin(), x.shape.begin() + axis);
-  stat_shape.resize(rank, 1);
-  for (size_t i = 1; i < ctx.outputs.size(); ++i) cpu::set_output(ctx, i, u, stat_shape);
-  const int64_t rows = prod(x.shape, 0, axis), len = prod(x.shape, axis, rank);
-  return float_kernel(ctx, x.dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
+  const ops::LayerNormAttrs a = ops::prepare_layer_norm(ctx);
+  std::vector<int64_t> si = broadcast_index(a.row_shape, ctx.inputs[1].shape);
+  std::vector<int64_t> bi = a.has_bias ? broadcast_index(a.row_shape, ctx.inputs[2].shape) : std::vector<int64_t>{};
+  return float_kernel(ctx, ctx.inputs[0].dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
     using T = typename decltype(tag)::type;
-    if (u == DType::Float32) return std::make_unique<LayerNormKernel<T, float>>(rows, len, eps, si, bi);
-    return std::make_unique<LayerNormKernel<T, double>>(rows, len, eps, si, bi);
+    if (a.stash == DType::Float32) return std::make_unique<LayerNormKernel<T, float>>(a.rows, a.len, a.eps, si, bi);
+    return std::make_unique<LayerNormKernel<T, double>>(a.rows, a.len, a.eps, si, bi);
   });
 }
 
@@ -223,47 +178,16 @@ template <class T> class RowNormKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_instance_norm(PrepareContext& ctx) {
-  const KernelInput& x = cpu::required_input(ctx, 0, "input");
-  cpu::required_input(ctx, 1, "scale");
-  cpu::required_input(ctx, 2, "B");
-  expect_float(ctx, 1, x.dtype, "scale");
-  expect_float(ctx, 2, x.dtype, "B");
-  if (x.shape.size() < 2) ctx.fail("input must have rank >= 2 (N, C, ...), got " + shape_string(x.shape));
-  const int64_t c = x.shape[1];
-  expect_vector(ctx, 1, "scale", c);
-  expect_vector(ctx, 2, "B", c);
-  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
-  cpu::set_output(ctx, 0, x.dtype, x.shape);
-  const int64_t plane = prod(x.shape, 2, x.shape.size());
-  const int64_t rows = x.shape[0] * c;
-  return float_kernel(ctx, x.dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
-    return std::make_unique<RowNormKernel<typename decltype(tag)::type>>(rows, plane, plane, c, eps);
+  const ops::RowNormGeometry g = ops::prepare_instance_norm(ctx);
+  return float_kernel(ctx, ctx.inputs[0].dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
+    return std::make_unique<RowNormKernel<typename decltype(tag)::type>>(g.rows, g.len, g.plane, g.channels, g.eps);
   });
 }
 
-// Opset 18 has one scale/bias per group (deprecated); opset 21 one per channel.
 std::unique_ptr<Kernel> make_group_norm(PrepareContext& ctx) {
-  const KernelInput& x = cpu::required_input(ctx, 0, "X");
-  cpu::required_input(ctx, 1, "scale");
-  cpu::required_input(ctx, 2, "bias");
-  expect_float(ctx, 1, x.dtype, "scale");
-  expect_float(ctx, 2, x.dtype, "bias");
-  if (x.shape.size() < 2) ctx.fail("input X must have rank >= 2 (N, C, ...), got " + shape_string(x.shape));
-  if (!ctx.node.has_attr("num_groups")) ctx.fail("attribute 'num_groups' is required");
-  const int64_t g = ctx.node.attr_int("num_groups", 1), c = x.shape[1];
-  if (g <= 0 || c % g != 0)
-    ctx.fail("num_groups " + std::to_string(g) + " must be positive and divide the channel count " + std::to_string(c));
-  const bool per_channel = ctx.opset >= 21;
-  expect_vector(ctx, 1, "scale", per_channel ? c : g);
-  expect_vector(ctx, 2, "bias", per_channel ? c : g);
-  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
-  cpu::set_output(ctx, 0, x.dtype, x.shape);
-  const int64_t spatial = prod(x.shape, 2, x.shape.size());
-  const int64_t rows = x.shape[0] * g, len = (c / g) * spatial;
-  // Per group, the parameter is constant over the whole row.
-  const int64_t plane = per_channel ? spatial : len, channels = per_channel ? c : g;
-  return float_kernel(ctx, x.dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
-    return std::make_unique<RowNormKernel<typename decltype(tag)::type>>(rows, len, plane, channels, eps);
+  const ops::RowNormGeometry g = ops::prepare_group_norm(ctx);
+  return float_kernel(ctx, ctx.inputs[0].dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
+    return std::make_unique<RowNormKernel<typename decltype(tag)::type>>(g.rows, g.len, g.plane, g.channels, g.eps);
   });
 }
 
@@ -315,31 +239,10 @@ template <class T> class BatchNormKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_batch_norm(PrepareContext& ctx) {
-  const KernelInput& x = cpu::required_input(ctx, 0, "X");
-  const char* names[] = {"X", "scale", "B", "input_mean", "input_var"};
-  for (size_t i = 1; i < 5; ++i) {
-    cpu::required_input(ctx, i, names[i]);
-    expect_float(ctx, i, x.dtype, names[i]);
-  }
-  if (x.shape.size() < 2) ctx.fail("input X must have rank >= 2 (N, C, ...), got " + shape_string(x.shape));
-  const int64_t c = x.shape[1];
-  for (size_t i = 1; i < 5; ++i) expect_vector(ctx, i, names[i], c);
-  const bool training = ctx.opset >= 14 && ctx.node.attr_int("training_mode", 0) != 0;
-  if (ctx.opset < 14 && ctx.outputs.size() > 1)
-    ctx.fail("training-mode outputs (mean, var, saved_mean, saved_var) of opset " + std::to_string(ctx.opset) +
-             " BatchNormalization are not supported; use opset 14+ training_mode");
-  if (!training && ctx.outputs.size() > 1)
-    ctx.fail("outputs running_mean and running_var exist only with training_mode=1, got " +
-             std::to_string(ctx.outputs.size()) + " outputs");
-  if (ctx.outputs.size() > 3) ctx.fail("expected at most 3 outputs, got " + std::to_string(ctx.outputs.size()));
-  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
-  const double momentum = ctx.node.attr_float("momentum", 0.9f);
-  cpu::set_output(ctx, 0, x.dtype, x.shape);
-  for (size_t i = 1; i < ctx.outputs.size(); ++i) cpu::set_output(ctx, i, x.dtype, {c});
-  const int64_t plane = prod(x.shape, 2, x.shape.size());
-  return float_kernel(ctx, x.dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
-    return std::make_unique<BatchNormKernel<typename decltype(tag)::type>>(x.shape[0], c, plane, eps, momentum,
-                                                                            training);
+  const ops::BatchNormAttrs a = ops::prepare_batch_norm(ctx);
+  return float_kernel(ctx, ctx.inputs[0].dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
+    return std::make_unique<BatchNormKernel<typename decltype(tag)::type>>(a.n, a.c, a.plane, a.eps, a.momentum,
+                                                                            a.training);
   });
 }
 
@@ -409,33 +312,10 @@ template <class T> class BatchNormGradKernel final : public Kernel {
   double eps_;
 };
 
-// The inputs of a normalisation's fused gradient: all present, of dY's type, and X of dY's shape. Returns X.
-const KernelInput& expect_grad_operands(const PrepareContext& ctx, std::span<const char* const> names) {
-  const KernelInput& dy = cpu::required_input(ctx, 0, names[0]);
-  for (size_t i = 1; i < names.size(); ++i) {
-    cpu::required_input(ctx, i, names[i]);
-    expect_float(ctx, i, dy.dtype, names[i]);
-  }
-  const KernelInput& x = ctx.inputs[1];
-  if (x.shape != dy.shape)
-    ctx.fail("dY " + shape_string(dy.shape) + " and X " + shape_string(x.shape) + " must have the same shape");
-  return x;
-}
-
 std::unique_ptr<Kernel> make_batch_norm_grad(PrepareContext& ctx) {
-  const char* names[] = {"dY", "X", "Scale"};
-  const KernelInput& x = expect_grad_operands(ctx, names);
-  if (x.shape.size() < 2) ctx.fail("input X must have rank >= 2 (N, C, ...), got " + shape_string(x.shape));
-  const int64_t c = x.shape[1];
-  expect_vector(ctx, 2, "Scale", c);
-  if (ctx.outputs.empty() || ctx.outputs.size() > 3)
-    ctx.fail("expected 1 to 3 outputs (dX, dScale, dBias), got " + std::to_string(ctx.outputs.size()));
-  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
-  cpu::set_output(ctx, 0, x.dtype, x.shape);
-  for (size_t i = 1; i < ctx.outputs.size(); ++i) cpu::set_output(ctx, i, x.dtype, {c});
-  const int64_t plane = prod(x.shape, 2, x.shape.size());
-  return float_kernel(ctx, x.dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
-    return std::make_unique<BatchNormGradKernel<typename decltype(tag)::type>>(x.shape[0], c, plane, eps);
+  const ops::BatchNormAttrs a = ops::prepare_batch_norm_grad(ctx);
+  return float_kernel(ctx, ctx.inputs[0].dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
+    return std::make_unique<BatchNormGradKernel<typename decltype(tag)::type>>(a.n, a.c, a.plane, a.eps);
   });
 }
 
@@ -524,26 +404,9 @@ template <class T> class LayerNormGradKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_layer_norm_grad(PrepareContext& ctx) {
-  const char* names[] = {"dY", "X", "Scale", "Mean", "InvStdDev"};
-  const KernelInput& x = expect_grad_operands(ctx, names);
-  const auto rank = static_cast<int64_t>(x.shape.size());
-  if (rank == 0) ctx.fail("input X must have rank >= 1, got a scalar");
-  const int64_t axis = cpu::normalize_axis(ctx, ctx.node.attr_int("axis", -1), rank);
-  const std::vector<int64_t> row_shape(x.shape.begin() + axis, x.shape.end());
-  if (ctx.inputs[2].shape != row_shape)
-    ctx.fail("Scale must have the normalised shape " + shape_string(row_shape) + ", got " +
-             shape_string(ctx.inputs[2].shape));
-  const int64_t rows = prod(x.shape, 0, axis), len = prod(x.shape, axis, rank);
-  for (size_t i = 3; i < 5; ++i)
-    if (prod(ctx.inputs[i].shape, 0, ctx.inputs[i].shape.size()) != rows)
-      ctx.fail(std::string(names[i]) + " must have one value per normalised row (" + std::to_string(rows) + "), got " +
-               shape_string(ctx.inputs[i].shape));
-  if (ctx.outputs.empty() || ctx.outputs.size() > 3)
-    ctx.fail("expected 1 to 3 outputs (dX, dScale, dBias), got " + std::to_string(ctx.outputs.size()));
-  cpu::set_output(ctx, 0, x.dtype, x.shape);
-  for (size_t i = 1; i < ctx.outputs.size(); ++i) cpu::set_output(ctx, i, x.dtype, row_shape);
-  return float_kernel(ctx, x.dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
-    return std::make_unique<LayerNormGradKernel<typename decltype(tag)::type>>(rows, len);
+  const ops::LayerNormGradGeometry g = ops::prepare_layer_norm_grad(ctx);
+  return float_kernel(ctx, ctx.inputs[0].dtype, [&](auto tag) -> std::unique_ptr<Kernel> {
+    return std::make_unique<LayerNormGradKernel<typename decltype(tag)::type>>(g.rows, g.len);
   });
 }
 

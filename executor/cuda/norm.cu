@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "executor/cuda/common.h"
+#include "executor/ops/norm.h"
 #include "executor/cuda/device_util.cuh"
 
 namespace onnxtrain::cuda {
@@ -135,20 +136,17 @@ template <class T, class U> std::unique_ptr<Kernel> layer_norm(int64_t rows, int
   });
 }
 
-std::unique_ptr<Kernel> make_layer_norm(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const std::vector<int64_t>& x = ctx.inputs[0].shape;
-  const auto rank = static_cast<int64_t>(x.size());
-  const int64_t axis = ops::normalize_axis(ctx, ctx.node.attr_int("axis", -1), rank);
-  const std::vector<int64_t> row(x.begin() + axis, x.end());
-  const int64_t rows = numel_of(std::vector<int64_t>(x.begin(), x.begin() + axis)), len = numel_of(row);
-  const bool has_b = ops::has_input(ctx, 2);
+std::unique_ptr<Kernel> make_layer_norm(PrepareContext& ctx) {
+  const ops::LayerNormAttrs a = ops::prepare_layer_norm(ctx);
+  const std::vector<int64_t>& row = a.row_shape;
+  const int64_t rows = a.rows, len = a.len;
+  const bool has_b = a.has_bias;
   const std::vector<int64_t>& ss = ctx.inputs[1].shape;
   const std::vector<int64_t>& bs = has_b ? ctx.inputs[2].shape : ss;
   RowParams p{ss == row && bs == row, {}};
   if (!p.direct) p.sb = strides_of<2>(plan_broadcast(std::vector<std::vector<int64_t>>{ss, bs}, row));
-  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
-  const bool double_stats = ctx.node.attr_int("stash_type", 1) == 11;
+  const double eps = a.eps;
+  const bool double_stats = a.stash == DType::Float64;
   std::unique_ptr<Kernel> k;
   dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -175,8 +173,9 @@ __global__ void row_norm_kernel(Group G, int64_t rows, int64_t plane, int64_t ch
   }
 }
 
-std::unique_ptr<Kernel> row_norm(PrepareContext& ctx, int64_t rows, int64_t len, int64_t plane, int64_t channels) {
-  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+std::unique_ptr<Kernel> row_norm(PrepareContext& ctx, const ops::RowNormGeometry& g) {
+  const int64_t rows = g.rows, len = g.len, plane = g.plane, channels = g.channels;
+  const double eps = g.eps;
   std::unique_ptr<Kernel> k;
   dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -191,22 +190,12 @@ std::unique_ptr<Kernel> row_norm(PrepareContext& ctx, int64_t rows, int64_t len,
   return k;
 }
 
-int64_t spatial_of(const std::vector<int64_t>& x) { return numel_of(std::vector<int64_t>(x.begin() + 2, x.end())); }
-
-std::unique_ptr<Kernel> make_instance_norm(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const std::vector<int64_t>& x = ctx.inputs[0].shape;
-  const int64_t plane = spatial_of(x);
-  return row_norm(ctx, x[0] * x[1], plane, plane, x[1]);
+std::unique_ptr<Kernel> make_instance_norm(PrepareContext& ctx) {
+  return row_norm(ctx, ops::prepare_instance_norm(ctx));
 }
 
-std::unique_ptr<Kernel> make_group_norm(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const std::vector<int64_t>& x = ctx.inputs[0].shape;
-  const int64_t g = ctx.node.attr_int("num_groups", 1), c = x[1], spatial = spatial_of(x);
-  const int64_t len = (c / g) * spatial;
-  const bool per_channel = ctx.opset >= 21;  // opset 18: one scale/bias per group
-  return row_norm(ctx, x[0] * g, len, per_channel ? spatial : len, per_channel ? c : g);
+std::unique_ptr<Kernel> make_group_norm(PrepareContext& ctx) {
+  return row_norm(ctx, ops::prepare_group_norm(ctx));  // opset 18: one scale/bias per group; 21: per channel
 }
 
 // BatchNormalization: one block per channel. Training mode normalises with the batch statistics and writes
@@ -236,19 +225,15 @@ __global__ void batch_norm_kernel(Group G, int64_t channels, double eps, double 
 }
 
 // Channel ch of an (N, C, spatial...) tensor: N planes of `spatial`, C * spatial apart.
-Group channel_groups(const std::vector<int64_t>& x) {
-  const int64_t plane = spatial_of(x);
-  return Group{x[0], plane, x[1] * plane, plane};
-}
+Group channel_groups(const ops::BatchNormAttrs& a) { return Group{a.n, a.plane, a.c * a.plane, a.plane}; }
 
-std::unique_ptr<Kernel> make_batch_norm(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const std::vector<int64_t>& x = ctx.inputs[0].shape;
-  const bool training = ctx.opset >= 14 && ctx.node.attr_int("training_mode", 0) != 0;
-  const double eps = ctx.node.attr_float("epsilon", 1e-5f), momentum = ctx.node.attr_float("momentum", 0.9f);
+std::unique_ptr<Kernel> make_batch_norm(PrepareContext& ctx) {
+  const ops::BatchNormAttrs a = ops::prepare_batch_norm(ctx);
+  const bool training = a.training;
+  const double eps = a.eps, momentum = a.momentum;
   std::unique_ptr<Kernel> k;
-  const Group g = channel_groups(x);
-  const int64_t c = x[1];
+  const Group g = channel_groups(a);
+  const int64_t c = a.c;
   dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     k = group_kernel(c, "BatchNormalization kernel", [=](unsigned grid, Inputs in, Outputs out) {
@@ -328,12 +313,9 @@ template <class T> class LayerNormGradKernel final : public Kernel {
   int64_t rows_, len_;
 };
 
-std::unique_ptr<Kernel> make_layer_norm_grad(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const std::vector<int64_t>& x = ctx.inputs[1].shape;
-  const int64_t axis = ops::normalize_axis(ctx, ctx.node.attr_int("axis", -1), static_cast<int64_t>(x.size()));
-  const int64_t rows = numel_of(std::vector<int64_t>(x.begin(), x.begin() + axis));
-  const int64_t len = numel_of(std::vector<int64_t>(x.begin() + axis, x.end()));
+std::unique_ptr<Kernel> make_layer_norm_grad(PrepareContext& ctx) {
+  const ops::LayerNormGradGeometry geo = ops::prepare_layer_norm_grad(ctx);
+  const int64_t rows = geo.rows, len = geo.len;
   std::unique_ptr<Kernel> k;
   dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
     k = std::make_unique<LayerNormGradKernel<typename decltype(tag)::type>>(rows, len);
@@ -383,13 +365,12 @@ __global__ void batch_norm_grad_kernel(Group G, int64_t channels, double eps, co
   }
 }
 
-std::unique_ptr<Kernel> make_batch_norm_grad(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const std::vector<int64_t>& x = ctx.inputs[1].shape;
-  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+std::unique_ptr<Kernel> make_batch_norm_grad(PrepareContext& ctx) {
+  const ops::BatchNormAttrs a = ops::prepare_batch_norm_grad(ctx);
+  const double eps = a.eps;
   std::unique_ptr<Kernel> k;
-  const Group g = channel_groups(x);
-  const int64_t c = x[1];
+  const Group g = channel_groups(a);
+  const int64_t c = a.c;
   dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     k = group_kernel(c, "BatchNormalizationGrad kernel", [=](unsigned grid, Inputs in, Outputs out) {
