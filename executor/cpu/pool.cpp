@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "executor/ops/conv_geometry.h"
+#include "executor/ops/pool.h"
 #include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
 #include "graph/error.h"
@@ -662,73 +663,42 @@ template <class T, bool Max> class GlobalPoolKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_max_pool(PrepareContext& ctx) {
-  const Geo g = pool_geometry(ctx);
+  const ops::MaxPoolAttrs a = ops::prepare_max_pool(ctx);
   const DType t = ctx.inputs[0].dtype;
-  const bool indices = ctx.outputs.size() > 1 && !ctx.node.outputs[1].empty();
-  const int64_t order = ctx.node.attr_int("storage_order", 0);
-  if (order != 0 && order != 1) ctx.fail("storage_order must be 0 or 1");
-  set_output(ctx, 0, t, out_shape(g, g.C));
-  if (ctx.outputs.size() > 1) set_output(ctx, 1, DType::Int64, out_shape(g, g.C));
-  if (t == DType::Float32) return std::make_unique<MaxPoolKernel<float>>(g, indices, order == 1);
-  if (t == DType::Float64) return std::make_unique<MaxPoolKernel<double>>(g, indices, order == 1);
+  if (t == DType::Float32) return std::make_unique<MaxPoolKernel<float>>(a.g, a.indices, a.column_major);
+  if (t == DType::Float64) return std::make_unique<MaxPoolKernel<double>>(a.g, a.indices, a.column_major);
   cpu::fail_dtype(ctx);
 }
 
 std::unique_ptr<Kernel> make_max_pool_grad(PrepareContext& ctx) {
-  const Geo g = pool_geometry(ctx, 1);
-  const KernelInput& dy = required_input(ctx, 0, "dY");
+  const Geo g = ops::prepare_max_pool_grad(ctx);
   const DType t = ctx.inputs[1].dtype;
-  if (dy.dtype != t || dy.shape != out_shape(g, g.C))
-    ctx.fail("dY is " + dtype_name(dy.dtype) + shape_string(dy.shape) + ", expected MaxPool's output " +
-             dtype_name(t) + shape_string(out_shape(g, g.C)));
-  if (ctx.node.attr_int("storage_order", 0) != 0) ctx.fail("storage_order does not apply (no indices are output)");
-  set_output(ctx, 0, t, ctx.inputs[1].shape);
   if (t == DType::Float32) return std::make_unique<MaxPoolGradKernel<float>>(g);
   if (t == DType::Float64) return std::make_unique<MaxPoolGradKernel<double>>(g);
   cpu::fail_dtype(ctx);
 }
 
 std::unique_ptr<Kernel> make_avg_pool(PrepareContext& ctx) {
-  const Geo g = pool_geometry(ctx);
+  const ops::AvgPoolAttrs a = ops::prepare_avg_pool(ctx);
   const DType t = ctx.inputs[0].dtype;
-  const bool include_pad = ctx.node.attr_int("count_include_pad", 0) != 0;
-  set_output(ctx, 0, t, out_shape(g, g.C));
-  if (t == DType::Float32) return std::make_unique<AvgPoolKernel<float>>(g, include_pad);
-  if (t == DType::Float64) return std::make_unique<AvgPoolKernel<double>>(g, include_pad);
+  if (t == DType::Float32) return std::make_unique<AvgPoolKernel<float>>(a.g, a.include_pad);
+  if (t == DType::Float64) return std::make_unique<AvgPoolKernel<double>>(a.g, a.include_pad);
   cpu::fail_dtype(ctx);
 }
 
 std::unique_ptr<Kernel> make_avg_pool_grad(PrepareContext& ctx) {
-  ops::require_explicit(ctx, {"kernel_shape", "strides", "pads", "count_include_pad"});
-  for (int64_t d : ctx.node.attr_ints("dilations", {}))
-    if (d != 1) ctx.fail("dilations other than 1 are not supported (the function body has no dilated AveragePool)");
-  const Geo g = pool_geometry(ctx, 1);
-  const KernelInput& dy = required_input(ctx, 0, "dY");
+  const ops::AvgPoolAttrs a = ops::prepare_avg_pool_grad(ctx);
   const DType t = ctx.inputs[1].dtype;
-  if (dy.dtype != t || dy.shape != out_shape(g, g.C))
-    ctx.fail("dY is " + dtype_name(dy.dtype) + shape_string(dy.shape) + ", expected AveragePool's output " +
-             dtype_name(t) + shape_string(out_shape(g, g.C)));
-  const bool include_pad = ctx.node.attr_int("count_include_pad", 0) != 0;
-  set_output(ctx, 0, t, ctx.inputs[1].shape);
-  if (t == DType::Float32) return std::make_unique<AvgPoolGradKernel<float>>(g, include_pad);
-  if (t == DType::Float64) return std::make_unique<AvgPoolGradKernel<double>>(g, include_pad);
+  if (t == DType::Float32) return std::make_unique<AvgPoolGradKernel<float>>(a.g, a.include_pad);
+  if (t == DType::Float64) return std::make_unique<AvgPoolGradKernel<double>>(a.g, a.include_pad);
   cpu::fail_dtype(ctx, 1);
 }
 
 template <bool Max> std::unique_ptr<Kernel> make_global_pool(PrepareContext& ctx) {
-  const KernelInput& x = required_input(ctx, 0, "X");
-  if (x.shape.size() < 3) ctx.fail("X " + shape_string(x.shape) + " must have rank >= 3");
-  std::vector<int64_t> out{x.shape[0], x.shape[1]};
-  int64_t size = 1;
-  for (size_t i = 2; i < x.shape.size(); ++i) {
-    out.push_back(1);
-    size *= x.shape[i];
-  }
-  if (size == 0) ctx.fail("X " + shape_string(x.shape) + " has an empty spatial plane");
-  set_output(ctx, 0, x.dtype, out);
-  const int64_t planes = x.shape[0] * x.shape[1];
-  if (x.dtype == DType::Float32) return std::make_unique<GlobalPoolKernel<float, Max>>(planes, size);
-  if (x.dtype == DType::Float64) return std::make_unique<GlobalPoolKernel<double, Max>>(planes, size);
+  const ops::GlobalPoolGeometry g = ops::prepare_global_pool(ctx);
+  const DType t = ctx.inputs[0].dtype;
+  if (t == DType::Float32) return std::make_unique<GlobalPoolKernel<float, Max>>(g.planes, g.size);
+  if (t == DType::Float64) return std::make_unique<GlobalPoolKernel<double, Max>>(g.planes, g.size);
   cpu::fail_dtype(ctx);
 }
 

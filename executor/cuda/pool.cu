@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "executor/ops/conv_geometry.h"
+#include "executor/ops/pool.h"
 #include "executor/cuda/common.h"
 #include "executor/cuda/device_util.cuh"
 #include "executor/cuda/window.cuh"
@@ -200,41 +201,34 @@ template <class T, bool Max> class GlobalPoolKernel final : public Kernel {
   int64_t planes_, size_;
 };
 
-// ---- factories: validation, attributes and output shapes come from the CPU factory ------------------------
+// ---- factories: validation, attributes and output shapes come from the op layer (executor/ops/pool.h) -----
 
-std::unique_ptr<Kernel> make_max_pool(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const ops::Geo g = ops::pool_geometry(ctx, 0);
-  const bool indices = ctx.outputs.size() > 1 && !ctx.node.outputs[1].empty();
-  const bool col = ctx.node.attr_int("storage_order", 0) == 1;
-  return by_dtype<MaxPoolKernel>(ctx.inputs[0].dtype, device_geo(g), static_cast<int>(g.rank), indices, col);
+std::unique_ptr<Kernel> make_max_pool(PrepareContext& ctx) {
+  const ops::MaxPoolAttrs a = ops::prepare_max_pool(ctx);
+  const ops::Geo& g = a.g;
+  return by_dtype<MaxPoolKernel>(ctx.inputs[0].dtype, device_geo(g), static_cast<int>(g.rank), a.indices,
+                                 a.column_major);
 }
 
-std::unique_ptr<Kernel> make_max_pool_grad(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  return by_dtype<MaxPoolGradKernel>(ctx.inputs[1].dtype, device_geo(ops::pool_geometry(ctx, 1)));
+std::unique_ptr<Kernel> make_max_pool_grad(PrepareContext& ctx) {
+  const ops::Geo g = ops::prepare_max_pool_grad(ctx);
+  return by_dtype<MaxPoolGradKernel>(ctx.inputs[1].dtype, device_geo(g));
 }
 
-std::unique_ptr<Kernel> make_avg_pool(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const bool include_pad = ctx.node.attr_int("count_include_pad", 0) != 0;
-  return by_dtype<AvgPoolKernel>(ctx.inputs[0].dtype, ops::pool_geometry(ctx, 0), include_pad, false);
+std::unique_ptr<Kernel> make_avg_pool(PrepareContext& ctx) {
+  const ops::AvgPoolAttrs a = ops::prepare_avg_pool(ctx);
+  return by_dtype<AvgPoolKernel>(ctx.inputs[0].dtype, a.g, a.include_pad, false);
 }
 
-std::unique_ptr<Kernel> make_avg_pool_grad(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const bool include_pad = ctx.node.attr_int("count_include_pad", 0) != 0;
-  return by_dtype<AvgPoolKernel>(ctx.inputs[1].dtype, ops::pool_geometry(ctx, 1), include_pad, true);
+std::unique_ptr<Kernel> make_avg_pool_grad(PrepareContext& ctx) {
+  const ops::AvgPoolAttrs a = ops::prepare_avg_pool_grad(ctx);
+  return by_dtype<AvgPoolKernel>(ctx.inputs[1].dtype, a.g, a.include_pad, true);
 }
 
-template <bool Max> std::unique_ptr<Kernel> make_global_pool(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const std::vector<int64_t>& x = ctx.inputs[0].shape;
-  int64_t size = 1;
-  for (size_t i = 2; i < x.size(); ++i) size *= x[i];
-  const int64_t planes = x[0] * x[1];
-  if (ctx.inputs[0].dtype == DType::Float64) return std::make_unique<GlobalPoolKernel<double, Max>>(planes, size);
-  return std::make_unique<GlobalPoolKernel<float, Max>>(planes, size);
+template <bool Max> std::unique_ptr<Kernel> make_global_pool(PrepareContext& ctx) {
+  const ops::GlobalPoolGeometry g = ops::prepare_global_pool(ctx);
+  if (ctx.inputs[0].dtype == DType::Float64) return std::make_unique<GlobalPoolKernel<double, Max>>(g.planes, g.size);
+  return std::make_unique<GlobalPoolKernel<float, Max>>(g.planes, g.size);
 }
 
 }  // namespace
