@@ -20,6 +20,7 @@
 #include <optional>
 #include <vector>
 
+#include "executor/ops/conv.h"
 #include "executor/ops/conv_geometry.h"
 #include "executor/cpu/direct_conv.h"
 #include "executor/cpu/dnnl_context.h"
@@ -401,18 +402,10 @@ template <class T> class ConvKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_conv(PrepareContext& ctx) {
-  const Geo g = conv_geometry(ctx, 0);
+  const ops::ConvAttrs a = ops::prepare_conv(ctx);
   const DType t = ctx.inputs[0].dtype;
-  const bool has_bias = cpu::has_input(ctx, 2);
-  if (has_bias) {
-    const KernelInput& b = ctx.inputs[2];
-    if (b.dtype != t || b.shape != std::vector<int64_t>{g.M})
-      ctx.fail("B must be " + dtype_name(t) + "[" + std::to_string(g.M) + "], got " + dtype_name(b.dtype) +
-               shape_string(b.shape));
-  }
-  set_output(ctx, 0, t, out_shape(g, g.M));
-  if (t == DType::Float32) return std::make_unique<ConvKernel<float>>(g, has_bias);
-  if (t == DType::Float64) return std::make_unique<ConvKernel<double>>(g, has_bias);
+  if (t == DType::Float32) return std::make_unique<ConvKernel<float>>(a.g, a.has_bias);
+  if (t == DType::Float64) return std::make_unique<ConvKernel<double>>(a.g, a.has_bias);
   cpu::fail_dtype(ctx);
 }
 
@@ -634,18 +627,10 @@ template <class T> class ConvGradKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_conv_grad(PrepareContext& ctx) {
-  ops::require_explicit(ctx, {"pads", "strides"});
-  if (ctx.node.outputs.size() > 3) ctx.fail("has " + std::to_string(ctx.node.outputs.size()) + " outputs, expected up to 3 (dX, dW, dB)");
-  const Geo g = conv_geometry(ctx, 1);
-  const KernelInput& dy = required_input(ctx, 0, "dY");
+  const ops::ConvGradAttrs a = ops::prepare_conv_grad(ctx);
   const DType t = ctx.inputs[1].dtype;
-  if (dy.dtype != t || dy.shape != out_shape(g, g.M))
-    ctx.fail("dY is " + dtype_name(dy.dtype) + shape_string(dy.shape) + ", expected Conv's output " + dtype_name(t) +
-             shape_string(out_shape(g, g.M)));
-  const std::vector<int64_t> shapes[3] = {ctx.inputs[1].shape, ctx.inputs[2].shape, {g.M}};
-  for (size_t i = 0; i < ctx.outputs.size(); ++i) set_output(ctx, i, t, shapes[i]);
-  if (t == DType::Float32) return std::make_unique<ConvGradKernel<float>>(g, wanted_outputs(ctx));
-  if (t == DType::Float64) return std::make_unique<ConvGradKernel<double>>(g, wanted_outputs(ctx));
+  if (t == DType::Float32) return std::make_unique<ConvGradKernel<float>>(a.g, a.want);
+  if (t == DType::Float64) return std::make_unique<ConvGradKernel<double>>(a.g, a.want);
   cpu::fail_dtype(ctx, 1);
 }
 
@@ -742,16 +727,10 @@ template <class T> class ConvTransposeKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_conv_transpose(PrepareContext& ctx) {
-  Dims3 right_pad{0, 0, 0};
-  const Geo g = conv_transpose_geometry(ctx, right_pad);
-  const KernelInput& x = ctx.inputs[0];
-  const bool has_bias = cpu::has_input(ctx, 2);
-  if (has_bias && (ctx.inputs[2].dtype != x.dtype || ctx.inputs[2].shape != std::vector<int64_t>{g.M}))
-    ctx.fail("B must be " + dtype_name(x.dtype) + "[" + std::to_string(g.M) + "], got " +
-             dtype_name(ctx.inputs[2].dtype) + shape_string(ctx.inputs[2].shape));
-  set_output(ctx, 0, x.dtype, out_shape(g, g.M));
-  if (x.dtype == DType::Float32) return std::make_unique<ConvTransposeKernel<float>>(g, right_pad, has_bias);
-  if (x.dtype == DType::Float64) return std::make_unique<ConvTransposeKernel<double>>(g, right_pad, has_bias);
+  const ops::ConvTransposeAttrs a = ops::prepare_conv_transpose(ctx);
+  const DType t = ctx.inputs[0].dtype;
+  if (t == DType::Float32) return std::make_unique<ConvTransposeKernel<float>>(a.g, a.right_pad, a.has_bias);
+  if (t == DType::Float64) return std::make_unique<ConvTransposeKernel<double>>(a.g, a.right_pad, a.has_bias);
   cpu::fail_dtype(ctx);
 }
 

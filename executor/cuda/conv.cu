@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "executor/ops/conv.h"
 #include "executor/ops/conv_geometry.h"
 #include "executor/cuda/common.h"
 #include "executor/cuda/device_util.cuh"
@@ -274,26 +275,22 @@ template <class T> class ConvGradKernel final : public Kernel {
   std::array<bool, 3> want_;
   std::unique_ptr<CudnnConv> dnn_;
 };
-// ---- factories: validation, attributes and output shapes come from the CPU factory ------------------------
+// ---- factories: validation, attributes and output shapes come from the op layer (executor/ops/conv.h) -----
 
-std::unique_ptr<Kernel> make_conv(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const ops::Geo g = ops::conv_geometry(ctx, 0);
+std::unique_ptr<Kernel> make_conv(PrepareContext& ctx) {
+  const ops::Geo g = ops::prepare_conv(ctx).g;
   const DType t = ctx.inputs[0].dtype;
   return by_dtype<ConvKernel>(t, device_geo(g), false, make_cudnn_conv(g, t));
 }
 
-std::unique_ptr<Kernel> make_conv_transpose(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  ops::Dims3 right_pad{};
-  return by_dtype<ConvKernel>(ctx.inputs[0].dtype, device_geo(ops::conv_transpose_geometry(ctx, right_pad)), true);
+std::unique_ptr<Kernel> make_conv_transpose(PrepareContext& ctx) {
+  return by_dtype<ConvKernel>(ctx.inputs[0].dtype, device_geo(ops::prepare_conv_transpose(ctx).g), true);
 }
 
-std::unique_ptr<Kernel> make_conv_grad(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const ops::Geo g = ops::conv_geometry(ctx, 1);
+std::unique_ptr<Kernel> make_conv_grad(PrepareContext& ctx) {
+  const ops::ConvGradAttrs a = ops::prepare_conv_grad(ctx);
   const DType t = ctx.inputs[1].dtype;
-  return by_dtype<ConvGradKernel>(t, device_geo(g), ops::wanted_outputs(ctx), make_cudnn_conv(g, t));
+  return by_dtype<ConvGradKernel>(t, device_geo(a.g), a.want, make_cudnn_conv(a.g, t));
 }
 
 }  // namespace
