@@ -16,6 +16,7 @@
 #include "executor/cpu/kernel_util.h"
 #include "executor/functors.h"
 #include "executor/kernel.h"
+#include "executor/ops/reduce.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
@@ -28,16 +29,6 @@ constexpr Combine combine_of(RKind k) { return reduce_combine_of(k); }
 // Below this many input elements threads cost more than they save.
 constexpr int64_t kParallelThreshold = 1 << 15;
 
-using cpu::ints_of;
-using cpu::set_output;
-
-int64_t normalize_axis(const PrepareContext& ctx, int64_t axis, int64_t rank, const char* what) {
-  // A scalar accepts axis 0 (reducing it is the identity), as onnx's reference does.
-  if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
-    ctx.fail(std::string(what) + " " + std::to_string(axis) + " is out of range for an input of rank " +
-             std::to_string(rank));
-  return axis < 0 ? axis + rank : axis;
-}
 
 // The reduction folded to its essential dims (see the file comment).
 struct ReduceLayout {
@@ -248,41 +239,10 @@ struct ReduceOp {
 };
 
 std::unique_ptr<Kernel> make_reduce(PrepareContext& ctx, const ReduceOp& op) {
-  if (ctx.inputs.empty() || !ctx.inputs[0].present()) ctx.fail("input 0 (data) is required");
-  const Node& node = ctx.node;
-  const KernelInput& x = ctx.inputs.at(0);
-  const int64_t rank = static_cast<int64_t>(x.shape.size());
-  const bool keepdims = node.attr_int("keepdims", 1) != 0;
-  const bool noop_if_empty =
-      ctx.opset >= op.axes_input_since && node.attr_int("noop_with_empty_axes", 0) != 0;
-
-  std::vector<int64_t> axes;
-  if (ctx.opset >= op.axes_input_since) {
-    if (ctx.inputs.size() > 1 && ctx.inputs[1].present()) axes = ints_of(ctx, ctx.constant_input(1), "axes");
-  } else {
-    axes = node.attr_ints("axes");
-  }
-  std::vector<bool> is_reduced(static_cast<size_t>(rank), false);
-  bool identity = false;
-  if (axes.empty()) {
-    if (noop_if_empty) identity = true;
-    else std::fill(is_reduced.begin(), is_reduced.end(), true);
-  }
-  for (int64_t a : axes) {
-    int64_t ax = normalize_axis(ctx, a, rank, "axis");
-    if (rank == 0) continue;
-    if (is_reduced[static_cast<size_t>(ax)]) ctx.fail("axis " + std::to_string(a) + " is repeated in axes");
-    is_reduced[static_cast<size_t>(ax)] = true;
-  }
-  std::vector<int64_t> out_shape;
-  for (int64_t i = 0; i < rank; ++i) {
-    if (!is_reduced[static_cast<size_t>(i)]) out_shape.push_back(x.shape[static_cast<size_t>(i)]);
-    else if (keepdims) out_shape.push_back(1);
-  }
-  if (identity) out_shape = x.shape;
-  set_output(ctx, 0, x.dtype, out_shape);
-
-  ReduceLayout layout = fold(x.shape, is_reduced);
+  const ops::ReduceAxes axes = ops::prepare_reduce(ctx, op.axes_input_since);
+  const KernelInput& x = ctx.inputs[0];
+  const bool identity = axes.identity;
+  ReduceLayout layout = fold(x.shape, axes.reduced);
   auto make = [&]<class T>(T init) -> std::unique_ptr<Kernel> {
     auto build = [&]<RKind K>() -> std::unique_ptr<Kernel> {
       return std::make_unique<ReduceKernel<T, K>>(init, std::move(layout), identity);
@@ -358,25 +318,10 @@ template <class T, bool IsMax> class ArgKernel final : public Kernel {
 };
 
 template <bool IsMax> std::unique_ptr<Kernel> make_arg(PrepareContext& ctx) {
-  if (ctx.inputs.empty() || !ctx.inputs[0].present()) ctx.fail("input 0 (data) is required");
+  const ops::ArgAttrs a = ops::prepare_arg(ctx);
   const KernelInput& x = ctx.inputs[0];
-  const int64_t rank = static_cast<int64_t>(x.shape.size());
-  if (rank == 0) ctx.fail("input must have rank >= 1");
-  const int64_t axis = normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank, "axis");
-  const bool keepdims = ctx.node.attr_int("keepdims", 1) != 0;
-  const bool last = ctx.opset >= 12 && ctx.node.attr_int("select_last_index", 0) != 0;
-  const int64_t n = x.shape[static_cast<size_t>(axis)];
-  if (n == 0) ctx.fail("cannot take the arg-extremum over an empty axis " + std::to_string(axis));
-  int64_t outer = 1, inner = 1;
-  std::vector<int64_t> out_shape;
-  for (int64_t i = 0; i < rank; ++i) {
-    int64_t d = x.shape[static_cast<size_t>(i)];
-    if (i < axis) outer *= d;
-    if (i > axis) inner *= d;
-    if (i != axis) out_shape.push_back(d);
-    else if (keepdims) out_shape.push_back(1);
-  }
-  set_output(ctx, 0, DType::Int64, out_shape);
+  const int64_t outer = a.split.outer, n = a.split.n, inner = a.split.inner;
+  const bool last = a.select_last;
   switch (x.dtype) {
     case DType::Float32: return std::make_unique<ArgKernel<float, IsMax>>(outer, n, inner, last);
     case DType::Float64: return std::make_unique<ArgKernel<double, IsMax>>(outer, n, inner, last);
@@ -387,12 +332,11 @@ template <bool IsMax> std::unique_ptr<Kernel> make_arg(PrepareContext& ctx) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// CumSum and TopK: along one axis, like the reductions. They call the shared cpu::normalize_axis (rank >= 1),
-// not this file's, which accepts axis 0 of a scalar.
+// CumSum and TopK: along one axis, like the reductions (ops::prepare_cumsum and ops::prepare_topk check the
+// axis with the shared normalize_axis, rank >= 1; the reductions accept axis 0 of a scalar).
 
 using cpu::dispatch;
 using cpu::fail_dtype;
-using cpu::required_input;
 
 template <class T> class CumSumKernel final : public Kernel {
  public:
@@ -424,24 +368,12 @@ template <class T> class CumSumKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_cumsum(PrepareContext& ctx) {
-  const KernelInput& x = required_input(ctx, 0, "x");
-  required_input(ctx, 1, "axis");
-  const std::vector<int64_t> axis_v = ints_of(ctx, ctx.constant_input(1), "axis");
-  if (axis_v.size() != 1) ctx.fail("axis must hold one value, got " + std::to_string(axis_v.size()));
-  const int64_t rank = static_cast<int64_t>(x.shape.size());
-  if (rank == 0) ctx.fail("x must have rank >= 1");
-  const auto axis = static_cast<size_t>(cpu::normalize_axis(ctx, axis_v[0], rank));
-  int64_t outer = 1, inner = 1;
-  for (size_t i = 0; i < x.shape.size(); ++i) {
-    if (i < axis) outer *= x.shape[i];
-    if (i > axis) inner *= x.shape[i];
-  }
-  const bool exclusive = ctx.node.attr_int("exclusive", 0) != 0, reverse = ctx.node.attr_int("reverse", 0) != 0;
-  set_output(ctx, 0, x.dtype, x.shape);
+  const ops::CumSumAttrs a = ops::prepare_cumsum(ctx);
+  const KernelInput& x = ctx.inputs[0];
   std::unique_ptr<Kernel> k;
   dispatch<float, double, int32_t, int64_t>(x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    k = std::make_unique<CumSumKernel<T>>(outer, x.shape[axis], inner, exclusive, reverse);
+    k = std::make_unique<CumSumKernel<T>>(a.split.outer, a.split.n, a.split.inner, a.exclusive, a.reverse);
   });
   if (!k) fail_dtype(ctx);
   return k;
@@ -483,29 +415,12 @@ template <class T> class TopKKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_topk(PrepareContext& ctx) {
-  const KernelInput& x = required_input(ctx, 0, "X");
-  required_input(ctx, 1, "K");
-  const std::vector<int64_t> kv = ints_of(ctx, ctx.constant_input(1), "K");
-  if (kv.size() != 1) ctx.fail("K must hold one value");
-  const int64_t rank = static_cast<int64_t>(x.shape.size());
-  if (rank == 0) ctx.fail("X must have rank >= 1");
-  const auto axis = static_cast<size_t>(cpu::normalize_axis(ctx, ctx.node.attr_int("axis", -1), rank));
-  const int64_t k = kv[0], n = x.shape[axis];
-  if (k < 0 || k > n) ctx.fail("K = " + std::to_string(k) + " is out of range for an axis of size " + std::to_string(n));
-  int64_t outer = 1, inner = 1;
-  for (size_t i = 0; i < x.shape.size(); ++i) {
-    if (i < axis) outer *= x.shape[i];
-    if (i > axis) inner *= x.shape[i];
-  }
-  std::vector<int64_t> shape = x.shape;
-  shape[axis] = k;
-  set_output(ctx, 0, x.dtype, shape);
-  if (ctx.outputs.size() > 1) set_output(ctx, 1, DType::Int64, shape);
-  const bool largest = ctx.opset < 11 || ctx.node.attr_int("largest", 1) != 0;
+  const ops::TopKAttrs a = ops::prepare_topk(ctx);
+  const KernelInput& x = ctx.inputs[0];
   std::unique_ptr<Kernel> kern;
   dispatch<float, double, int32_t, int64_t>(x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    kern = std::make_unique<TopKKernel<T>>(outer, n, inner, k, largest);
+    kern = std::make_unique<TopKKernel<T>>(a.split.outer, a.split.n, a.split.inner, a.k, a.largest);
   });
   if (!kern) fail_dtype(ctx);
   return kern;

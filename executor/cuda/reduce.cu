@@ -18,6 +18,7 @@
 #include "executor/cuda/common.h"
 #include "executor/cuda/device_util.cuh"
 #include "executor/functors.h"
+#include "executor/ops/reduce.h"
 
 namespace onnxtrain::cuda {
 namespace {
@@ -174,27 +175,11 @@ template <class H> class HalfSumKernel final : public Kernel {
 };
 
 // The axes a node reduces, as the CPU factory (which has already validated them) reads them.
-std::vector<bool> reduced_axes(const PrepareContext& ctx, int64_t axes_input_since, bool& identity) {
-  const auto rank = static_cast<int64_t>(ctx.inputs[0].shape.size());
-  std::vector<int64_t> axes;
-  const bool from_input = ctx.opset >= axes_input_since;
-  if (from_input) {
-    if (ctx.inputs.size() > 1 && ctx.inputs[1].present()) axes = ops::ints_of(ctx, ctx.constant_input(1), "axes");
-  } else {
-    axes = ctx.node.attr_ints("axes");
-  }
-  identity = axes.empty() && from_input && ctx.node.attr_int("noop_with_empty_axes", 0) != 0;
-  std::vector<bool> reduced(static_cast<size_t>(rank), axes.empty());
-  for (int64_t a : axes)
-    if (rank > 0) reduced[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
-  return reduced;
-}
-
 template <ReduceKind K, class T> std::unique_ptr<Kernel> reduce_kernel(const ReduceGeom& g, T init) {
   return std::make_unique<ReduceKernel<K, T>>(g, init, reduce_init<T>(ReduceKind::Max));
 }
 
-// The (kind, dtype) pairs the CPU registers (register_cpu_reduce); the CPU factory has rejected the rest.
+// The (kind, dtype) pairs the CPU registers (register_cpu_reduce), whose keys the twins copy; nullptr for the rest.
 template <class T> std::unique_ptr<Kernel> reduce_for(ReduceKind k, const ReduceGeom& g, T init) {
   using RK = ReduceKind;
   if (k == RK::Max) return reduce_kernel<RK::Max>(g, init);
@@ -217,13 +202,11 @@ template <class T> std::unique_ptr<Kernel> reduce_for(ReduceKind k, const Reduce
   return nullptr;
 }
 
-CudaFactory reduce(ReduceKind kind, int64_t axes_input_since) {
-  return [kind, axes_input_since](PrepareContext& ctx, const KernelFactory& host) -> std::unique_ptr<Kernel> {
-    host_prepare(ctx, host);
-    bool identity = false;
-    const std::vector<bool> reduced = reduced_axes(ctx, axes_input_since, identity);
-    if (identity) return std::make_unique<DeviceCopyKernel>();
-    const ReduceGeom g = fold(ctx, ctx.inputs[0].shape, reduced);
+KernelFactory reduce(ReduceKind kind, int64_t axes_input_since) {
+  return [kind, axes_input_since](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
+    const ops::ReduceAxes axes = ops::prepare_reduce(ctx, axes_input_since);
+    if (axes.identity) return std::make_unique<DeviceCopyKernel>();
+    const ReduceGeom g = fold(ctx, ctx.inputs[0].shape, axes.reduced);
     std::unique_ptr<Kernel> k;
     const DType t = ctx.inputs[0].dtype;
     if (t == DType::Float16 || t == DType::BFloat16) {
@@ -277,18 +260,14 @@ template <bool IsMax, class T> class ArgKernel final : public Kernel {
   bool last_;
 };
 
-template <bool IsMax> std::unique_ptr<Kernel> make_arg(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const std::vector<int64_t>& shape = ctx.inputs[0].shape;
-  const auto rank = static_cast<int64_t>(shape.size());
-  const int64_t axis = ops::normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank);
-  const bool last = ctx.opset >= 12 && ctx.node.attr_int("select_last_index", 0) != 0;
-  int64_t inner = 1;
-  for (int64_t d = axis + 1; d < rank; ++d) inner *= shape[d];
+template <bool IsMax> std::unique_ptr<Kernel> make_arg(PrepareContext& ctx) {
+  const ops::ArgAttrs a = ops::prepare_arg(ctx);
+  const bool last = a.select_last;
+  const int64_t n = a.split.n, inner = a.split.inner;
   std::unique_ptr<Kernel> k;
   dispatch<float, double, int64_t, int32_t>(ctx.inputs[0].dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    k = std::make_unique<ArgKernel<IsMax, T>>(shape[axis], inner, last);
+    k = std::make_unique<ArgKernel<IsMax, T>>(n, inner, last);
   });
   if (!k) ops::fail_dtype(ctx);
   return k;
@@ -338,21 +317,9 @@ template <template <class> class K, class... A> std::unique_ptr<Kernel> numeric(
   return k;
 }
 
-// The axis as [outer, n, inner]: n and inner.
-std::pair<int64_t, int64_t> axis_split(const PrepareContext& ctx, int64_t axis) {
-  const std::vector<int64_t>& shape = ctx.inputs[0].shape;
-  const auto a = static_cast<size_t>(ops::normalize_axis(ctx, axis, static_cast<int64_t>(shape.size())));
-  int64_t inner = 1;
-  for (size_t d = a + 1; d < shape.size(); ++d) inner *= shape[d];
-  return {shape[a], inner};
-}
-
-std::unique_ptr<Kernel> make_cumsum(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const std::pair<int64_t, int64_t> split = axis_split(ctx, ops::ints_of(ctx, ctx.constant_input(1), "axis").at(0));
-  const int64_t n = split.first, inner = split.second;
-  const bool exclusive = ctx.node.attr_int("exclusive", 0) != 0, reverse = ctx.node.attr_int("reverse", 0) != 0;
-  return numeric<CumSumKernel>(ctx, n, inner, exclusive, reverse);
+std::unique_ptr<Kernel> make_cumsum(PrepareContext& ctx) {
+  const ops::CumSumAttrs a = ops::prepare_cumsum(ctx);
+  return numeric<CumSumKernel>(ctx, a.split.n, a.split.inner, a.exclusive, a.reverse);
 }
 
 // ---- TopK ------------------------------------------------------------------------------------------------
@@ -400,13 +367,9 @@ template <class T> class TopKKernel final : public Kernel {
   bool largest_;
 };
 
-std::unique_ptr<Kernel> make_topk(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const std::pair<int64_t, int64_t> split = axis_split(ctx, ctx.node.attr_int("axis", -1));
-  const int64_t n = split.first, inner = split.second;
-  const int64_t k = ops::ints_of(ctx, ctx.constant_input(1), "K").at(0);
-  const bool largest = ctx.opset < 11 || ctx.node.attr_int("largest", 1) != 0;
-  return numeric<TopKKernel>(ctx, n, inner, k, largest);
+std::unique_ptr<Kernel> make_topk(PrepareContext& ctx) {
+  const ops::TopKAttrs a = ops::prepare_topk(ctx);
+  return numeric<TopKKernel>(ctx, a.split.n, a.split.inner, a.k, a.largest);
 }
 
 }  // namespace
