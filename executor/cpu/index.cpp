@@ -11,6 +11,7 @@
 
 #include "executor/cpu/kernel_util.h"
 #include "executor/kernel.h"
+#include "executor/ops/index.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
@@ -18,9 +19,6 @@ namespace {
 
 using cpu::contiguous_strides;
 using cpu::elem_size;
-using cpu::has_input;
-using cpu::normalize_axis;
-using cpu::required_input;
 
 constexpr int64_t kParallelWork = 1 << 15;
 
@@ -36,12 +34,6 @@ template <class F> int64_t for_each_index(int64_t n, bool parallel, F&& f) {
     for (int64_t i = 0; i < n; ++i) f(i, bad);
   }
   return bad;
-}
-
-void expect_index_dtype(const PrepareContext& ctx, const KernelInput& idx, bool allow_int32) {
-  if (idx.dtype == DType::Int64 || (allow_int32 && idx.dtype == DType::Int32)) return;
-  ctx.fail("indices must be " + std::string(allow_int32 ? "int32 or int64" : "int64") + ", got " +
-           dtype_name(idx.dtype));
 }
 
 // An index in [-size, size) wrapped to [0, size), or -1 when out of range.
@@ -76,18 +68,7 @@ void start_from(const Tensor& in, Tensor& out, bool zeros) {
 
 // ---- reductions ------------------------------------------------------------------------------------------
 
-enum class Reduction { None, Add, Mul, Max, Min };
-
-Reduction reduction_of(const PrepareContext& ctx) {
-  const std::string r = ctx.node.attr_string("reduction", "none");
-  if (r == "none") return Reduction::None;
-  if (ctx.opset >= 16 && r == "add") return Reduction::Add;
-  if (ctx.opset >= 16 && r == "mul") return Reduction::Mul;
-  if (ctx.opset >= 18 && r == "max") return Reduction::Max;
-  if (ctx.opset >= 18 && r == "min") return Reduction::Min;
-  ctx.fail("reduction '" + r + "' is not valid at opset " + std::to_string(ctx.opset) +
-           " (none; add and mul from opset 16; max and min from 18)");
-}
+using Reduction = ops::IndexReduction;
 
 template <class T> inline void combine(Reduction r, T& dst, T v) {
   switch (r) {
@@ -108,22 +89,6 @@ template <class F> auto with_numeric_type(const PrepareContext& ctx, DType t, F&
     case DType::Int64: return f(int64_t{});
     default: ctx.fail("unsupported dtype " + dtype_name(t) + " (float32, float64, int32, int64)");
   }
-}
-
-struct ScatterInputs {
-  const KernelInput& data;
-  const KernelInput& indices;
-  const KernelInput& updates;
-};
-
-ScatterInputs scatter_inputs(const PrepareContext& ctx, bool allow_int32_indices) {
-  const KernelInput& data = required_input(ctx, 0, "data");
-  const KernelInput& indices = required_input(ctx, 1, "indices");
-  const KernelInput& updates = required_input(ctx, 2, "updates");
-  expect_index_dtype(ctx, indices, allow_int32_indices);
-  if (updates.dtype != data.dtype)
-    ctx.fail("updates must have data's dtype " + dtype_name(data.dtype) + ", got " + dtype_name(updates.dtype));
-  return {data, indices, updates};
 }
 
 // ---- ScatterND -------------------------------------------------------------------------------------------
@@ -167,28 +132,13 @@ template <class T> class ScatterNDKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_scatter_nd(PrepareContext& ctx) {
-  const auto [data, indices, updates] = scatter_inputs(ctx, false);
-  const auto r = static_cast<int64_t>(data.shape.size());
-  if (indices.shape.empty()) ctx.fail("indices must have rank >= 1, got a scalar");
-  const int64_t k = indices.shape.back();
-  if (k > r)
-    ctx.fail("the last dim of indices " + shape_string(indices.shape) + " is " + std::to_string(k) +
-             ", more than data's rank " + std::to_string(r));
-  std::vector<int64_t> expected(indices.shape.begin(), indices.shape.end() - 1);
-  expected.insert(expected.end(), data.shape.begin() + k, data.shape.end());
-  if (updates.shape != expected)
-    ctx.fail("updates must have shape " + shape_string(expected) + " (indices.shape[:-1] + data.shape[" +
-             std::to_string(k) + ":]), got " + shape_string(updates.shape));
-  const Reduction red = reduction_of(ctx);
-  ctx.outputs.at(0) = {data.dtype, data.shape};
-  const int64_t tuples = numel_of(std::span<const int64_t>(indices.shape).first(indices.shape.size() - 1));
-  const int64_t slice = numel_of(std::span<const int64_t>(data.shape).subspan(static_cast<size_t>(k)));
-  // Clang 14 (the fuzz/sanitizer compiler) cannot capture a structured binding in a lambda.
-  const std::vector<int64_t>& data_shape = data.shape;
+  const ops::NdAttrs a = ops::prepare_scatter_nd(ctx);
+  const KernelInput& data = ctx.inputs[0];
   const bool zeros = known_zeros(data);
   return with_numeric_type(ctx, data.dtype, [&](auto t) -> std::unique_ptr<Kernel> {
     using T = decltype(t);
-    return std::make_unique<ScatterNDKernel<T>>(ctx.node.describe(), data_shape, tuples, k, slice, red, zeros);
+    return std::make_unique<ScatterNDKernel<T>>(ctx.node.describe(), data.shape, a.tuples, a.k, a.slice, a.reduction,
+                                                zeros);
   });
 }
 
@@ -212,19 +162,10 @@ struct ElementsGeometry {
   }
 };
 
-ElementsGeometry elements_geometry(const PrepareContext& ctx, const KernelInput& data, const KernelInput& indices) {
+// The op layer has checked the shapes and the axis (ops::prepare_gather_elements, prepare_scatter_elements).
+ElementsGeometry elements_geometry(const KernelInput& data, const KernelInput& indices, int64_t axis) {
   ElementsGeometry g;
-  const auto r = static_cast<int64_t>(data.shape.size());
-  if (r == 0) ctx.fail("data must have rank >= 1, got a scalar");
-  if (indices.shape.size() != data.shape.size())
-    ctx.fail("indices " + shape_string(indices.shape) + " must have data's rank " + std::to_string(r) + " (data " +
-             shape_string(data.shape) + ")");
-  g.axis = normalize_axis(ctx, ctx.node.attr_int("axis", 0), r);
-  for (int64_t d = 0; d < r; ++d)
-    if (d != g.axis && indices.shape[d] > data.shape[d])
-      ctx.fail("indices " + shape_string(indices.shape) + " is larger than data " + shape_string(data.shape) +
-               " along axis " + std::to_string(d) + " (only the indexed axis " + std::to_string(g.axis) +
-               " may differ freely)");
+  g.axis = axis;
   g.idx_shape = indices.shape;
   g.data_shape = data.shape;
   g.data_strides = contiguous_strides(data.shape);
@@ -268,15 +209,13 @@ template <class T, class I> class ScatterElementsKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_scatter_elements(PrepareContext& ctx) {
-  const auto [data, indices, updates] = scatter_inputs(ctx, true);
-  if (updates.shape != indices.shape)
-    ctx.fail("updates " + shape_string(updates.shape) + " must have the shape of indices " +
-             shape_string(indices.shape));
-  ElementsGeometry g = elements_geometry(ctx, data, indices);
-  const Reduction red = reduction_of(ctx);
-  ctx.outputs.at(0) = {data.dtype, data.shape};
+  const ops::ElementsAttrs a = ops::prepare_scatter_elements(ctx);
+  const KernelInput& data = ctx.inputs[0];
+  const KernelInput& indices = ctx.inputs[1];
+  ElementsGeometry g = elements_geometry(data, indices, a.axis);
+  const Reduction red = a.reduction;
   const bool i64 = indices.dtype == DType::Int64;
-  const bool zeros = known_zeros(data);  // outside the lambda: clang 14 cannot capture a structured binding
+  const bool zeros = known_zeros(data);
   return with_numeric_type(ctx, data.dtype, [&](auto t) -> std::unique_ptr<Kernel> {
     using T = decltype(t);
     if (i64) return std::make_unique<ScatterElementsKernel<T, int64_t>>(ctx.node.describe(), std::move(g), red, zeros);
@@ -318,12 +257,11 @@ template <class I> class GatherElementsKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_gather_elements(PrepareContext& ctx) {
-  const KernelInput& data = required_input(ctx, 0, "data");
-  const KernelInput& indices = required_input(ctx, 1, "indices");
-  expect_index_dtype(ctx, indices, true);
+  const ops::ElementsAttrs a = ops::prepare_gather_elements(ctx);
+  const KernelInput& data = ctx.inputs[0];
+  const KernelInput& indices = ctx.inputs[1];
   const size_t es = elem_size(ctx, data.dtype);
-  ElementsGeometry g = elements_geometry(ctx, data, indices);
-  ctx.outputs.at(0) = {data.dtype, indices.shape};
+  ElementsGeometry g = elements_geometry(data, indices, a.axis);
   if (indices.dtype == DType::Int64)
     return std::make_unique<GatherElementsKernel<int64_t>>(ctx.node.describe(), std::move(g), es);
   return std::make_unique<GatherElementsKernel<int32_t>>(ctx.node.describe(), std::move(g), es);
@@ -381,32 +319,11 @@ class GatherNDKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_gather_nd(PrepareContext& ctx) {
-  const KernelInput& data = required_input(ctx, 0, "data");
-  const KernelInput& indices = required_input(ctx, 1, "indices");
-  expect_index_dtype(ctx, indices, false);
+  const ops::NdAttrs a = ops::prepare_gather_nd(ctx);
+  const KernelInput& data = ctx.inputs[0];
   const size_t es = elem_size(ctx, data.dtype);
-  const auto r = static_cast<int64_t>(data.shape.size());
-  const auto q = static_cast<int64_t>(indices.shape.size());
-  const int64_t b = ctx.node.attr_int("batch_dims", 0);
-  if (r < 1 || q < 1) ctx.fail("data and indices must have rank >= 1");
-  if (b < 0 || b >= std::min(r, q))
-    ctx.fail("batch_dims " + std::to_string(b) + " must be in [0, min(rank(data), rank(indices)))");
-  for (int64_t d = 0; d < b; ++d)
-    if (data.shape[d] != indices.shape[d])
-      ctx.fail("the first batch_dims dims of data " + shape_string(data.shape) + " and indices " +
-               shape_string(indices.shape) + " must be equal");
-  const int64_t k = indices.shape.back();
-  if (k < 1 || b + k > r)
-    ctx.fail("the last dim of indices is " + std::to_string(k) + "; it must be in [1, rank(data) - batch_dims] = [1, " +
-             std::to_string(r - b) + "]");
-  std::vector<int64_t> out_shape(indices.shape.begin(), indices.shape.end() - 1);
-  out_shape.insert(out_shape.end(), data.shape.begin() + b + k, data.shape.end());
-  ctx.outputs.at(0) = {data.dtype, out_shape};
-  const std::span<const int64_t> ishape(indices.shape);
-  const int64_t batches = numel_of(ishape.first(static_cast<size_t>(b)));
-  const int64_t tuples = numel_of(ishape.subspan(static_cast<size_t>(b), static_cast<size_t>(q - b - 1)));
-  const int64_t slice = numel_of(std::span<const int64_t>(data.shape).subspan(static_cast<size_t>(b + k)));
-  return std::make_unique<GatherNDKernel>(ctx.node.describe(), data.shape, b, batches, tuples, k, slice, es);
+  return std::make_unique<GatherNDKernel>(ctx.node.describe(), data.shape, a.batch_dims, a.batches, a.tuples, a.k,
+                                          a.slice, es);
 }
 
 }  // namespace

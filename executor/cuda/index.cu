@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "executor/cuda/common.h"
+#include "executor/ops/index.h"
 #include "executor/cuda/device_util.cuh"
 #include "graph/error.h"
 
@@ -58,10 +59,15 @@ template <class F> void by_size(const PrepareContext& ctx, DType t, F&& f) {
 enum class Reduction { None, Add, Mul, Max, Min };
 
 // The CPU factory has checked the name against the opset.
-Reduction reduction_of(const Node& n) {
-  const std::string r = n.attr_string("reduction", "none");
-  return r == "add" ? Reduction::Add : r == "mul" ? Reduction::Mul : r == "max" ? Reduction::Max
-                                   : r == "min" ? Reduction::Min : Reduction::None;
+// The op layer's reduction (ops::IndexReduction, validated against the opset) as the device enum.
+Reduction device_reduction(ops::IndexReduction r) {
+  switch (r) {
+    case ops::IndexReduction::Add: return Reduction::Add;
+    case ops::IndexReduction::Mul: return Reduction::Mul;
+    case ops::IndexReduction::Max: return Reduction::Max;
+    case ops::IndexReduction::Min: return Reduction::Min;
+    default: return Reduction::None;
+  }
 }
 
 template <class T> __device__ T combined(Reduction r, T a, T b) {
@@ -154,19 +160,19 @@ template <class E, class I, bool Scatter> class ElementsKernel final : public Ke
   Reduction r_;
 };
 
-template <bool Scatter> std::unique_ptr<Kernel> make_elements(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
+template <bool Scatter> std::unique_ptr<Kernel> make_elements(PrepareContext& ctx) {
+  const ops::ElementsAttrs a = Scatter ? ops::prepare_scatter_elements(ctx) : ops::prepare_gather_elements(ctx);
   const std::vector<int64_t>& data = ctx.inputs[0].shape;
-  const auto rank = static_cast<int64_t>(data.size());
-  const int axis = static_cast<int>(ops::normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank));
+  const int axis = static_cast<int>(a.axis);
+  const Reduction red = device_reduction(a.reduction);
   // Offsets address data; the loop walks indices' shape.
   const Shape idx = shape_of(ctx, ctx.inputs[1].shape, data);
   const bool i64 = ctx.inputs[1].dtype == DType::Int64;
   std::unique_ptr<Kernel> k;
   auto make = [&](auto tag) {
     using E = typename decltype(tag)::type;
-    if (i64) k = std::make_unique<ElementsKernel<E, int64_t, Scatter>>(idx, axis, data[axis], reduction_of(ctx.node));
-    else k = std::make_unique<ElementsKernel<E, int32_t, Scatter>>(idx, axis, data[axis], reduction_of(ctx.node));
+    if (i64) k = std::make_unique<ElementsKernel<E, int64_t, Scatter>>(idx, axis, data[axis], red);
+    else k = std::make_unique<ElementsKernel<E, int32_t, Scatter>>(idx, axis, data[axis], red);
   };
   if constexpr (Scatter) dispatch<float, double, int32_t, int64_t>(ctx.inputs[0].dtype, make);
   else by_size(ctx, ctx.inputs[0].dtype, make);
@@ -230,23 +236,20 @@ template <class E, bool Scatter> class NdKernel final : public Kernel {
   Reduction r_;
 };
 
-template <bool Scatter> std::unique_ptr<Kernel> make_nd(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
+template <bool Scatter> std::unique_ptr<Kernel> make_nd(PrepareContext& ctx) {
+  const ops::NdAttrs a = Scatter ? ops::prepare_scatter_nd(ctx) : ops::prepare_gather_nd(ctx);
   const std::vector<int64_t>& data = ctx.inputs[0].shape;
-  const std::vector<int64_t>& ishape = ctx.inputs[1].shape;
   NdGeom g{};
   g.data = shape_of(ctx, data, data);
-  g.batch_dims = Scatter ? 0 : ctx.node.attr_int("batch_dims", 0);
-  g.k = ishape.back();
-  g.tuples = 1;
-  for (size_t d = static_cast<size_t>(g.batch_dims); d + 1 < ishape.size(); ++d) g.tuples *= ishape[d];
-  g.slice = 1;
-  for (size_t d = static_cast<size_t>(g.batch_dims + g.k); d < data.size(); ++d) g.slice *= data[d];
+  g.batch_dims = a.batch_dims;
+  g.k = a.k;
+  g.tuples = a.tuples;
+  g.slice = a.slice;
   g.batch_stride = g.batch_dims > 0 ? g.data.strides[g.batch_dims - 1] : 0;
   std::unique_ptr<Kernel> k;
   auto make = [&](auto tag) {
     using E = typename decltype(tag)::type;
-    k = std::make_unique<NdKernel<E, Scatter>>(g, reduction_of(ctx.node));
+    k = std::make_unique<NdKernel<E, Scatter>>(g, device_reduction(a.reduction));
   };
   if constexpr (Scatter) dispatch<float, double, int32_t, int64_t>(ctx.inputs[0].dtype, make);
   else by_size(ctx, ctx.inputs[0].dtype, make);
