@@ -12,6 +12,7 @@
 #include "gradients/subgraphs.h"
 #include "graph/error.h"
 #include "graph/model_io.h"
+#include "optimizers/optimizer.h"
 #include "training/session.h"
 
 namespace onnxtrain::cli {
@@ -63,6 +64,7 @@ int cmd_ops(const std::vector<std::string>& argv) {
   // Fused gradient ops: which forward op's rule emits them, and whether they carry a standard-ONNX body.
   std::set<std::string> bodies;
   for (const Function& f : fused_grad_functions()) bodies.insert(f.name);
+  for (const Function& f : optimizer_update_functions()) bodies.insert(f.name);  // the optimizer's update ops
   std::map<std::string, std::set<std::string>> fused;
   for (const auto& [forward, op] : fused_grad_uses()) fused[forward].insert(std::string(kFusedGradDomain) + "." + op);
   auto join = [](const std::set<std::string>& s) {

@@ -242,6 +242,7 @@ Expr operator+(const Expr& a, const Expr& c) { return binary("Add", a, c); }
 Expr operator-(const Expr& a, const Expr& c) { return binary("Sub", a, c); }
 Expr operator*(const Expr& a, const Expr& c) { return binary("Mul", a, c); }
 Expr operator/(const Expr& a, const Expr& c) { return binary("Div", a, c); }
+Expr maximum(const Expr& a, const Expr& c) { return binary("Max", a, c); }
 Expr operator-(const Expr& a) { return unary("Neg", a); }
 
 // Only identities that are exact for every value (x*1, x/1, x+0, x-0) are folded.

@@ -52,6 +52,8 @@ Expr sqrt(const Expr& a);
 Expr abs(const Expr& a);
 Expr sign(const Expr& a);
 Expr pow(const Expr& a, const Expr& e);
+// ONNX Max of two values (a NaN in either is the result), the graph form of formulas/'s maximum.
+Expr maximum(const Expr& a, const Expr& c);
 Expr matmul(const Expr& a, const Expr& c);
 Expr transpose(const Expr& a, const std::vector<int64_t>& perm);
 Expr transpose_last2(const Expr& a);  // swaps the two innermost axes; needs a known rank

@@ -3,10 +3,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include "formulas/optimizer_updates.h"
 #include "graph/error.h"
 #include "graph/expr.h"
 
 namespace onnxtrain {
+
+using formulas::AdamDecay;
+using formulas::AdamScalars;
+using formulas::AdamState;
 
 const std::vector<std::string>& optimizer_kinds() {
   static const std::vector<std::string> k = {"sgd", "adam", "adamw", "adagrad"};
@@ -201,7 +206,77 @@ class Emitter {
   OptimizerGraph& out_;
 };
 
+std::vector<Expr> adam_scalar_list(const AdamScalars<Expr>& s, AdamDecay decay) {
+  std::vector<Expr> v{s.beta1, s.one_minus_beta1, s.beta2, s.one_minus_beta2, s.bias_correction2_sqrt, s.eps,
+                      s.step_size};
+  if (decay != AdamDecay::None) v.push_back(s.decay);
+  return v;
+}
+
+// One weight's Adam update as one node of kOptimizerDomain. The kernels take float32 and float64; a weight of
+// another type gets the same formula as standard ops in the graph itself.
+AdamState<Expr> adam_update_node(GraphBuilder& b, AdamDecay decay, bool amsgrad, const Expr& p, const Expr& g,
+                                 const Expr& m, const Expr& v, const Expr& vmax, const AdamScalars<Expr>& s) {
+  if (p.dtype() != DType::Float32 && p.dtype() != DType::Float64)
+    return formulas::with_adam_variant(decay, amsgrad, [&]<AdamDecay D, bool A>() {
+      return formulas::adam_update<D, A>(p, g, m, v, vmax, s);
+    });
+  std::vector<Expr> in{p, g, m, v};
+  if (amsgrad) in.push_back(vmax);
+  for (const Expr& x : adam_scalar_list(s, decay)) in.push_back(x);
+  std::vector<Expr> out = apply_n(b, formulas::adam_update_op(decay, amsgrad), in,
+                                  std::vector<TypeInfo>(amsgrad ? 4 : 3, p.type), {}, kOptimizerDomain);
+  return {out[0], out[1], out[2], amsgrad ? out[3] : Expr{}};
+}
+
+// The body of adam_update_op(decay, amsgrad): the template evaluated on the function's inputs.
+Function adam_update_function(AdamDecay decay, bool amsgrad) {
+  Graph g;
+  GraphBuilder b(g, "adam/");
+  const TypeInfo any{DType::Float32, std::nullopt};  // no constants in the body: the type is only for Expr's checks
+  Function f;
+  f.name = formulas::adam_update_op(decay, amsgrad);
+  f.domain = kOptimizerDomain;
+  f.opset_imports = {{"", 17}};
+  auto input = [&](const std::string& name) {
+    f.inputs.push_back(name);
+    return value(b, name, any);
+  };
+  const Expr p = input("P"), grad = input("G"), m = input("M"), v = input("V");
+  const Expr vmax = amsgrad ? input("Vmax") : Expr{};
+  AdamScalars<Expr> s;
+  Expr* fields[] = {&s.beta1, &s.one_minus_beta1, &s.beta2, &s.one_minus_beta2, &s.bias_correction2_sqrt, &s.eps,
+                    &s.step_size, &s.decay};
+  for (int i = 0; i < formulas::adam_scalar_inputs(decay); ++i) *fields[i] = input(formulas::kAdamScalarNames[i]);
+  const AdamState<Expr> r = formulas::with_adam_variant(decay, amsgrad, [&]<AdamDecay D, bool A>() {
+    return formulas::adam_update<D, A>(p, grad, m, v, vmax, s);
+  });
+  // The results' generated names become the function's outputs.
+  std::map<std::string, std::string> rename{{r.p.name, "P_new"}, {r.m.name, "M_new"}, {r.v.name, "V_new"}};
+  if (amsgrad) rename[r.vmax.name] = "Vmax_new";
+  for (Node& n : g.nodes) {
+    for (std::string& x : n.inputs)
+      if (auto it = rename.find(x); it != rename.end()) x = it->second;
+    for (std::string& x : n.outputs)
+      if (auto it = rename.find(x); it != rename.end()) x = it->second;
+  }
+  f.outputs = {"P_new", "M_new", "V_new"};
+  if (amsgrad) f.outputs.push_back("Vmax_new");
+  f.nodes = std::move(g.nodes);
+  f.doc = std::string("One weight's ") + (decay == AdamDecay::Decoupled ? "AdamW" : "Adam") +
+          (decay == AdamDecay::L2 ? " (L2 weight decay)" : "") + (amsgrad ? " amsgrad" : "") +
+          " update in torch's order (onnxtrain formulas/optimizer_updates.h, docs/optimizers.md).";
+  return f;
+}
+
 }  // namespace
+
+std::vector<Function> optimizer_update_functions() {
+  std::vector<Function> out;
+  for (AdamDecay d : formulas::kAdamDecays)
+    for (bool amsgrad : {false, true}) out.push_back(adam_update_function(d, amsgrad));
+  return out;
+}
 
 OptimizerGraph append_optimizer(Graph& g, const std::map<std::string, std::string>& grads, const OptimizerSpec& spec,
                                 OptimizerPhase phase, const AccumulatedHook& accumulated) {
@@ -287,7 +362,14 @@ OptimizerGraph append_optimizer(Graph& g, const std::map<std::string, std::strin
   if (spec.kind == "adagrad") adagrad_div = 1.0 + (t - 1.0) * spec.lr_decay;
 
   // Per (group, dtype) derived learning rates, so a model with many weights emits them once.
-  std::map<std::pair<int, DType>, Expr> lr_cache, step_size_cache, decay_cache;
+  std::map<std::pair<int, DType>, Expr> lr_cache, step_size_cache, decay_cache, bias_correction2_cache;
+  // Hyper-parameter constants of the weight's dtype, one node per value.
+  std::map<std::pair<DType, double>, Expr> constants;
+  auto constant_of = [&](DType d, double v) {
+    auto it = constants.find({d, v});
+    if (it == constants.end()) it = constants.emplace(std::make_pair(d, v), scalar(b, d, v)).first;
+    return it->second;
+  };
   auto group_lr64 = [&](int k) { return k < 0 ? lr_default : lr_group[static_cast<size_t>(k)]; };
   auto cached = [&](std::map<std::pair<int, DType>, Expr>& c, int k, DType d, auto make) {
     auto key = std::make_pair(k, d);
@@ -329,29 +411,27 @@ OptimizerGraph append_optimizer(Graph& g, const std::map<std::string, std::strin
         e.update(spec.nesterov ? p - lr * (greg + nv * spec.momentum) : p - lr * nv, w);
       }
     } else if (is_adam(spec)) {
+      // One onnxtrain.Adam*Update node per weight: its CPU and CUDA kernels and its standard-ONNX body all evaluate
+      // formulas::adam_update (optimizer_update_functions() below), so there is one description of the step.
       Expr m = e.zeros_state(w + ".exp_avg", p);
       Expr v = e.zeros_state(w + ".exp_avg_sq", p);
-      Expr d = grad;
-      Expr base = p;
-      if (spec.kind == "adamw") {
-        if (wd != 0) base = p * cached(decay_cache, k, dt, [&] { return 1.0 - group_lr64(k) * wd; });
-      } else if (wd != 0) {
-        d = grad + p * wd;
-      }
-      Expr nm = m * spec.beta1 + d * (1.0 - spec.beta1);
-      Expr nv = v * spec.beta2 + d * d * (1.0 - spec.beta2);
-      e.update(nm, m.name);
-      e.update(nv, v.name);
-      Expr second = nv;
-      if (spec.amsgrad) {
-        Expr vmax = e.zeros_state(w + ".max_exp_avg_sq", p);
-        second = apply(b, "Max", {vmax, nv}, nv.type);
-        e.update(second, vmax.name);
-      }
-      // torch's order: denom = sqrt(v) / sqrt(1 - b2^t) + eps; p -= (lr / (1 - b1^t)) * m / denom.
-      Expr denom = sqrt(second) / cast(*bias_correction2_sqrt, dt) + eps;
-      Expr step_size = cached(step_size_cache, k, dt, [&] { return group_lr64(k) / *bias_correction1; });
-      e.update(base - step_size * nm / denom, w);
+      Expr vmax = spec.amsgrad ? e.zeros_state(w + ".max_exp_avg_sq", p) : Expr{};
+      const AdamDecay decay = wd == 0 ? AdamDecay::None : spec.kind == "adamw" ? AdamDecay::Decoupled : AdamDecay::L2;
+      AdamScalars<Expr> s{constant_of(dt, spec.beta1), constant_of(dt, 1.0 - spec.beta1), constant_of(dt, spec.beta2),
+                          constant_of(dt, 1.0 - spec.beta2),
+                          cached(bias_correction2_cache, -1, dt, [&] { return *bias_correction2_sqrt; }),
+                          constant_of(dt, eps),
+                          cached(step_size_cache, k, dt, [&] { return group_lr64(k) / *bias_correction1; }),
+                          Expr{}};
+      if (decay == AdamDecay::Decoupled)
+        s.decay = cached(decay_cache, k, dt, [&] { return 1.0 - group_lr64(k) * wd; });
+      else if (decay == AdamDecay::L2)
+        s.decay = constant_of(dt, wd);
+      const AdamState<Expr> r = adam_update_node(b, decay, spec.amsgrad, p, grad, m, v, vmax, s);
+      e.update(r.m, m.name);
+      e.update(r.v, v.name);
+      if (spec.amsgrad) e.update(r.vmax, vmax.name);
+      e.update(r.p, w);
     } else {  // adagrad
       Expr sum_sq = e.zeros_state(w + ".sum", p, spec.initial_accumulator_value);
       Expr d = wd != 0 ? grad + p * wd : grad;

@@ -9,6 +9,7 @@
 #include "graph/error.h"
 #include "graph/model_io.h"
 #include "graph/validate.h"
+#include "optimizers/optimizer.h"
 #include "training/checkpoint_format.h"
 #include "training/checksums.h"
 
@@ -132,7 +133,10 @@ Model TrainingSession::checkpoint_shell() const {
   const int64_t onnx_opset = std::max<int64_t>(m.opset(""), 13);
   m.opset_imports[""] = onnx_opset;
   // The main graph is searched too: with adapter dropout it is the training forward, holding DropoutMask nodes.
-  for (Function f : fused_grad_functions()) {
+  // The optimizer's update ops (optimizers/optimizer.h) travel the same way, from their own list.
+  std::vector<Function> bodies = fused_grad_functions();
+  for (Function& f : optimizer_update_functions()) bodies.push_back(std::move(f));
+  for (Function f : bodies) {
     bool used = false, refused = false;
     for (const std::vector<Node>* nodes : {&m.graph.nodes, &alg.nodes})
       for (const Node& n : *nodes) {

@@ -17,7 +17,6 @@
 #include <numbers>
 
 #include "executor/broadcast.h"
-#include "executor/cpu/fused_update.h"
 #include "executor/cpu/kernel_util.h"
 #include "executor/cpu/vector_sqrt.h"
 #include "executor/functors.h"
@@ -275,14 +274,12 @@ const char* ew_name(EwOp op) {
 
 size_t ew_slots_needed(const EwProgram& p) { return lay_out_unbounded(p).slots; }
 
-std::unique_ptr<Kernel> make_fused_elementwise(EwProgram p, bool native_updates) {
+std::unique_ptr<Kernel> make_fused_elementwise(EwProgram p) {
   if (p.inputs.size() > 64 || p.outputs.size() > 64 || p.inputs.size() + p.code.size() > 128)
     fail("fused elementwise kernel " + ew_describe(p), "more than 64 inputs or outputs, or 128 values");
   for (const EwInput& x : p.inputs)
     if (x.kind == EwInput::Kind::Broadcast && (x.period <= 0 || x.inner <= 0))
       fail("fused elementwise kernel " + ew_describe(p), "a broadcast input needs a positive period and inner size");
-  if (native_updates)
-    if (std::unique_ptr<Kernel> native = make_native_update(p)) return native;
   Layout l = lay_out(p);
   if (p.dtype == DType::Float32) return std::make_unique<FusedElementwiseKernel<float>>(std::move(p), std::move(l));
   if (p.dtype == DType::Float64) return std::make_unique<FusedElementwiseKernel<double>>(std::move(p), std::move(l));

@@ -63,9 +63,7 @@ inline constexpr size_t kMaxEwSlots = 40;
 size_t ew_slots_needed(const EwProgram& p);
 
 // Throws Error when the program is malformed (an operand defined later, a slot count over kMaxEwSlots, ...).
-// An optimizer update it recognises runs as a hand-written loop (executor/cpu/fused_update.h) unless
-// native_updates is false (tests compare the two).
-std::unique_ptr<Kernel> make_fused_elementwise(EwProgram p, bool native_updates = true);
+std::unique_ptr<Kernel> make_fused_elementwise(EwProgram p);
 
 // "Mul(in0, Add(in1, in2))"-style text of a program, for errors and tests.
 std::string ew_describe(const EwProgram& p);

@@ -1,7 +1,7 @@
 // The CPU backend's plan passes (executor/plan_pass.h), registered with its kernels: the Transpose folding of
 // executor/plan_fusion.h as its node rewrite, and the fusion of compiled steps: runs of elementwise steps of one
-// shape become one fused kernel each (executor/cpu/fused_elementwise.h), and an Adam/AdamW update among them runs
-// as the hand-written loop of executor/cpu/fused_update.h. The plan compiler (executor/plan.cpp) calls them for
+// shape become one fused kernel each (executor/cpu/fused_elementwise.h). (Optimizer updates are one node per weight
+// with a kernel of their own, executor/cpu/fused_update.h, so nothing here recognises them.) The plan compiler (executor/plan.cpp) calls them for
 // CPU plans only; it swaps the fused kernels in and recomputes lifetimes itself.
 #include <algorithm>
 #include <optional>
@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "executor/cpu/fused_elementwise.h"
-#include "executor/cpu/fused_update.h"
 #include "executor/kernel.h"
 #include "executor/plan_fusion.h"
 #include "executor/plan_pass.h"
@@ -205,11 +204,9 @@ std::vector<FusedSteps> fuse_elementwise_steps(std::span<const PlannedStep> step
     std::string ops;
     for (size_t k : g.steps) ops += (ops.empty() ? "" : " ") + steps[k].node->op_type;
     // The profiler's names, which docs/performance.md and the profile tests read.
-    const char* native = ew_native_update(g.program);
-    f.step = "fused " + std::to_string(g.steps.size()) + " ops (" + ops + ")" +
-             (native ? std::string(" as one ") + native + " update" : std::string()) + " through " +
+    f.step = "fused " + std::to_string(g.steps.size()) + " ops (" + ops + ") through " +
              steps[g.steps.back()].node->describe();
-    f.op = native ? std::string(native) + " update" : "fused elementwise";
+    f.op = "fused elementwise";
     for (size_t i : g.steps)
       if (copies.count(steps[i].out[0])) f.unviewed.push_back(steps[i].out[0]);
     for (const Tensor* t : g.outputs) f.out.push_back(const_cast<Tensor*>(t));  // slots the plan owns

@@ -1,5 +1,6 @@
 // The ai.onnx.preview.training optimizer ops (Momentum, Adam, Adagrad), opset 1, with the exact semantics of
-// the ONNX spec. Each node updates n tensors at once; its inputs are R, T, then the groups laid out by kind
+// the ONNX spec (and, registered here as the same family, the onnxtrain update ops optimizers/ emits:
+// executor/cpu/fused_update.h). Each node updates n tensors at once; its inputs are R, T, then the groups laid out by kind
 // (X1..Xn, G1..Gn, V1..Vn[, H1..Hn]) and its outputs likewise (X_new1..n, V_new1..n[, H_new1..n]).
 //
 // R and T are read at run time, not plan time: in a training graph they are variables that change each
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "executor/broadcast.h"
+#include "executor/cpu/fused_update.h"
 #include "executor/functors.h"
 #include "executor/kernel.h"
 
@@ -217,6 +219,9 @@ void register_cpu_training_ops(KernelRegistry& r) {
   add(r, "Momentum", make_momentum);
   add(r, "Adam", make_adam);
   add(r, "Adagrad", make_adagrad);
+  // The optimizer's own per-weight update ops (onnxtrain domain, formulas/optimizer_updates.h), whose loops live in
+  // fused_update.cpp for its -ffp-contract=off.
+  add_cpu_optimizer_update_kernels(r);
 }
 
 }  // namespace onnxtrain

@@ -2,11 +2,16 @@
 // that change every step, so they are read on the device: the first thread of each block derives the step's
 // coefficients with the same *_step() functions the CPU calls (executor/functors.h), and every element then
 // applies the shared update functor. No host round trip per step.
+// Also the optimizer's own update ops (onnxtrain.AdamUpdate and its variants): each element runs
+// formulas::adam_update, the template the CPU kernel (executor/cpu/fused_update.cpp) and the op's function body
+// evaluate, with its scalars read on the device.
 #include <memory>
 
 #include "executor/cuda/common.h"
 #include "executor/cuda/device_util.cuh"
 #include "executor/functors.h"
+#include "executor/ops/optimizer_updates.h"
+#include "formulas/optimizer_updates.h"
 
 namespace onnxtrain::cuda {
 namespace {
@@ -151,9 +156,74 @@ std::unique_ptr<Kernel> make_adagrad(PrepareContext& ctx, const KernelFactory& h
   return std::make_unique<AdagradKernel<float>>(count, a);
 }
 
+// ---- onnxtrain.Adam*Update (formulas/optimizer_updates.h) --------------------------------------------------------
+
+using formulas::AdamDecay;
+
+template <class T> struct AdamArrays {
+  const T *p, *g, *m, *v, *vmax;  // vmax: amsgrad only
+  T *p_out, *m_out, *v_out, *vmax_out;
+};
+template <class T> struct AdamScalarPointers {
+  const T* s[8];  // kAdamScalarNames' order; the last only with a decay
+};
+
+// The scalars live on the device and change every step; each thread reads them (one cached line), then runs the
+// formula on its elements. Without -ffp-contract=off nvcc may fuse a*b + c into an FMA, which rounds once: the
+// GPU's results may differ from the CPU's in the last bit (docs/gpu.md), as for every elementwise kernel.
+template <class T, AdamDecay Decay, bool Amsgrad>
+__global__ void adam_update_kernel(int64_t n, AdamArrays<T> a, AdamScalarPointers<T> sp) {
+  formulas::AdamScalars<T> s{*sp.s[0], *sp.s[1], *sp.s[2], *sp.s[3], *sp.s[4], *sp.s[5], *sp.s[6], T(0)};
+  if constexpr (Decay != AdamDecay::None) s.decay = *sp.s[7];
+  for (int64_t i = global_index(); i < n; i += grid_stride()) {
+    T vm(0);
+    if constexpr (Amsgrad) vm = a.vmax[i];
+    const formulas::AdamState<T> r = formulas::adam_update<Decay, Amsgrad>(a.p[i], a.g[i], a.m[i], a.v[i], vm, s);
+    a.p_out[i] = r.p;
+    a.m_out[i] = r.m;
+    a.v_out[i] = r.v;
+    if constexpr (Amsgrad) a.vmax_out[i] = r.vmax;
+  }
+}
+
+template <class T, AdamDecay Decay, bool Amsgrad> class AdamUpdateKernel final : public Kernel {
+ public:
+  explicit AdamUpdateKernel(int64_t n) : n_(n) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    if (n_ == 0) return;
+    constexpr size_t arrays = formulas::adam_array_inputs(Amsgrad);
+    AdamArrays<T> a{in[0]->ptr<T>(), in[1]->ptr<T>(), in[2]->ptr<T>(), in[3]->ptr<T>(),
+                    Amsgrad ? in[4]->ptr<T>() : nullptr, out[0]->ptr<T>(), out[1]->ptr<T>(), out[2]->ptr<T>(),
+                    Amsgrad ? out[3]->ptr<T>() : nullptr};
+    AdamScalarPointers<T> sp{};
+    for (size_t k = 0; k < static_cast<size_t>(formulas::adam_scalar_inputs(Decay)); ++k)
+      sp.s[k] = in[arrays + k]->ptr<T>();
+    adam_update_kernel<T, Decay, Amsgrad><<<blocks_for(n_), kBlock, 0, stream()>>>(n_, a, sp);
+    check_launch("Adam update kernel");
+  }
+
+ private:
+  int64_t n_;
+};
+
+CudaFactory adam_update_factory(AdamDecay decay, bool amsgrad) {
+  return [decay, amsgrad](PrepareContext& ctx, const KernelFactory&) -> std::unique_ptr<Kernel> {
+    ops::prepare_adam_update(ctx, decay, amsgrad);  // checks and shapes, shared with the CPU kernel
+    const int64_t n = numel_of(ctx.inputs[0].shape);
+    const bool f64 = ctx.inputs[0].dtype == DType::Float64;
+    return formulas::with_adam_variant(decay, amsgrad, [&]<AdamDecay D, bool A>() -> std::unique_ptr<Kernel> {
+      if (f64) return std::make_unique<AdamUpdateKernel<double, D, A>>(n);
+      return std::make_unique<AdamUpdateKernel<float, D, A>>(n);
+    });
+  };
+}
+
 }  // namespace
 
 void register_cuda_training_ops(KernelRegistry& r) {
+  for (AdamDecay decay : formulas::kAdamDecays)
+    for (bool amsgrad : {false, true})
+      twin(r, "onnxtrain", formulas::adam_update_op(decay, amsgrad), adam_update_factory(decay, amsgrad));
   const char* const domain = "ai.onnx.preview.training";
   twin(r, domain, "Momentum", make_momentum);
   twin(r, domain, "Adam", make_adam);

@@ -40,7 +40,8 @@ def test_checkpoint_of_an_older_opset_model_passes_the_checker_and_resumes(opset
     ckpt = onnx.load(str(path))
     onnx.checker.check_model(ckpt, full_check=True)
     carried = {f.name for f in ckpt.functions}
-    assert carried == (set() if opset < 15 else {"ReluGrad"}), carried
+    # The optimizer's update op's body needs only opset 13 ops (formulas/optimizer_updates.h): it always travels.
+    assert carried == (set() if opset < 15 else {"ReluGrad"}) | {"AdamUpdate"}, carried
     # Resumed, it trains on exactly as the session that saved it.
     r = onnxtrain.TrainingSession.from_checkpoint(str(path))
     x2, t2 = batch(2)

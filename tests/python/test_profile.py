@@ -28,9 +28,9 @@ def test_profile_rows_and_report():
     assert rows and all(r["calls"] == 5 for r in rows), rows
     assert [r["seconds"] for r in rows] == sorted((r["seconds"] for r in rows), reverse=True)
     ops = {r["op"] for r in rows}
-    assert "Gemm" in ops and "adam update" in ops, ops
+    assert "Gemm" in ops and "AdamUpdate" in ops, ops
     report = s.profile_report(top=5)
-    assert "adam update (" in report and report.count("\n") >= 5, report
+    assert "AdamUpdate (" in report and report.count("\n") >= 5, report
     plain = _train(False)
     assert plain.profile() == []
     for name, w in plain.weights().items():

@@ -1,6 +1,6 @@
 // TrainingConfig::profile: train_step's plan times every step, session.profile() reports them most expensive
 // first, and profiling leaves the training itself unchanged (bit for bit). Adam's per-weight updates show up as
-// native "adam update" steps.
+// their own op, onnxtrain.AdamUpdate, one step per weight.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -40,9 +40,10 @@ TEST(SessionProfile, TrainStepTimesEveryStepAndTrainsTheSame) {
     saw_gemm = saw_gemm || p[i].op == "Gemm";
   }
   EXPECT_TRUE(saw_gemm);
-  // Each weight's Adam update runs as one native loop (executor/cpu/fused_update.h): fc1/fc2 weight and bias.
+  // Each weight's Adam update is one AdamUpdate node run by one native loop (executor/cpu/fused_update.h): fc1/fc2
+  // weight and bias.
   int adam_updates = 0;
-  for (const StepTime& t : p) adam_updates += t.op == "adam update" ? 1 : 0;
+  for (const StepTime& t : p) adam_updates += t.op == "AdamUpdate" ? 1 : 0;
   EXPECT_EQ(adam_updates, 4) << format_profile(p, 100);
   for (const std::string& w : a.trainable()) {
     const Tensor wa = a.get_weight(w), wb = b.get_weight(w);

@@ -1,0 +1,102 @@
+#pragma once
+// Each optimizer's per-weight update, written once as a template over the value type V (an element, or a graph
+// value) and the scalar type S (its hyper-parameters). The same template yields:
+//   - the ONNX function body of the op optimizers/ emits (V = S = Expr, graph/expr.h: every + * / sqrt appends a
+//     standard ONNX node), which checkpoints carry so any runtime can run the step;
+//   - the CPU kernel's loop (V = S = float or double, executor/cpu/fused_update.cpp);
+//   - the CUDA kernel's per-element body (executor/cuda/training_ops.cu).
+// The order of operations is torch's (docs/optimizers.md), and every evaluation follows it literally; the CPU file
+// is compiled with -ffp-contract=off so that a*b + c rounds twice there as it does in two ONNX nodes. The kernels
+// and the function body then agree bit for bit (tests/optimizers/test_update_formulas.cpp).
+//
+// Element functions are called unqualified (sqrt, maximum) so that a graph value finds its own overloads by
+// argument-dependent lookup; for arithmetic types they resolve to the ones below.
+#include <cmath>
+
+#include "formulas/hd.h"
+
+namespace onnxtrain::formulas {
+
+// ONNX Max for one element: a NaN in either operand is the result (executor/functors.h's Max, which the
+// standard Max kernel runs), so amsgrad's running maximum keeps a NaN as torch.maximum does.
+ONNXTRAIN_FORMULA_HD inline float maximum(float a, float b) { return (a != a || a > b) ? a : b; }
+ONNXTRAIN_FORMULA_HD inline double maximum(double a, double b) { return (a != a || a > b) ? a : b; }
+
+// How an Adam update applies weight decay: none, L2 added to the gradient (adam), or decoupled, the weight scaled
+// by (1 - lr*wd) before the step (adamw).
+enum class AdamDecay { None, L2, Decoupled };
+
+// The hyper-parameters of one weight's Adam update. The step-dependent ones are computed once per group in float64
+// and cast to the weight's type (optimizers/optimizer.cpp), as torch computes them in Python floats.
+template <class S> struct AdamScalars {
+  S beta1, one_minus_beta1, beta2, one_minus_beta2;
+  S bias_correction2_sqrt;  // sqrt(1 - beta2^t)
+  S eps;
+  S step_size;  // lr / (1 - beta1^t)
+  S decay;      // L2: wd; Decoupled: 1 - lr*wd; None: unused
+};
+
+template <class V> struct AdamState {
+  V p, m, v, vmax;  // vmax: amsgrad only
+};
+
+// torch.optim.Adam/AdamW's step for one element (or one graph value):
+//   d = g (+ p*wd for L2);  base = p (* (1 - lr*wd) when decoupled)
+//   m' = m*b1 + d*(1 - b1);  v' = v*b2 + d*d*(1 - b2);  vmax' = max(vmax, v') (amsgrad)
+//   p' = base - step_size*m' / (sqrt(v' or vmax') / sqrt(1 - b2^t) + eps)
+// `vmax` is read only with Amsgrad (pass anything otherwise); the result's vmax is then unset.
+template <AdamDecay Decay, bool Amsgrad, class V, class S>
+ONNXTRAIN_FORMULA_HD AdamState<V> adam_update(const V& p, const V& g, const V& m, const V& v, const V& vmax,
+                                              const AdamScalars<S>& s) {
+  using std::sqrt;
+  AdamState<V> out{};
+  V d = g;
+  if constexpr (Decay == AdamDecay::L2) d = g + p * s.decay;
+  out.m = m * s.beta1 + d * s.one_minus_beta1;
+  out.v = v * s.beta2 + d * d * s.one_minus_beta2;
+  V second = out.v;
+  if constexpr (Amsgrad) {
+    out.vmax = maximum(vmax, out.v);
+    second = out.vmax;
+  }
+  const V denom = sqrt(second) / s.bias_correction2_sqrt + s.eps;
+  if constexpr (Decay == AdamDecay::Decoupled)
+    out.p = p * s.decay - s.step_size * out.m / denom;
+  else
+    out.p = p - s.step_size * out.m / denom;
+  return out;
+}
+
+// The onnxtrain-domain op that applies adam_update<Decay, Amsgrad> to whole tensors: optimizers/ emits one per
+// weight, the executor's kernels run it, its function body is the same template on graph values. A function body
+// cannot branch on an attribute, and one model may hold two variants (a group without weight decay), so the
+// variant is in the op's name. Inputs: P, G, M, V, [Vmax], then the AdamScalars in field order (decay only when
+// Decay is not None): kAdamScalarNames. Outputs: P_new, M_new, V_new, [Vmax_new]. Same type and shape for the
+// arrays; the scalars are one element each, of the arrays' type.
+inline constexpr const char* adam_update_op(AdamDecay decay, bool amsgrad) {
+  if (decay == AdamDecay::L2) return amsgrad ? "AdamL2AmsgradUpdate" : "AdamL2Update";
+  if (decay == AdamDecay::Decoupled) return amsgrad ? "AdamWAmsgradUpdate" : "AdamWUpdate";
+  return amsgrad ? "AdamAmsgradUpdate" : "AdamUpdate";
+}
+inline constexpr AdamDecay kAdamDecays[] = {AdamDecay::None, AdamDecay::L2, AdamDecay::Decoupled};
+inline constexpr const char* kAdamScalarNames[] = {"Beta1", "OneMinusBeta1", "Beta2", "OneMinusBeta2",
+                                                   "BiasCorrection2Sqrt", "Eps", "StepSize", "Decay"};
+inline constexpr int adam_array_inputs(bool amsgrad) { return amsgrad ? 5 : 4; }
+inline constexpr int adam_scalar_inputs(AdamDecay decay) { return decay == AdamDecay::None ? 7 : 8; }
+
+// Calls f.template operator()<Decay, Amsgrad>() for run-time values of both: the one place that turns the variant
+// into template arguments.
+template <class F> decltype(auto) with_adam_variant(AdamDecay decay, bool amsgrad, F&& f) {
+  switch (decay) {
+    case AdamDecay::L2:
+      return amsgrad ? f.template operator()<AdamDecay::L2, true>() : f.template operator()<AdamDecay::L2, false>();
+    case AdamDecay::Decoupled:
+      return amsgrad ? f.template operator()<AdamDecay::Decoupled, true>()
+                     : f.template operator()<AdamDecay::Decoupled, false>();
+    case AdamDecay::None:
+      break;
+  }
+  return amsgrad ? f.template operator()<AdamDecay::None, true>() : f.template operator()<AdamDecay::None, false>();
+}
+
+}  // namespace onnxtrain::formulas
