@@ -13,6 +13,7 @@
 
 #include "executor/cuda/common.h"
 #include "executor/cuda/device_util.cuh"
+#include "executor/ops/shape.h"
 #include "graph/error.h"
 
 namespace onnxtrain::cuda {
@@ -169,14 +170,14 @@ std::unique_ptr<Kernel> make_pad(PrepareContext& ctx, const KernelFactory& host)
   return make_traced(ctx, host, MovementSpec{false, ctx.opset >= 11 ? 2 : -1});
 }
 
-std::unique_ptr<Kernel> make_view(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
+template <void (*Prepare)(PrepareContext&)> std::unique_ptr<Kernel> make_view(PrepareContext& ctx) {
+  Prepare(ctx);
   return std::make_unique<DeviceCopyKernel>();
 }
 
 // Ops whose inputs are always known at plan time (or whose output depends only on shapes): the plan folds
 // them on the host and uploads the result, so their CUDA def exists for lookup and never runs. If a model
-// makes an input unknown, the CPU factory reports it; the run() guard is a last line of defence.
+// makes an input unknown, the op layer reports it (ctx.constant_input); the run() guard is a last line of defence.
 class FoldOnlyKernel final : public Kernel {
  public:
   explicit FoldOnlyKernel(std::string where) : where_(std::move(where)) {}
@@ -188,8 +189,9 @@ class FoldOnlyKernel final : public Kernel {
   std::string where_;
 };
 
-std::unique_ptr<Kernel> fold_only(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
+// Prepare checks the node and sets its output (the value it returns is the CPU kernel's to write).
+template <auto Prepare> std::unique_ptr<Kernel> fold_only(PrepareContext& ctx) {
+  Prepare(ctx);
   return std::make_unique<FoldOnlyKernel>(ctx.node.describe());
 }
 
@@ -226,19 +228,15 @@ template <size_t S> std::unique_ptr<Kernel> gather_for(DType idx, int64_t n, int
   return std::make_unique<GatherKernel<E, int64_t>>(n, inner);
 }
 
-std::unique_ptr<Kernel> make_gather(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const std::vector<int64_t>& shape = ctx.inputs[0].shape;
-  const auto rank = static_cast<int64_t>(shape.size());
-  const int64_t axis = ops::normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank);
-  int64_t inner = 1;
-  for (int64_t d = axis + 1; d < rank; ++d) inner *= shape[d];
+std::unique_ptr<Kernel> make_gather(PrepareContext& ctx) {
+  const ops::GatherGeometry g = ops::prepare_gather(ctx);
+  const int64_t n = g.n, inner = g.inner;
   const DType idx = ctx.inputs[1].dtype;
   switch (dtype_size(ctx.inputs[0].dtype)) {
-    case 1: return gather_for<1>(idx, shape[axis], inner);
-    case 2: return gather_for<2>(idx, shape[axis], inner);
-    case 4: return gather_for<4>(idx, shape[axis], inner);
-    case 8: return gather_for<8>(idx, shape[axis], inner);
+    case 1: return gather_for<1>(idx, n, inner);
+    case 2: return gather_for<2>(idx, n, inner);
+    case 4: return gather_for<4>(idx, n, inner);
+    case 8: return gather_for<8>(idx, n, inner);
     default: ctx.fail("elements of " + std::to_string(dtype_size(ctx.inputs[0].dtype)) + " bytes are not supported on CUDA");
   }
 }
@@ -250,8 +248,15 @@ void register_cuda_shape(KernelRegistry& r) {
     twin(r, op, traced());
   twin(r, "Concat", traced(MovementSpec{true, -1}));
   twin(r, "Pad", make_pad);
-  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}) twin(r, op, make_view);
-  for (const char* op : {"Shape", "Size", "Constant", "ConstantOfShape", "Range"}) twin(r, op, fold_only);
+  twin(r, "Reshape", make_view<ops::prepare_reshape>);
+  twin(r, "Flatten", make_view<ops::prepare_flatten>);
+  twin(r, "Squeeze", make_view<ops::prepare_squeeze>);
+  twin(r, "Unsqueeze", make_view<ops::prepare_unsqueeze>);
+  twin(r, "Shape", fold_only<ops::prepare_shape>);
+  twin(r, "Size", fold_only<ops::prepare_size>);
+  twin(r, "Constant", fold_only<ops::prepare_constant>);
+  twin(r, "ConstantOfShape", fold_only<ops::prepare_constant_of_shape>);
+  twin(r, "Range", fold_only<ops::prepare_range>);
   twin(r, "Gather", make_gather);
 }
 
