@@ -1,6 +1,6 @@
-// Gradients of activations whose CPU kernels are executor/cpu/activation.cpp. Gelu's fused gradients read its
-// input. Relu, Sigmoid, Tanh, LeakyRelu, Softplus, Elu (unary kernels): unary.cpp; Softmax and LogSoftmax:
-// softmax.cpp.
+// Gradients of the activation family (kernels: executor/cpu/activation.cpp, executor/cuda/activation.cu, which
+// also hold the fused GeluGrad and GeluTanhGrad this file emits; they read Gelu's input). Relu, Sigmoid, Tanh,
+// LeakyRelu, Softplus, Elu (unary kernels): unary.cpp; Softmax and LogSoftmax: softmax.cpp.
 #include <cmath>
 #include <numbers>
 #include <numeric>
