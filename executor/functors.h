@@ -204,7 +204,7 @@ struct TanhGradOp {
   template <class T> ONNXTRAIN_HD T operator()(T dy, T y) const { return dy * (T(1) - y * y); }
 };
 
-// ---- trigonometric and hyperbolic (executor/cpu/activation.cpp) -------------------------------------------
+// ---- trigonometric and hyperbolic (the unary family: executor/cpu/unary.cpp) --------------------------------
 
 struct SinOp {
   template <class T> ONNXTRAIN_HD T operator()(T x) const { return std::sin(x); }
@@ -325,7 +325,7 @@ struct PReluOp {
 
 // ---- GELU derivatives from the forward input x, (dY, X) -> dX (onnxtrain.GeluGrad / GeluTanhGrad) ------------
 // One formula each (see GeluOp above): the CUDA kernels call operator(), the CPU kernels evaluate `formula` on
-// Eigen arrays (executor/cpu/fused_grad.cpp, fused_elementwise.cpp). gradients/fused.cpp writes the same maths
+// Eigen arrays (executor/cpu/activation.cpp, fused_elementwise.cpp). gradients/fused.cpp writes the same maths
 // as the ONNX function body of the fused op, which the tests run against these kernels.
 //   erf:  Phi(x) + x phi(x)
 //   tanh: (1 + t)/2 + x/2 (1 - t^2) k (1 + 3c x^2),  t = tanh(k (x + c x^3)), k = sqrt(2/pi), c = 0.044715
