@@ -10,6 +10,7 @@
 #include "executor/cpu/kernel_util.h"
 #include "executor/functor_attrs.h"
 #include "executor/kernel.h"
+#include "executor/ops/elementwise.h"
 
 namespace onnxtrain {
 namespace {
@@ -122,42 +123,12 @@ template <class Op, class T> class VariadicKernel final : public Kernel {
   bool mean_;
 };
 
-// ---- factory helpers ----------------------------------------------------------------------------------
-
-void expect_arity(PrepareContext& ctx, size_t min_inputs, size_t max_inputs) {
-  size_t n = ctx.inputs.size();
-  if (n < min_inputs || n > max_inputs)
-    ctx.fail("expected " + (min_inputs == max_inputs ? std::to_string(min_inputs)
-                                                      : std::to_string(min_inputs) + ".." + std::to_string(max_inputs)) +
-             " inputs, got " + std::to_string(n));
-  for (size_t i = 0; i < n; ++i)
-    if (!ctx.inputs[i].present()) ctx.fail("input " + std::to_string(i) + " is required");
-  if (ctx.outputs.size() != 1) ctx.fail("expected 1 output, got " + std::to_string(ctx.outputs.size()));
-}
-
-void expect_same_dtype(PrepareContext& ctx, size_t first, size_t last) {
-  for (size_t i = first + 1; i <= last; ++i)
-    if (ctx.inputs[i].dtype != ctx.inputs[first].dtype)
-      ctx.fail("inputs " + std::to_string(first) + " and " + std::to_string(i) + " must have the same dtype, got " +
-               dtype_name(ctx.inputs[first].dtype) + " and " + dtype_name(ctx.inputs[i].dtype));
-}
-
-// The multidirectional broadcast of all inputs; sets output 0 and returns the input shapes.
-std::vector<std::vector<int64_t>> broadcast_output(PrepareContext& ctx, DType out_dtype) {
-  std::vector<std::vector<int64_t>> shapes;
-  for (const KernelInput& in : ctx.inputs) shapes.push_back(in.shape);
-  auto out = broadcast_shapes(shapes);
-  if (!out) ctx.fail("input shapes " + shapes_string(shapes) + " are not broadcastable (ONNX multidirectional broadcasting)");
-  cpu::set_output(ctx, 0, out_dtype, *out);
-  return shapes;
-}
+// ---- factories: the checks and output shapes are the op layer's (executor/ops/elementwise.h) -----------
 
 template <class Op, bool BoolOut, class... Ts> KernelFactory same_type_binary(Op op, int64_t grain) {
   return [op, grain](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
-    expect_arity(ctx, 2, 2);
-    expect_same_dtype(ctx, 0, 1);
+    const ops::InputShapes shapes = ops::prepare_binary(ctx, BoolOut);
     const DType t = ctx.inputs[0].dtype;
-    auto shapes = broadcast_output(ctx, BoolOut ? DType::Bool : t);
     BroadcastPlan plan = plan_broadcast(shapes, ctx.outputs[0].shape);
     std::unique_ptr<Kernel> k;
     dispatch<Ts...>(t, [&](auto tag) {
@@ -171,9 +142,8 @@ template <class Op, bool BoolOut, class... Ts> KernelFactory same_type_binary(Op
 }
 
 std::unique_ptr<Kernel> make_pow(PrepareContext& ctx) {
-  expect_arity(ctx, 2, 2);
+  const ops::InputShapes shapes = ops::prepare_pow(ctx);  // also the base and exponent dtypes
   const DType tx = ctx.inputs[0].dtype, ty = ctx.inputs[1].dtype;
-  auto shapes = broadcast_output(ctx, tx);
   BroadcastPlan plan = plan_broadcast(shapes, ctx.outputs[0].shape);
   std::unique_ptr<Kernel> k;
   dispatch<float, double, int64_t, int32_t>(tx, [&](auto xt) {
@@ -183,16 +153,14 @@ std::unique_ptr<Kernel> make_pow(PrepareContext& ctx) {
       k = std::make_unique<BinaryKernel<PowOp, TX, TY, TX>>(std::move(plan), PowOp{}, kCostlyGrain);
     });
   });
-  if (!k) ctx.fail("unsupported dtypes " + dtype_name(tx) + " ^ " + dtype_name(ty));
+  if (!k) fail_dtype(ctx, 1);
   return k;
 }
 
 std::unique_ptr<Kernel> make_mod(PrepareContext& ctx) {
-  expect_arity(ctx, 2, 2);
-  expect_same_dtype(ctx, 0, 1);
+  const ops::InputShapes shapes = ops::prepare_binary(ctx, false);
   const ModOp op = mod_op(ctx.node);
   const DType t = ctx.inputs[0].dtype;
-  auto shapes = broadcast_output(ctx, t);
   BroadcastPlan plan = plan_broadcast(shapes, ctx.outputs[0].shape);
   std::unique_ptr<Kernel> k;
   dispatch<float, double, int64_t, int32_t, int8_t, uint8_t>(t, [&](auto tag) {
@@ -204,11 +172,8 @@ std::unique_ptr<Kernel> make_mod(PrepareContext& ctx) {
 }
 
 std::unique_ptr<Kernel> make_where(PrepareContext& ctx) {
-  expect_arity(ctx, 3, 3);
-  if (ctx.inputs[0].dtype != DType::Bool) ctx.fail("condition must be bool, got " + dtype_name(ctx.inputs[0].dtype));
-  expect_same_dtype(ctx, 1, 2);
+  const ops::InputShapes shapes = ops::prepare_where(ctx);
   const DType t = ctx.inputs[1].dtype;
-  auto shapes = broadcast_output(ctx, t);
   BroadcastPlan plan = plan_broadcast(shapes, ctx.outputs[0].shape);
   std::unique_ptr<Kernel> k;
   dispatch<float, double, int64_t, int32_t, bool, uint8_t, int8_t>(t, [&](auto tag) {
@@ -221,10 +186,8 @@ std::unique_ptr<Kernel> make_where(PrepareContext& ctx) {
 
 template <class Op, class... Ts> KernelFactory variadic(Op op, bool mean) {
   return [op, mean](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
-    expect_arity(ctx, 1, 1 << 20);
-    expect_same_dtype(ctx, 0, ctx.inputs.size() - 1);
+    const ops::InputShapes shapes = ops::prepare_variadic(ctx);
     const DType t = ctx.inputs[0].dtype;
-    auto shapes = broadcast_output(ctx, t);
     const std::vector<int64_t>& out = ctx.outputs[0].shape;
     std::vector<BroadcastPlan> plans;
     if (shapes.size() >= 2) {

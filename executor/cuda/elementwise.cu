@@ -1,6 +1,7 @@
-// Binary, ternary and variadic elementwise ops with broadcasting on CUDA: the maths is executor/functors.h,
-// the broadcast pattern is the CPU's BroadcastPlan, and this file only launches (the two-input launch template,
-// shared with PRelu in activation.cu, is map_kernels.cuh).
+// Binary, ternary and variadic elementwise ops with broadcasting on CUDA: the checks and output shapes are
+// executor/ops/elementwise.h, the maths is executor/functors.h, the broadcast pattern is the CPU's BroadcastPlan,
+// and this file only launches (the two-input launch template, shared with PRelu in activation.cu, is
+// map_kernels.cuh).
 #include <memory>
 #include <type_traits>
 
@@ -8,6 +9,7 @@
 #include "executor/cuda/device_util.cuh"
 #include "executor/cuda/map_kernels.cuh"
 #include "executor/functor_attrs.h"
+#include "executor/ops/elementwise.h"
 
 namespace onnxtrain::cuda {
 namespace {
@@ -31,9 +33,9 @@ template <class T> __global__ void scale_kernel(int64_t n, T* o, T scale) {
   for (int64_t i = global_index(); i < n; i += grid_stride()) o[i] = op(o[i], scale);
 }
 
-template <class Op, bool BoolOut, class... Ts> CudaFactory same_type_binary(Op (*make_op)(const Node&) = nullptr) {
-  return [make_op](PrepareContext& ctx, const KernelFactory& host) -> std::unique_ptr<Kernel> {
-    host_prepare(ctx, host);
+template <class Op, bool BoolOut, class... Ts> KernelFactory same_type_binary(Op (*make_op)(const Node&) = nullptr) {
+  return [make_op](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
+    ops::prepare_binary(ctx, BoolOut);
     const Op op = make_op ? make_op(ctx.node) : Op{};
     std::unique_ptr<Kernel> k;
     dispatch<Ts...>(ctx.inputs[0].dtype, [&](auto tag) {
@@ -46,8 +48,8 @@ template <class Op, bool BoolOut, class... Ts> CudaFactory same_type_binary(Op (
   };
 }
 
-std::unique_ptr<Kernel> make_pow(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
+std::unique_ptr<Kernel> make_pow(PrepareContext& ctx) {
+  ops::prepare_pow(ctx);  // also the base and exponent dtypes
   std::unique_ptr<Kernel> k;
   dispatch<float, double, int64_t, int32_t>(ctx.inputs[0].dtype, [&](auto xt) {
     using TX = typename decltype(xt)::type;
@@ -75,8 +77,8 @@ template <class T> class WhereKernel final : public Kernel {
   BroadcastPlan plan_;
 };
 
-std::unique_ptr<Kernel> make_where(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
+std::unique_ptr<Kernel> make_where(PrepareContext& ctx) {
+  ops::prepare_where(ctx);
   std::unique_ptr<Kernel> k;
   dispatch<float, double, int64_t, int32_t, bool, uint8_t, int8_t>(ctx.inputs[1].dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -112,9 +114,9 @@ template <class Op, class T> class VariadicKernel final : public Kernel {
   bool mean_;
 };
 
-template <class Op, class... Ts> CudaFactory variadic(bool mean) {
-  return [mean](PrepareContext& ctx, const KernelFactory& host) -> std::unique_ptr<Kernel> {
-    host_prepare(ctx, host);
+template <class Op, class... Ts> KernelFactory variadic(bool mean) {
+  return [mean](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
+    ops::prepare_variadic(ctx);
     const std::vector<int64_t>& out = ctx.outputs[0].shape;
     std::vector<BroadcastPlan> plans;
     if (ctx.inputs.size() >= 2) {

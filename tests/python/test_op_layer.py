@@ -17,7 +17,6 @@ SITE = re.compile(r"\bhost_prepare\(|\bhost\(\w+\)")
 # it. Why each remaining one is still here: executor/ops/README.md, "A CUDA factory never runs a CPU factory".
 KNOWN_SITES = {
     "activation.cu": 2,
-    "elementwise.cu": 4,
     "map_kernels.cuh": 2,
     "matmul.cu": 2,
     "shape.cu": 2,
