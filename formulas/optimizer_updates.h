@@ -22,6 +22,10 @@ namespace onnxtrain::formulas {
 ONNXTRAIN_FORMULA_HD inline float maximum(float a, float b) { return (a != a || a > b) ? a : b; }
 ONNXTRAIN_FORMULA_HD inline double maximum(double a, double b) { return (a != a || a > b) ? a : b; }
 
+// ONNX Where for one element.
+ONNXTRAIN_FORMULA_HD inline float where(bool c, float a, float b) { return c ? a : b; }
+ONNXTRAIN_FORMULA_HD inline double where(bool c, double a, double b) { return c ? a : b; }
+
 // How an Adam update applies weight decay: none, L2 added to the gradient (adam), or decoupled, the weight scaled
 // by (1 - lr*wd) before the step (adamw).
 enum class AdamDecay { None, L2, Decoupled };
@@ -98,5 +102,96 @@ template <class F> decltype(auto) with_adam_variant(AdamDecay decay, bool amsgra
   }
   return amsgrad ? f.template operator()<AdamDecay::None, true>() : f.template operator()<AdamDecay::None, false>();
 }
+
+// ---- SGD, torch convention (torch.optim.SGD) ----------------------------------------------------------------------
+
+enum class SgdMomentum { None, Momentum, Nesterov };
+
+template <class S> struct SgdScalars {
+  S lr;
+  S decay;  // L2: wd
+  S momentum, one_minus_dampening;  // with momentum
+};
+
+template <class V> struct SgdState {
+  V p, buf;  // buf: with momentum only
+};
+
+//   d = g (+ p*wd for L2)
+//   with momentum: buf' = first_step ? d : buf*momentum + d*(1 - dampening)   (torch copies the first gradient)
+//                  d = buf' (or d + buf'*momentum for nesterov)
+//   p' = p - lr*d
+// `buf` and `first_step` are read only with momentum.
+template <bool L2, SgdMomentum Momentum, class V, class S, class B>
+ONNXTRAIN_FORMULA_HD SgdState<V> sgd_update(const V& p, const V& g, const V& buf, const B& first_step,
+                                            const SgdScalars<S>& s) {
+  SgdState<V> out{};
+  V d = g;
+  if constexpr (L2) d = g + p * s.decay;
+  if constexpr (Momentum != SgdMomentum::None) {
+    const V next = buf * s.momentum + d * s.one_minus_dampening;
+    out.buf = where(first_step, d, next);
+    if constexpr (Momentum == SgdMomentum::Nesterov)
+      d = d + out.buf * s.momentum;
+    else
+      d = out.buf;
+  }
+  out.p = p - s.lr * d;
+  return out;
+}
+
+// The op: inputs P, G, [Buf, FirstStep (bool)], then kSgdScalarNames for this variant: Lr, [Decay], [Momentum,
+// OneMinusDampening]; outputs P_new, [Buf_new].
+inline constexpr const char* sgd_update_op(bool l2, SgdMomentum momentum) {
+  if (momentum == SgdMomentum::Momentum) return l2 ? "SgdL2MomentumUpdate" : "SgdMomentumUpdate";
+  if (momentum == SgdMomentum::Nesterov) return l2 ? "SgdL2NesterovUpdate" : "SgdNesterovUpdate";
+  return l2 ? "SgdL2Update" : "SgdUpdate";
+}
+inline constexpr SgdMomentum kSgdMomenta[] = {SgdMomentum::None, SgdMomentum::Momentum, SgdMomentum::Nesterov};
+inline constexpr int sgd_array_inputs(SgdMomentum momentum) { return momentum == SgdMomentum::None ? 2 : 3; }
+inline constexpr int sgd_scalar_inputs(bool l2, SgdMomentum momentum) {
+  return 1 + (l2 ? 1 : 0) + (momentum == SgdMomentum::None ? 0 : 2);
+}
+
+template <class F> decltype(auto) with_sgd_variant(bool l2, SgdMomentum momentum, F&& f) {
+  switch (momentum) {
+    case SgdMomentum::Momentum:
+      return l2 ? f.template operator()<true, SgdMomentum::Momentum>()
+                : f.template operator()<false, SgdMomentum::Momentum>();
+    case SgdMomentum::Nesterov:
+      return l2 ? f.template operator()<true, SgdMomentum::Nesterov>()
+                : f.template operator()<false, SgdMomentum::Nesterov>();
+    case SgdMomentum::None:
+      break;
+  }
+  return l2 ? f.template operator()<true, SgdMomentum::None>() : f.template operator()<false, SgdMomentum::None>();
+}
+
+// ---- Adagrad (torch.optim.Adagrad) ------------------------------------------------------------------------------
+
+template <class S> struct AdagradScalars {
+  S clr;    // lr / (1 + (t - 1)*lr_decay)
+  S eps;
+  S decay;  // L2: wd
+};
+
+template <class V> struct AdagradState {
+  V p, sum;
+};
+
+//   d = g (+ p*wd for L2);  sum' = sum + d*d;  p' = p - clr*d / (sqrt(sum') + eps)
+template <bool L2, class V, class S>
+ONNXTRAIN_FORMULA_HD AdagradState<V> adagrad_update(const V& p, const V& g, const V& sum, const AdagradScalars<S>& s) {
+  using std::sqrt;
+  AdagradState<V> out{};
+  V d = g;
+  if constexpr (L2) d = g + p * s.decay;
+  out.sum = sum + d * d;
+  out.p = p - s.clr * d / (sqrt(out.sum) + s.eps);
+  return out;
+}
+
+// The op: inputs P, G, Sum, then Clr, Eps, [Decay]; outputs P_new, Sum_new.
+inline constexpr const char* adagrad_update_op(bool l2) { return l2 ? "AdagradL2Update" : "AdagradUpdate"; }
 
 }  // namespace onnxtrain::formulas

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
 
 #include "formulas/optimizer_updates.h"
 #include "graph/error.h"
@@ -12,6 +14,11 @@ namespace onnxtrain {
 using formulas::AdamDecay;
 using formulas::AdamScalars;
 using formulas::AdamState;
+using formulas::AdagradScalars;
+using formulas::AdagradState;
+using formulas::SgdMomentum;
+using formulas::SgdScalars;
+using formulas::SgdState;
 
 const std::vector<std::string>& optimizer_kinds() {
   static const std::vector<std::string> k = {"sgd", "adam", "adamw", "adagrad"};
@@ -213,11 +220,13 @@ std::vector<Expr> adam_scalar_list(const AdamScalars<Expr>& s, AdamDecay decay) 
   return v;
 }
 
+bool has_update_kernel(DType t) { return t == DType::Float32 || t == DType::Float64; }
+
 // One weight's Adam update as one node of kOptimizerDomain. The kernels take float32 and float64; a weight of
 // another type gets the same formula as standard ops in the graph itself.
 AdamState<Expr> adam_update_node(GraphBuilder& b, AdamDecay decay, bool amsgrad, const Expr& p, const Expr& g,
                                  const Expr& m, const Expr& v, const Expr& vmax, const AdamScalars<Expr>& s) {
-  if (p.dtype() != DType::Float32 && p.dtype() != DType::Float64)
+  if (!has_update_kernel(p.dtype()))
     return formulas::with_adam_variant(decay, amsgrad, [&]<AdamDecay D, bool A>() {
       return formulas::adam_update<D, A>(p, g, m, v, vmax, s);
     });
@@ -229,44 +238,133 @@ AdamState<Expr> adam_update_node(GraphBuilder& b, AdamDecay decay, bool amsgrad,
   return {out[0], out[1], out[2], amsgrad ? out[3] : Expr{}};
 }
 
-// The body of adam_update_op(decay, amsgrad): the template evaluated on the function's inputs.
-Function adam_update_function(AdamDecay decay, bool amsgrad) {
+// A function of kOptimizerDomain whose body is `formula` evaluated on its inputs' graph values (the input named
+// `flag`, if any, is bool; the others are of any float type: the bodies hold no constants, so one serves float32 and
+// float64). `formula` returns the outputs' values in order; they take the outputs' names.
+Function update_function(const std::string& name, const std::vector<std::string>& inputs, const std::string& flag,
+                         const std::vector<std::string>& outputs, const std::string& doc,
+                         const std::function<std::vector<Expr>(const std::vector<Expr>&)>& formula) {
   Graph g;
-  GraphBuilder b(g, "adam/");
-  const TypeInfo any{DType::Float32, std::nullopt};  // no constants in the body: the type is only for Expr's checks
-  Function f;
-  f.name = formulas::adam_update_op(decay, amsgrad);
-  f.domain = kOptimizerDomain;
-  f.opset_imports = {{"", 17}};
-  auto input = [&](const std::string& name) {
-    f.inputs.push_back(name);
-    return value(b, name, any);
-  };
-  const Expr p = input("P"), grad = input("G"), m = input("M"), v = input("V");
-  const Expr vmax = amsgrad ? input("Vmax") : Expr{};
-  AdamScalars<Expr> s;
-  Expr* fields[] = {&s.beta1, &s.one_minus_beta1, &s.beta2, &s.one_minus_beta2, &s.bias_correction2_sqrt, &s.eps,
-                    &s.step_size, &s.decay};
-  for (int i = 0; i < formulas::adam_scalar_inputs(decay); ++i) *fields[i] = input(formulas::kAdamScalarNames[i]);
-  const AdamState<Expr> r = formulas::with_adam_variant(decay, amsgrad, [&]<AdamDecay D, bool A>() {
-    return formulas::adam_update<D, A>(p, grad, m, v, vmax, s);
-  });
-  // The results' generated names become the function's outputs.
-  std::map<std::string, std::string> rename{{r.p.name, "P_new"}, {r.m.name, "M_new"}, {r.v.name, "V_new"}};
-  if (amsgrad) rename[r.vmax.name] = "Vmax_new";
+  GraphBuilder b(g, "update/");
+  std::vector<Expr> in;
+  for (const std::string& x : inputs)
+    in.push_back(value(b, x, TypeInfo{x == flag ? DType::Bool : DType::Float32, std::nullopt}));
+  const std::vector<Expr> results = formula(in);
+  std::map<std::string, std::string> rename;
+  for (size_t i = 0; i < outputs.size(); ++i) rename[results.at(i).name] = outputs[i];
   for (Node& n : g.nodes) {
     for (std::string& x : n.inputs)
       if (auto it = rename.find(x); it != rename.end()) x = it->second;
     for (std::string& x : n.outputs)
       if (auto it = rename.find(x); it != rename.end()) x = it->second;
   }
-  f.outputs = {"P_new", "M_new", "V_new"};
-  if (amsgrad) f.outputs.push_back("Vmax_new");
+  Function f;
+  f.name = name;
+  f.domain = kOptimizerDomain;
+  f.inputs = inputs;
+  f.outputs = outputs;
   f.nodes = std::move(g.nodes);
-  f.doc = std::string("One weight's ") + (decay == AdamDecay::Decoupled ? "AdamW" : "Adam") +
-          (decay == AdamDecay::L2 ? " (L2 weight decay)" : "") + (amsgrad ? " amsgrad" : "") +
-          " update in torch's order (onnxtrain formulas/optimizer_updates.h, docs/optimizers.md).";
+  f.opset_imports = {{"", 17}};
+  f.doc = doc + " In torch's order (onnxtrain formulas/optimizer_updates.h, docs/optimizers.md).";
   return f;
+}
+
+Function adam_update_function(AdamDecay decay, bool amsgrad) {
+  std::vector<std::string> inputs{"P", "G", "M", "V"};
+  if (amsgrad) inputs.push_back("Vmax");
+  for (int i = 0; i < formulas::adam_scalar_inputs(decay); ++i) inputs.push_back(formulas::kAdamScalarNames[i]);
+  std::vector<std::string> outputs{"P_new", "M_new", "V_new"};
+  if (amsgrad) outputs.push_back("Vmax_new");
+  const std::string doc = std::string("One weight's ") + (decay == AdamDecay::Decoupled ? "AdamW" : "Adam") +
+                          (decay == AdamDecay::L2 ? " (L2 weight decay)" : "") + (amsgrad ? " amsgrad" : "") + " update.";
+  return update_function(formulas::adam_update_op(decay, amsgrad), inputs, "", outputs, doc,
+                         [&](const std::vector<Expr>& in) {
+                           const size_t a = amsgrad ? 5 : 4;
+                           AdamScalars<Expr> s{in[a], in[a + 1], in[a + 2], in[a + 3], in[a + 4], in[a + 5], in[a + 6],
+                                               decay == AdamDecay::None ? Expr{} : in[a + 7]};
+                           const AdamState<Expr> r = formulas::with_adam_variant(
+                               decay, amsgrad, [&]<AdamDecay D, bool A>() {
+                                 return formulas::adam_update<D, A>(in[0], in[1], in[2], in[3], amsgrad ? in[4] : Expr{}, s);
+                               });
+                           std::vector<Expr> out{r.p, r.m, r.v};
+                           if (amsgrad) out.push_back(r.vmax);
+                           return out;
+                         });
+}
+
+std::vector<Expr> sgd_scalar_list(const SgdScalars<Expr>& s, bool l2, SgdMomentum momentum) {
+  std::vector<Expr> v{s.lr};
+  if (l2) v.push_back(s.decay);
+  if (momentum != SgdMomentum::None) v.insert(v.end(), {s.momentum, s.one_minus_dampening});
+  return v;
+}
+
+Function sgd_update_function(bool l2, SgdMomentum momentum) {
+  const bool with_buffer = momentum != SgdMomentum::None;
+  std::vector<std::string> inputs{"P", "G"};
+  if (with_buffer) inputs.insert(inputs.end(), {"Buf", "FirstStep"});
+  inputs.push_back("Lr");
+  if (l2) inputs.push_back("Decay");
+  if (with_buffer) inputs.insert(inputs.end(), {"Momentum", "OneMinusDampening"});
+  std::vector<std::string> outputs{"P_new"};
+  if (with_buffer) outputs.push_back("Buf_new");
+  const std::string doc = std::string("One weight's SGD update (torch convention") + (l2 ? ", L2 weight decay" : "") +
+                          (momentum == SgdMomentum::Momentum   ? ", momentum"
+                           : momentum == SgdMomentum::Nesterov ? ", nesterov momentum"
+                                                               : "") +
+                          ").";
+  return update_function(formulas::sgd_update_op(l2, momentum), inputs, "FirstStep", outputs, doc,
+                         [&](const std::vector<Expr>& in) {
+                           std::map<std::string, Expr> x;
+                           for (size_t i = 0; i < inputs.size(); ++i) x[inputs[i]] = in[i];
+                           const SgdScalars<Expr> s{x["Lr"], x["Decay"], x["Momentum"], x["OneMinusDampening"]};
+                           const SgdState<Expr> r = formulas::with_sgd_variant(l2, momentum, [&]<bool L, SgdMomentum M>() {
+                             return formulas::sgd_update<L, M>(x["P"], x["G"], x["Buf"], x["FirstStep"], s);
+                           });
+                           std::vector<Expr> out{r.p};
+                           if (with_buffer) out.push_back(r.buf);
+                           return out;
+                         });
+}
+
+Function adagrad_update_function(bool l2) {
+  std::vector<std::string> inputs{"P", "G", "Sum", "Clr", "Eps"};
+  if (l2) inputs.push_back("Decay");
+  return update_function(formulas::adagrad_update_op(l2), inputs, "", {"P_new", "Sum_new"},
+                         std::string("One weight's Adagrad update") + (l2 ? " (L2 weight decay)." : "."),
+                         [&](const std::vector<Expr>& in) {
+                           const AdagradScalars<Expr> s{in[3], in[4], l2 ? in[5] : Expr{}};
+                           const AdagradState<Expr> r = l2 ? formulas::adagrad_update<true>(in[0], in[1], in[2], s)
+                                                           : formulas::adagrad_update<false>(in[0], in[1], in[2], s);
+                           return std::vector<Expr>{r.p, r.sum};
+                         });
+}
+
+// One weight's SGD (torch convention) update as one node; the standard ops of the same formula for a type the
+// kernels do not take.
+SgdState<Expr> sgd_update_node(GraphBuilder& b, bool l2, SgdMomentum momentum, const Expr& p, const Expr& g,
+                               const Expr& buf, const Expr& first_step, const SgdScalars<Expr>& s) {
+  if (!has_update_kernel(p.dtype()))
+    return formulas::with_sgd_variant(l2, momentum, [&]<bool L, SgdMomentum M>() {
+      return formulas::sgd_update<L, M>(p, g, buf, first_step, s);
+    });
+  const bool with_buffer = momentum != SgdMomentum::None;
+  std::vector<Expr> in{p, g};
+  if (with_buffer) in.insert(in.end(), {buf, first_step});
+  for (const Expr& x : sgd_scalar_list(s, l2, momentum)) in.push_back(x);
+  std::vector<Expr> out = apply_n(b, formulas::sgd_update_op(l2, momentum), in,
+                                  std::vector<TypeInfo>(with_buffer ? 2 : 1, p.type), {}, kOptimizerDomain);
+  return {out[0], with_buffer ? out[1] : Expr{}};
+}
+
+AdagradState<Expr> adagrad_update_node(GraphBuilder& b, bool l2, const Expr& p, const Expr& g, const Expr& sum,
+                                       const AdagradScalars<Expr>& s) {
+  if (!has_update_kernel(p.dtype()))
+    return l2 ? formulas::adagrad_update<true>(p, g, sum, s) : formulas::adagrad_update<false>(p, g, sum, s);
+  std::vector<Expr> in{p, g, sum, s.clr, s.eps};
+  if (l2) in.push_back(s.decay);
+  std::vector<Expr> out = apply_n(b, formulas::adagrad_update_op(l2), in, {p.type, p.type}, {}, kOptimizerDomain);
+  return {out[0], out[1]};
 }
 
 }  // namespace
@@ -275,6 +373,10 @@ std::vector<Function> optimizer_update_functions() {
   std::vector<Function> out;
   for (AdamDecay d : formulas::kAdamDecays)
     for (bool amsgrad : {false, true}) out.push_back(adam_update_function(d, amsgrad));
+  for (bool l2 : {false, true}) {
+    for (SgdMomentum m : formulas::kSgdMomenta) out.push_back(sgd_update_function(l2, m));
+    out.push_back(adagrad_update_function(l2));
+  }
   return out;
 }
 
@@ -390,16 +492,22 @@ OptimizerGraph append_optimizer(Graph& g, const std::map<std::string, std::strin
 
     if (spec.kind == "sgd") {
       if (spec.convention == "torch") {
-        Expr d = wd != 0 ? grad + p * wd : grad;
-        if (spec.momentum != 0) {
-          Expr buf = e.zeros_state(w + ".momentum_buffer", p);
-          Expr next = buf * spec.momentum + d * (1.0 - spec.dampening);
-          // torch starts the buffer as a copy of the first gradient (no dampening on step 1).
-          Expr nb = where(*first_step, d, next);
-          e.update(nb, buf.name);
-          d = spec.nesterov ? d + nb * spec.momentum : nb;
+        // One onnxtrain.Sgd*Update node (formulas::sgd_update). torch starts the buffer as a copy of the first
+        // gradient (no dampening on step 1).
+        const SgdMomentum momentum = spec.momentum == 0 ? SgdMomentum::None
+                                     : spec.nesterov    ? SgdMomentum::Nesterov
+                                                        : SgdMomentum::Momentum;
+        const bool with_buffer = momentum != SgdMomentum::None;
+        Expr buf = with_buffer ? e.zeros_state(w + ".momentum_buffer", p) : Expr{};
+        SgdScalars<Expr> s{lr, wd != 0 ? constant_of(dt, wd) : Expr{}, Expr{}, Expr{}};
+        if (with_buffer) {
+          s.momentum = constant_of(dt, spec.momentum);
+          s.one_minus_dampening = constant_of(dt, 1.0 - spec.dampening);
         }
-        e.update(p - lr * d, w);
+        const SgdState<Expr> r =
+            sgd_update_node(b, wd != 0, momentum, p, grad, buf, with_buffer ? *first_step : Expr{}, s);
+        if (with_buffer) e.update(r.buf, buf.name);
+        e.update(r.p, w);
       } else {
         // ai.onnx.preview.training Momentum: G_reg = norm_coefficient*X + G; beta_adj = T > 0 ? beta : 1;
         // V_new = alpha*V + beta_adj*G_reg; X_new = X - R*V_new (standard) or X - R*(G_reg + alpha*V_new).
@@ -433,12 +541,13 @@ OptimizerGraph append_optimizer(Graph& g, const std::map<std::string, std::strin
       if (spec.amsgrad) e.update(r.vmax, vmax.name);
       e.update(r.p, w);
     } else {  // adagrad
+      // One onnxtrain.Adagrad*Update node (formulas::adagrad_update).
       Expr sum_sq = e.zeros_state(w + ".sum", p, spec.initial_accumulator_value);
-      Expr d = wd != 0 ? grad + p * wd : grad;
-      Expr ns = sum_sq + d * d;
-      e.update(ns, sum_sq.name);
-      Expr clr = cached(step_size_cache, k, dt, [&] { return group_lr64(k) / *adagrad_div; });
-      e.update(p - clr * d / (sqrt(ns) + eps), w);
+      const AdagradScalars<Expr> s{cached(step_size_cache, k, dt, [&] { return group_lr64(k) / *adagrad_div; }),
+                                   constant_of(dt, eps), wd != 0 ? constant_of(dt, wd) : Expr{}};
+      const AdagradState<Expr> r = adagrad_update_node(b, wd != 0, p, grad, sum_sq, s);
+      e.update(r.sum, sum_sq.name);
+      e.update(r.p, w);
     }
   }
   return out;

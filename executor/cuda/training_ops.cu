@@ -2,8 +2,8 @@
 // that change every step, so they are read on the device: the first thread of each block derives the step's
 // coefficients with the same *_step() functions the CPU calls (executor/functors.h), and every element then
 // applies the shared update functor. No host round trip per step.
-// Also the optimizer's own update ops (onnxtrain.AdamUpdate and its variants): each element runs
-// formulas::adam_update, the template the CPU kernel (executor/cpu/fused_update.cpp) and the op's function body
+// Also the optimizer's own update ops (onnxtrain.AdamUpdate, SgdUpdate, AdagradUpdate and their variants): each
+// element runs the formulas/optimizer_updates.h template, the template the CPU kernel (executor/cpu/fused_update.cpp) and the op's function body
 // evaluate, with its scalars read on the device.
 #include <memory>
 
@@ -218,12 +218,115 @@ CudaFactory adam_update_factory(AdamDecay decay, bool amsgrad) {
   };
 }
 
+// ---- onnxtrain.Sgd*Update and Adagrad*Update (formulas/optimizer_updates.h) -----------------------------------------
+
+using formulas::SgdMomentum;
+
+template <class T, bool L2, SgdMomentum Momentum>
+__global__ void sgd_update_kernel(int64_t n, const T* p, const T* g, const T* buf, const bool* first, T* p_out,
+                                  T* buf_out, const T* lr, const T* decay, const T* momentum, const T* one_minus_d) {
+  formulas::SgdScalars<T> s{*lr, T(0), T(0), T(0)};
+  bool first_step = false;
+  if constexpr (L2) s.decay = *decay;
+  if constexpr (Momentum != SgdMomentum::None) {
+    s.momentum = *momentum;
+    s.one_minus_dampening = *one_minus_d;
+    first_step = *first;
+  }
+  for (int64_t i = global_index(); i < n; i += grid_stride()) {
+    T b(0);
+    if constexpr (Momentum != SgdMomentum::None) b = buf[i];
+    const formulas::SgdState<T> r = formulas::sgd_update<L2, Momentum>(p[i], g[i], b, first_step, s);
+    p_out[i] = r.p;
+    if constexpr (Momentum != SgdMomentum::None) buf_out[i] = r.buf;
+  }
+}
+
+template <class T, bool L2, SgdMomentum Momentum> class SgdUpdateKernel final : public Kernel {
+ public:
+  explicit SgdUpdateKernel(int64_t n) : n_(n) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    if (n_ == 0) return;
+    constexpr bool with_buffer = Momentum != SgdMomentum::None;
+    size_t k = with_buffer ? 4 : 2;  // the first scalar
+    const T* lr = in[k++]->ptr<T>();
+    const T* decay = L2 ? in[k++]->ptr<T>() : nullptr;
+    const T* momentum = with_buffer ? in[k++]->ptr<T>() : nullptr;
+    const T* one_minus_d = with_buffer ? in[k++]->ptr<T>() : nullptr;
+    sgd_update_kernel<T, L2, Momentum><<<blocks_for(n_), kBlock, 0, stream()>>>(
+        n_, in[0]->ptr<T>(), in[1]->ptr<T>(), with_buffer ? in[2]->ptr<T>() : nullptr,
+        with_buffer ? in[3]->ptr<bool>() : nullptr, out[0]->ptr<T>(), with_buffer ? out[1]->ptr<T>() : nullptr, lr,
+        decay, momentum, one_minus_d);
+    check_launch("SGD update kernel");
+  }
+
+ private:
+  int64_t n_;
+};
+
+template <class T, bool L2>
+__global__ void adagrad_update_kernel(int64_t n, const T* p, const T* g, const T* sum, T* p_out, T* sum_out,
+                                      const T* clr, const T* eps, const T* decay) {
+  const formulas::AdagradScalars<T> s{*clr, *eps, L2 ? *decay : T(0)};
+  for (int64_t i = global_index(); i < n; i += grid_stride()) {
+    const formulas::AdagradState<T> r = formulas::adagrad_update<L2>(p[i], g[i], sum[i], s);
+    p_out[i] = r.p;
+    sum_out[i] = r.sum;
+  }
+}
+
+template <class T, bool L2> class AdagradUpdateKernel final : public Kernel {
+ public:
+  explicit AdagradUpdateKernel(int64_t n) : n_(n) {}
+  void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
+    if (n_ == 0) return;
+    adagrad_update_kernel<T, L2><<<blocks_for(n_), kBlock, 0, stream()>>>(
+        n_, in[0]->ptr<T>(), in[1]->ptr<T>(), in[2]->ptr<T>(), out[0]->ptr<T>(), out[1]->ptr<T>(), in[3]->ptr<T>(),
+        in[4]->ptr<T>(), L2 ? in[5]->ptr<T>() : nullptr);
+    check_launch("Adagrad update kernel");
+  }
+
+ private:
+  int64_t n_;
+};
+
+CudaFactory sgd_update_factory(bool l2, SgdMomentum momentum) {
+  return [l2, momentum](PrepareContext& ctx, const KernelFactory&) -> std::unique_ptr<Kernel> {
+    ops::prepare_sgd_update(ctx, l2, momentum);
+    const int64_t n = numel_of(ctx.inputs[0].shape);
+    const bool f64 = ctx.inputs[0].dtype == DType::Float64;
+    return formulas::with_sgd_variant(l2, momentum, [&]<bool L, SgdMomentum M>() -> std::unique_ptr<Kernel> {
+      if (f64) return std::make_unique<SgdUpdateKernel<double, L, M>>(n);
+      return std::make_unique<SgdUpdateKernel<float, L, M>>(n);
+    });
+  };
+}
+
+CudaFactory adagrad_update_factory(bool l2) {
+  return [l2](PrepareContext& ctx, const KernelFactory&) -> std::unique_ptr<Kernel> {
+    ops::prepare_adagrad_update(ctx, l2);
+    const int64_t n = numel_of(ctx.inputs[0].shape);
+    const bool f64 = ctx.inputs[0].dtype == DType::Float64;
+    if (l2) {
+      if (f64) return std::make_unique<AdagradUpdateKernel<double, true>>(n);
+      return std::make_unique<AdagradUpdateKernel<float, true>>(n);
+    }
+    if (f64) return std::make_unique<AdagradUpdateKernel<double, false>>(n);
+    return std::make_unique<AdagradUpdateKernel<float, false>>(n);
+  };
+}
+
 }  // namespace
 
 void register_cuda_training_ops(KernelRegistry& r) {
   for (AdamDecay decay : formulas::kAdamDecays)
     for (bool amsgrad : {false, true})
       twin(r, "onnxtrain", formulas::adam_update_op(decay, amsgrad), adam_update_factory(decay, amsgrad));
+  for (bool l2 : {false, true}) {
+    for (SgdMomentum momentum : formulas::kSgdMomenta)
+      twin(r, "onnxtrain", formulas::sgd_update_op(l2, momentum), sgd_update_factory(l2, momentum));
+    twin(r, "onnxtrain", formulas::adagrad_update_op(l2), adagrad_update_factory(l2));
+  }
   const char* const domain = "ai.onnx.preview.training";
   twin(r, domain, "Momentum", make_momentum);
   twin(r, domain, "Adam", make_adam);

@@ -14,6 +14,7 @@
 #include "graph/model_io.h"
 #include "graph/shape_inference.h"
 #include "graph/validate.h"
+#include "executor/device.h"
 #include "training/session.h"
 
 namespace onnxtrain {
@@ -93,7 +94,13 @@ TEST(Recompute, W3AutoTrainsTheSameBitsInAFractionOfTheArena) {
   const auto [plain, re] = expect_same_training(m, cfg, {"auto"}, w3_batches(m, target, 3));
   std::printf("W3 batch 4: arena %zu bytes without recomputation, %zu with auto (%.2fx less)\n", plain, re,
               double(plain) / double(re));
-  EXPECT_LT(re, plain);
+  // A device plan (the guarded device's, with no CPU fusion) of W3 at batch 4 peaks outside the activations, on the
+  // optimizer's new values that live through the whole step: since the Adam update is one op (issue 27) there are
+  // no update temporaries on top of them, and recomputation has nothing left to lower there.
+  if (default_device_name() == "cpu")
+    EXPECT_LT(re, plain);
+  else
+    EXPECT_LE(re, plain);
 }
 
 TEST(Recompute, W3GlobsTrainTheSameBits) {

@@ -12,7 +12,6 @@
 
 #include "common/mlp_model.h"
 #include "executor/executor.h"
-#include "formulas/optimizer_updates.h"
 #include "gradients/fused_graph.h"
 #include "graph/model_io.h"
 #include "graph/validate.h"
@@ -21,8 +20,6 @@
 
 namespace onnxtrain {
 namespace {
-
-using formulas::AdamDecay;
 
 const Function& function_named(const std::vector<Function>& fs, const std::string& name) {
   auto it = std::find_if(fs.begin(), fs.end(), [&](const Function& f) { return f.name == name; });
@@ -38,40 +35,50 @@ template <class T> Tensor filled(const std::vector<int64_t>& shape, std::mt19937
 }
 
 struct Variant {
-  AdamDecay decay;
-  bool amsgrad;
+  std::string op;
   DType dtype;
+  bool first_step = false;  // SGD with momentum: the flag that copies the gradient into the buffer
 };
 
 std::string name_of(const Variant& v) {
-  return std::string(formulas::adam_update_op(v.decay, v.amsgrad)) + (v.dtype == DType::Float64 ? "_f64" : "_f32");
+  return v.op + (v.dtype == DType::Float64 ? "_f64" : "_f32") + (v.first_step ? "_first_step" : "");
+}
+
+bool is_array(const std::string& in) {
+  return in == "P" || in == "G" || in == "M" || in == "V" || in == "Vmax" || in == "Buf" || in == "Sum";
 }
 
 // One update op on random inputs, run by its native kernel (body = false) or as its inlined body's standard ops,
 // fused into one elementwise kernel or node by node.
 std::vector<Tensor> run_update(const Variant& var, bool body, bool fuse) {
   const std::vector<Function> fns = optimizer_update_functions();
-  const Function& f = function_named(fns, formulas::adam_update_op(var.decay, var.amsgrad));
+  const Function& f = function_named(fns, var.op);
   // 70,001 elements: several threads' chunks and a vector loop's tail.
   const std::vector<int64_t> shape{7, 10001};
   std::mt19937 rng(7);
-  const size_t arrays = static_cast<size_t>(formulas::adam_array_inputs(var.amsgrad));
   std::map<std::string, Tensor> feeds;
   std::map<std::string, TypeInfo> types;
   // Hyper-parameters as the optimizer computes them for step 3 of lr 1e-3, wd 0.01 (any values would do).
   const double b1 = 0.9, b2 = 0.999, t = 3, lr = 1e-3;
-  const double scalars[] = {b1, 1 - b1, b2, 1 - b2, std::sqrt(1 - std::pow(b2, t)), 1e-8, lr / (1 - std::pow(b1, t)),
-                            var.decay == AdamDecay::L2 ? 0.01 : 1 - lr * 0.01};
-  for (size_t i = 0; i < f.inputs.size(); ++i) {
-    const std::string& in = f.inputs[i];
-    if (i < arrays) {
-      // p, g and m of either sign; v and vmax positive, vmax above v about half the time.
-      const bool positive = in == "V" || in == "Vmax";
+  const bool decoupled = var.op.rfind("AdamW", 0) == 0;
+  const std::map<std::string, double> scalars{
+      {"Beta1", b1}, {"OneMinusBeta1", 1 - b1}, {"Beta2", b2}, {"OneMinusBeta2", 1 - b2},
+      {"BiasCorrection2Sqrt", std::sqrt(1 - std::pow(b2, t))}, {"Eps", 1e-8}, {"StepSize", lr / (1 - std::pow(b1, t))},
+      {"Decay", decoupled ? 1 - lr * 0.01 : 0.01}, {"Lr", lr}, {"Momentum", 0.9}, {"OneMinusDampening", 1 - 0.1},
+      {"Clr", lr / (1 + 2 * 0.1)}};
+  for (const std::string& in : f.inputs) {
+    if (is_array(in)) {
+      // p, g, m and the momentum buffer of either sign; the second moments and sums positive, vmax above v about
+      // half the time.
+      const bool positive = in == "V" || in == "Vmax" || in == "Sum";
       const double lo = positive ? 1e-6 : -2, hi = positive ? 1e-2 : 2;
       feeds[in] = var.dtype == DType::Float64 ? filled<double>(shape, rng, lo, hi) : filled<float>(shape, rng, lo, hi);
       types[in] = static_type(var.dtype, shape);
+    } else if (in == "FirstStep") {
+      feeds[in] = Tensor::from_vector<bool>({}, {var.first_step});
+      types[in] = static_type(DType::Bool, {});
     } else {
-      const double s = scalars[i - arrays];
+      const double s = scalars.at(in);
       feeds[in] = var.dtype == DType::Float64 ? Tensor::from_vector<double>({}, {s})
                                               : Tensor::from_vector<float>({}, {static_cast<float>(s)});
       types[in] = static_type(var.dtype, {});
@@ -99,7 +106,7 @@ TEST_P(UpdateOp, KernelEqualsItsFunctionBodyBitForBit) {
   for (bool fuse : {true, false}) {
     const std::vector<Tensor> body = run_update(var, true, fuse);
     ASSERT_EQ(native.size(), body.size());
-    ASSERT_EQ(native.size(), var.amsgrad ? 4u : 3u);
+    ASSERT_EQ(native.size(), function_named(optimizer_update_functions(), var.op).outputs.size());
     for (size_t k = 0; k < native.size(); ++k) {
       ASSERT_EQ(native[k].dtype, var.dtype);
       ASSERT_EQ(native[k].shape, body[k].shape);
@@ -112,9 +119,11 @@ TEST_P(UpdateOp, KernelEqualsItsFunctionBodyBitForBit) {
 
 std::vector<Variant> variants() {
   std::vector<Variant> v;
-  for (AdamDecay d : formulas::kAdamDecays)
-    for (bool a : {false, true})
-      for (DType t : {DType::Float32, DType::Float64}) v.push_back({d, a, t});
+  for (const Function& f : optimizer_update_functions())
+    for (DType t : {DType::Float32, DType::Float64}) {
+      v.push_back({f.name, t});
+      if (std::find(f.inputs.begin(), f.inputs.end(), "FirstStep") != f.inputs.end()) v.push_back({f.name, t, true});
+    }
   return v;
 }
 
@@ -123,7 +132,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, UpdateOp, ::testing::ValuesIn(variants()),
 
 // The kernel computes torch's order: checked on one element against the formula written out in doubles here.
 TEST(UpdateOp, KernelFollowsTorchsOrder) {
-  const Variant var{AdamDecay::Decoupled, true, DType::Float64};
+  const Variant var{"AdamWAmsgradUpdate", DType::Float64};
   const std::vector<Tensor> out = run_update(var, false, true);
   std::mt19937 rng(7);  // run_update's draws, in input order: P, G, M, V, Vmax
   const std::vector<int64_t> shape{7, 10001};
@@ -154,7 +163,9 @@ TEST(UpdateOp, BodiesAreStandardOnnxFromOpset13) {
     for (const Node& n : f.nodes) EXPECT_TRUE(n.domain.empty()) << f.name << ": " << n.describe();
   }
   EXPECT_EQ(names, (std::set<std::string>{"AdamUpdate", "AdamL2Update", "AdamWUpdate", "AdamAmsgradUpdate",
-                                          "AdamL2AmsgradUpdate", "AdamWAmsgradUpdate"}));
+                                          "AdamL2AmsgradUpdate", "AdamWAmsgradUpdate", "SgdUpdate", "SgdL2Update",
+                                          "SgdMomentumUpdate", "SgdL2MomentumUpdate", "SgdNesterovUpdate",
+                                          "SgdL2NesterovUpdate", "AdagradUpdate", "AdagradL2Update"}));
 }
 
 // append_optimizer writes one update node per weight, its variant chosen by the weight's group.
@@ -184,6 +195,38 @@ TEST(UpdateOp, OneNodePerWeight) {
     }
     const std::string w = amsgrad ? "AdamWAmsgradUpdate" : "AdamWUpdate", b = amsgrad ? "AdamAmsgradUpdate" : "AdamUpdate";
     EXPECT_EQ(ops, (std::map<std::string, int>{{w, 2}, {b, 2}}));
+  }
+}
+
+// SGD (torch convention) and Adagrad likewise: one node per weight, the L2 form where the group decays.
+TEST(UpdateOp, OneNodePerWeightForSgdAndAdagrad) {
+  struct Case {
+    std::string kind;
+    double momentum;
+    bool nesterov;
+    std::string decayed, plain;
+  };
+  for (const Case& c : {Case{"sgd", 0, false, "SgdL2Update", "SgdUpdate"},
+                        Case{"sgd", 0.9, false, "SgdL2MomentumUpdate", "SgdMomentumUpdate"},
+                        Case{"sgd", 0.9, true, "SgdL2NesterovUpdate", "SgdNesterovUpdate"},
+                        Case{"adagrad", 0, false, "AdagradL2Update", "AdagradUpdate"}}) {
+    Model m = test::relu_mlp<double>("mlp", 3, 5, 1, 0.5, test::Fc2::Gemm);
+    std::map<std::string, std::string> grads;
+    for (const auto& [name, t] : m.graph.initializers) {
+      grads[name] = "grad." + name;
+      m.graph.inputs.push_back({"grad." + name, static_type(t.dtype, t.dims)});
+    }
+    OptimizerSpec spec;
+    spec.kind = c.kind;
+    spec.momentum = c.momentum;
+    spec.nesterov = c.nesterov;
+    spec.weight_decay = 0.01;
+    spec.groups = {{{"*.bias"}, std::nullopt, 0.0}};
+    append_optimizer(m.graph, grads, spec);
+    std::map<std::string, int> ops;
+    for (const Node& n : m.graph.nodes)
+      if (n.domain == kOptimizerDomain) ++ops[n.op_type];
+    EXPECT_EQ(ops, (std::map<std::string, int>{{c.decayed, 2}, {c.plain, 2}})) << c.kind << " " << c.momentum;
   }
 }
 
