@@ -6,10 +6,10 @@
 //   - the CPU kernel's loop (V = S = float or double, executor/cpu/fused_update.cpp);
 //   - the CUDA kernel's per-element body (executor/cuda/training_ops.cu).
 // The order of operations is torch's (docs/optimizers.md), and every evaluation follows it literally; the CPU file
-// is compiled with -ffp-contract=off so that a*b + c rounds twice there as it does in two ONNX nodes. The kernels
-// and the function body then agree bit for bit (tests/optimizers/test_update_formulas.cpp).
+// is compiled with -ffp-contract=off so that a*b + c rounds twice there as it does in two ONNX nodes. The CPU kernels
+// and the function bodies then agree bit for bit (tests/training/test_update_formulas.cpp).
 //
-// Element functions are called unqualified (sqrt, maximum) so that a graph value finds its own overloads by
+// Element functions are called unqualified (sqrt, maximum, where) so that a graph value finds its own overloads by
 // argument-dependent lookup; for arithmetic types they resolve to the ones below.
 #include <cmath>
 

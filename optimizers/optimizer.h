@@ -89,12 +89,13 @@ bool glob_match(const std::string& pattern, const std::string& name);
 const std::vector<std::string>& optimizer_kinds();
 
 // The domain of the per-weight update ops append_optimizer emits (formulas/optimizer_updates.h names them:
-// onnxtrain.AdamUpdate, AdamL2Update, AdamWUpdate and their Amsgrad forms). The gradient ops' domain too.
+// onnxtrain.AdamUpdate, SgdUpdate, AdagradUpdate and their variants; docs/optimizers.md). The gradient ops' domain
+// too.
 inline constexpr const char* kOptimizerDomain = "onnxtrain";
 
 // The update ops' model-local functions, whose standard-ONNX bodies (opset 13 and later, no constants, so one body
-// serves every float type) are formulas::adam_update on graph values: checkpoints carry the ones their training
-// step uses, so other runtimes can run it (docs/optimizers.md).
+// serves every float type) are the formulas of formulas/optimizer_updates.h on graph values: checkpoints carry the
+// ones their training step uses, so other runtimes can run it (docs/optimizers.md).
 std::vector<Function> optimizer_update_functions();
 
 }  // namespace onnxtrain
