@@ -13,6 +13,8 @@
 #include "executor/cpu/kernel_util.h"
 #include "executor/functor_attrs.h"
 #include "executor/kernel.h"
+#include "executor/ops/activation.h"
+#include "executor/ops/unary.h"
 
 namespace onnxtrain {
 namespace {
@@ -39,16 +41,10 @@ template <class Op, class T> class MapKernel final : public Kernel {
   int64_t grain_;
 };
 
-void expect_one_input(const PrepareContext& ctx) {
-  if (ctx.inputs.empty() || !ctx.inputs[0].present()) ctx.fail("input 0 is required");
-  if (ctx.inputs.size() != 1) ctx.fail("expected 1 input, got " + std::to_string(ctx.inputs.size()));
-  if (ctx.outputs.size() != 1) ctx.fail("expected 1 output, got " + std::to_string(ctx.outputs.size()));
-}
-
+// The factories below check the node and build the functor through the op layer (executor/ops/activation.h)
+// first; these only pick the kernel.
 template <class Op> std::unique_ptr<Kernel> float_map(PrepareContext& ctx, Op op, int64_t grain) {
-  expect_one_input(ctx);
   const DType t = ctx.inputs[0].dtype;
-  cpu::set_output(ctx, 0, t, ctx.inputs[0].shape);
   std::unique_ptr<Kernel> k;
   dispatch<float, double>(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -60,9 +56,7 @@ template <class Op> std::unique_ptr<Kernel> float_map(PrepareContext& ctx, Op op
 
 // Vectorised through Eigen (executor/cpu/eigen_map.h); the functor of the same name is the tests' reference.
 template <class Op> std::unique_ptr<Kernel> eigen_map(PrepareContext& ctx) {
-  expect_one_input(ctx);
   const DType t = ctx.inputs[0].dtype;
-  cpu::set_output(ctx, 0, t, ctx.inputs[0].shape);
   if (t == DType::Float32) return std::make_unique<cpu::EigenMapKernel<Op, float>>(kCostlyGrain);
   if (t == DType::Float64) return std::make_unique<cpu::EigenMapKernel<Op, double>>(kCostlyGrain);
   fail_dtype(ctx);
@@ -70,32 +64,28 @@ template <class Op> std::unique_ptr<Kernel> eigen_map(PrepareContext& ctx) {
 
 // An op without attributes.
 template <class Op> KernelFactory plain(int64_t grain) {
-  return [grain](PrepareContext& ctx) { return float_map(ctx, Op{}, grain); };
+  return [grain](PrepareContext& ctx) { return float_map(ctx, ops::prepare_activation_op<Op>(ctx), grain); };
 }
 
 std::unique_ptr<Kernel> make_selu(PrepareContext& ctx) {
-  return float_map(ctx, selu_op(ctx.node), kCostlyGrain);
+  return float_map(ctx, ops::prepare_selu(ctx), kCostlyGrain);
 }
 
 std::unique_ptr<Kernel> make_celu(PrepareContext& ctx) {
-  const CeluOp op = celu_op(ctx.node);
-  if (op.alpha == 0.0f) ctx.fail("attribute 'alpha' must not be 0 (Celu divides by it)");
-  return float_map(ctx, op, kCostlyGrain);
+  return float_map(ctx, ops::prepare_celu(ctx), kCostlyGrain);
 }
 
 std::unique_ptr<Kernel> make_gelu(PrepareContext& ctx) {
-  const std::string a = ctx.node.attr_string("approximate", "none");
-  if (a == "none") return eigen_map<cpu::EigenGelu>(ctx);
-  if (a == "tanh") return eigen_map<cpu::EigenGeluTanh>(ctx);
-  ctx.fail("attribute 'approximate' must be \"none\" or \"tanh\", got \"" + a + "\"");
+  if (ops::prepare_gelu(ctx).tanh) return eigen_map<cpu::EigenGeluTanh>(ctx);
+  return eigen_map<cpu::EigenGelu>(ctx);
 }
 
 std::unique_ptr<Kernel> make_hard_sigmoid(PrepareContext& ctx) {
-  return float_map(ctx, hard_sigmoid_op(ctx.node), kCheapGrain);
+  return float_map(ctx, ops::prepare_hard_sigmoid(ctx), kCheapGrain);
 }
 
 std::unique_ptr<Kernel> make_thresholded_relu(PrepareContext& ctx) {
-  return float_map(ctx, thresholded_relu_op(ctx.node), kCheapGrain);
+  return float_map(ctx, ops::prepare_thresholded_relu(ctx), kCheapGrain);
 }
 
 // ---- Shrink: y = x - bias above lambd, x + bias below -lambd, 0 between ---------------------------------------
@@ -110,7 +100,9 @@ struct ShrinkOp {
 
 std::unique_ptr<Kernel> make_shrink(PrepareContext& ctx) {
   // ONNX also allows integer inputs; only float32/float64 are registered (the dtypes training uses).
-  return float_map(ctx, ShrinkOp{ctx.node.attr_float("lambd", 0.5f), ctx.node.attr_float("bias", 0.0f)}, kCheapGrain);
+  const ShrinkOp op{ctx.node.attr_float("lambd", 0.5f), ctx.node.attr_float("bias", 0.0f)};
+  ops::prepare_activation(ctx);
+  return float_map(ctx, op, kCheapGrain);
 }
 
 // ---- PRelu: y = x < 0 ? slope * x : x, slope broadcast (unidirectionally, opset 7+) onto x --------------------
@@ -143,19 +135,9 @@ template <class T> class PReluKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_prelu(PrepareContext& ctx) {
-  if (ctx.inputs.size() != 2 || !ctx.inputs[0].present() || !ctx.inputs[1].present())
-    ctx.fail("expected 2 inputs (X, slope)");
-  if (ctx.outputs.size() != 1) ctx.fail("expected 1 output, got " + std::to_string(ctx.outputs.size()));
+  ops::prepare_prelu(ctx);
   const KernelInput& x = ctx.inputs[0];
-  const KernelInput& slope = ctx.inputs[1];
-  if (slope.dtype != x.dtype)
-    ctx.fail("slope must have X's dtype " + dtype_name(x.dtype) + ", got " + dtype_name(slope.dtype));
-  const std::vector<std::vector<int64_t>> shapes = {x.shape, slope.shape};
-  auto b = broadcast_shapes(shapes);
-  if (!b || *b != x.shape)
-    ctx.fail("slope of shape " + shape_string(slope.shape) + " does not broadcast to X's shape " +
-             shape_string(x.shape));
-  cpu::set_output(ctx, 0, x.dtype, x.shape);
+  const std::vector<std::vector<int64_t>> shapes = {x.shape, ctx.inputs[1].shape};
   BroadcastPlan plan = plan_broadcast(shapes, x.shape);
   std::unique_ptr<Kernel> k;
   dispatch<float, double>(x.dtype, [&](auto tag) {
@@ -167,8 +149,7 @@ std::unique_ptr<Kernel> make_prelu(PrepareContext& ctx) {
 }
 
 // ---- Hardmax: 1 at the first maximum of each lane along the axis, 0 elsewhere ------------------------------
-// Opset 13+ uses one axis (default -1); before that the input is coerced to 2-D at axis (default 1), so a
-// lane spans every dimension from axis on.
+// The lanes (which axis, how opsets before 13 coerce the input to 2-D) are ops::prepare_hardmax's.
 
 template <class T> class HardmaxKernel final : public Kernel {
  public:
@@ -195,21 +176,11 @@ template <class T> class HardmaxKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_hardmax(PrepareContext& ctx) {
-  expect_one_input(ctx);
-  const KernelInput& x = ctx.inputs[0];
-  const auto rank = static_cast<int64_t>(x.shape.size());
-  const bool coerce = ctx.opset < 13;
-  if (rank == 0) ctx.fail("input must have rank >= 1, got a scalar");
-  const int64_t axis = cpu::normalize_axis(ctx, ctx.node.attr_int("axis", coerce ? 1 : -1), rank);
-  int64_t outer = 1, len = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
-  len = x.shape[axis];
-  for (int64_t d = axis + 1; d < rank; ++d) (coerce ? len : inner) *= x.shape[d];
-  cpu::set_output(ctx, 0, x.dtype, x.shape);
+  const ops::HardmaxLanes l = ops::prepare_hardmax(ctx);
   std::unique_ptr<Kernel> k;
-  dispatch<float, double>(x.dtype, [&](auto tag) {
+  dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    k = std::make_unique<HardmaxKernel<T>>(outer, len, inner);
+    k = std::make_unique<HardmaxKernel<T>>(l.outer, l.len, l.inner);
   });
   if (!k) fail_dtype(ctx);
   return k;
@@ -237,9 +208,8 @@ template <class Op, class T> class EigenGradKernel final : public Kernel {
 };
 
 template <class Op> std::unique_ptr<Kernel> make_gelu_grad(PrepareContext& ctx) {
-  cpu::expect_grad_inputs(ctx);
+  ops::prepare_fused_grad(ctx);
   const KernelInput& dy = ctx.inputs[0];
-  cpu::set_output(ctx, 0, dy.dtype, dy.shape);
   if (dy.dtype == DType::Float32) return std::make_unique<EigenGradKernel<Op, float>>();
   if (dy.dtype == DType::Float64) return std::make_unique<EigenGradKernel<Op, double>>();
   ctx.fail("unsupported dtype " + dtype_name(dy.dtype) + " (float32, float64)");

@@ -14,6 +14,7 @@
 #include "executor/cpu/vector_sqrt.h"
 #include "executor/functor_attrs.h"
 #include "executor/kernel.h"
+#include "executor/ops/unary.h"
 
 namespace onnxtrain {
 namespace {
@@ -73,22 +74,14 @@ template <class T> class ClipKernel final : public Kernel {
   bool from_inputs_;
 };
 
-// ---- factories ---------------------------------------------------------------------------------------
+// ---- factories: the checks, attributes and output are the op layer's (executor/ops/unary.h) ----------------
 
-void expect_one_input(PrepareContext& ctx) {
-  if (ctx.inputs.empty() || !ctx.inputs[0].present()) ctx.fail("input 0 is required");
-  if (ctx.outputs.size() != 1) ctx.fail("expected 1 output, got " + std::to_string(ctx.outputs.size()));
-}
-
-void same_as_input(PrepareContext& ctx, DType out_dtype) { cpu::set_output(ctx, 0, out_dtype, ctx.inputs[0].shape); }
-
-// A functor-based op over the dtypes Ts; make_op builds the functor from the node's attributes.
-template <class Op, class... Ts> KernelFactory functor_unary(int64_t grain, Op (*make_op)(const Node&) = nullptr) {
-  return [grain, make_op](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
-    expect_one_input(ctx);
+// A functor-based op over the dtypes Ts; prepare checks the node and builds the functor from its attributes.
+template <class Op, class... Ts>
+KernelFactory functor_unary(int64_t grain, Op (*prepare)(PrepareContext&) = ops::prepare_unary_op<Op>) {
+  return [grain, prepare](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
+    const Op op = prepare(ctx);
     const DType t = ctx.inputs[0].dtype;
-    same_as_input(ctx, t);
-    const Op op = make_op ? make_op(ctx.node) : Op{};
     std::unique_ptr<Kernel> k;
     dispatch<Ts...>(t, [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -102,9 +95,8 @@ template <class Op, class... Ts> KernelFactory functor_unary(int64_t grain, Op (
 // Eigen-vectorised for float32 and float64; the functor stays the reference the tests compare against.
 template <class Op> KernelFactory eigen_unary() {
   return [](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
-    expect_one_input(ctx);
+    ops::prepare_unary(ctx);
     const DType t = ctx.inputs[0].dtype;
-    same_as_input(ctx, t);
     if (t == DType::Float32) return std::make_unique<cpu::EigenMapKernel<Op, float>>(kCostlyGrain);
     if (t == DType::Float64) return std::make_unique<cpu::EigenMapKernel<Op, double>>(kCostlyGrain);
     fail_dtype(ctx);
@@ -112,25 +104,21 @@ template <class Op> KernelFactory eigen_unary() {
 }
 
 std::unique_ptr<Kernel> make_sqrt(PrepareContext& ctx) {
-  expect_one_input(ctx);
+  ops::prepare_unary(ctx);
   const DType t = ctx.inputs[0].dtype;
-  same_as_input(ctx, t);
   if (t == DType::Float32) return std::make_unique<SqrtKernel<float>>();
   if (t == DType::Float64) return std::make_unique<SqrtKernel<double>>();
   fail_dtype(ctx);
 }
 
 std::unique_ptr<Kernel> make_identity(PrepareContext& ctx) {
-  expect_one_input(ctx);
-  if (dtype_size(ctx.inputs[0].dtype) == 0) fail_dtype(ctx);
-  same_as_input(ctx, ctx.inputs[0].dtype);
+  ops::prepare_identity(ctx);
   return std::make_unique<CopyKernel>();
 }
 
-// Cast to `to`; CastLike (opset 15+) passes the target dtype as its second input instead of an attribute.
-std::unique_ptr<Kernel> make_cast_to(PrepareContext& ctx, DType to) {
-  const DType from = ctx.inputs[0].dtype;
-  same_as_input(ctx, to);
+// The op layer checked that the pair is one of the casts below.
+std::unique_ptr<Kernel> make_cast_to(PrepareContext& ctx, ops::CastTypes c) {
+  const DType from = c.from, to = c.to;
   if (from == to) return std::make_unique<CopyKernel>();
   if (auto half = cpu::make_half_cast(ctx, from, to)) return half;
   std::unique_ptr<Kernel> k;
@@ -141,44 +129,17 @@ std::unique_ptr<Kernel> make_cast_to(PrepareContext& ctx, DType to) {
       k = std::make_unique<UnaryKernel<CastOp<TT>, TF, TT>>(CastOp<TT>{}, kCheapGrain);
     });
   });
-  if (!k) {
-    const std::string to_name = dtype_name(to).empty() ? "dtype " + std::to_string(static_cast<int>(to)) : dtype_name(to);
-    ctx.fail("casting " + dtype_name(from) + " to " + to_name +
-             " is not supported (supported: float32, float64, int64, int32, bool, uint8, int8)");
-  }
+  if (!k) fail_dtype(ctx);
   return k;
 }
 
-std::unique_ptr<Kernel> make_cast(PrepareContext& ctx) {
-  expect_one_input(ctx);
-  if (!ctx.node.has_attr("to")) ctx.fail("attribute 'to' is required");
-  return make_cast_to(ctx, static_cast<DType>(ctx.node.attr_int("to", 0)));
-}
+std::unique_ptr<Kernel> make_cast(PrepareContext& ctx) { return make_cast_to(ctx, ops::prepare_cast(ctx)); }
 
-std::unique_ptr<Kernel> make_cast_like(PrepareContext& ctx) {
-  if (ctx.inputs.size() != 2 || !ctx.inputs[1].present()) ctx.fail("expected 2 inputs (input, target_type)");
-  return make_cast_to(ctx, ctx.inputs[1].dtype);
-}
+std::unique_ptr<Kernel> make_cast_like(PrepareContext& ctx) { return make_cast_to(ctx, ops::prepare_cast_like(ctx)); }
 
 std::unique_ptr<Kernel> make_clip(PrepareContext& ctx) {
-  expect_one_input(ctx);
+  const bool from_inputs = ops::prepare_clip(ctx).from_inputs;
   const DType t = ctx.inputs[0].dtype;
-  same_as_input(ctx, t);
-  const bool from_inputs = ctx.opset >= 11;
-  if (from_inputs) {
-    if (ctx.inputs.size() > 3) ctx.fail("expected at most 3 inputs, got " + std::to_string(ctx.inputs.size()));
-    for (size_t i = 1; i < ctx.inputs.size(); ++i) {
-      const KernelInput& b = ctx.inputs[i];
-      if (!b.present()) continue;
-      if (b.dtype != t)
-        ctx.fail(std::string(i == 1 ? "min" : "max") + " must have the input's dtype " + dtype_name(t) + ", got " +
-                 dtype_name(b.dtype));
-      if (numel_of(b.shape) != 1)
-        ctx.fail(std::string(i == 1 ? "min" : "max") + " must be a scalar, got shape " + shape_string(b.shape));
-    }
-  } else if (t != DType::Float32 && t != DType::Float64) {
-    fail_dtype(ctx);  // opset 6-10 is float-only, bounds are float attributes
-  }
   std::unique_ptr<Kernel> k;
   dispatch<float, double, int64_t, int32_t, int8_t, uint8_t>(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -206,9 +167,8 @@ template <class Op, class T> class GradKernel final : public Kernel {
 };
 
 template <class Op> std::unique_ptr<Kernel> make_grad(PrepareContext& ctx) {
-  cpu::expect_grad_inputs(ctx);
+  ops::prepare_fused_grad(ctx);
   const KernelInput& dy = ctx.inputs[0];
-  cpu::set_output(ctx, 0, dy.dtype, dy.shape);
   if (dy.dtype == DType::Float32) return std::make_unique<GradKernel<Op, float>>();
   if (dy.dtype == DType::Float64) return std::make_unique<GradKernel<Op, double>>();
   ctx.fail("unsupported dtype " + dtype_name(dy.dtype) + " (float32, float64)");
@@ -234,8 +194,8 @@ void register_cpu_unary(KernelRegistry& r) {
   add(r, "Ceil", 6, flt, functor_unary<CeilOp, float, double>(kCheapGrain));
   add(r, "Erf", 9, flt, eigen_unary<cpu::EigenErf>());
   add(r, "Softplus", 1, flt, functor_unary<SoftplusOp, float, double>(kCostlyGrain));
-  add(r, "LeakyRelu", 6, flt, functor_unary<LeakyReluOp, float, double>(kCheapGrain, leaky_relu_op));
-  add(r, "Elu", 6, flt, functor_unary<EluOp, float, double>(kCostlyGrain, elu_op));
+  add(r, "LeakyRelu", 6, flt, functor_unary<LeakyReluOp, float, double>(kCheapGrain, ops::prepare_leaky_relu));
+  add(r, "Elu", 6, flt, functor_unary<EluOp, float, double>(kCostlyGrain, ops::prepare_elu));
   add(r, "Not", 1, {DType::Bool}, functor_unary<NotOp, bool>(kCheapGrain));
   add(r, "Identity", 1, {}, make_identity);
   add(r, "Cast", 6,

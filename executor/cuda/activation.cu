@@ -1,24 +1,26 @@
 // Activations on CUDA (CPU kernels: executor/cpu/activation.cpp; rules: gradients/rules/activation.cpp): Selu,
 // Celu, Gelu, HardSigmoid, HardSwish, Softsign, Mish, ThresholdedRelu, PRelu, Hardmax, and Gelu's fused gradients.
-// The maths is executor/functors.h, shared with the CPU kernels; this file only launches (the launch templates are
-// map_kernels.cuh). Shrink has no CUDA twin yet (tests/executor/test_cuda_twins.cpp).
+// The checks, attributes and outputs are executor/ops/activation.h and the maths is executor/functors.h, both
+// shared with the CPU kernels; this file only launches (the launch templates are map_kernels.cuh). Shrink has no CUDA twin yet (tests/executor/test_cuda_twins.cpp).
 #include <memory>
 
 #include "executor/cuda/common.h"
 #include "executor/cuda/device_util.cuh"
 #include "executor/cuda/map_kernels.cuh"
 #include "executor/functor_attrs.h"
+#include "executor/ops/activation.h"
 
 namespace onnxtrain::cuda {
 namespace {
 
-std::unique_ptr<Kernel> make_gelu(PrepareContext& ctx, const KernelFactory& host) {
-  return gelu_uses_tanh(ctx.node) ? floats<GeluTanhOp>()(ctx, host) : floats<GeluOp>()(ctx, host);
+std::unique_ptr<Kernel> make_gelu(PrepareContext& ctx) {
+  if (ops::prepare_gelu(ctx).tanh) return make_unary<GeluTanhOp, float, double>(ctx, GeluTanhOp{});
+  return make_unary<GeluOp, float, double>(ctx, GeluOp{});
 }
 
 // PRelu: the slope broadcasts onto X, which is the output's shape.
-std::unique_ptr<Kernel> make_prelu(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
+std::unique_ptr<Kernel> make_prelu(PrepareContext& ctx) {
+  ops::prepare_prelu(ctx);
   std::unique_ptr<Kernel> k;
   dispatch<float, double>(ctx.inputs[0].dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -53,30 +55,23 @@ template <class T> class HardmaxKernel final : public Kernel {
   int64_t outer_, len_, inner_;
 };
 
-std::unique_ptr<Kernel> make_hardmax(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const std::vector<int64_t>& shape = ctx.inputs[0].shape;
-  const auto rank = static_cast<int64_t>(shape.size());
-  const bool coerce = ctx.opset < 13;
-  const int64_t axis = ops::normalize_axis(ctx, ctx.node.attr_int("axis", coerce ? 1 : -1), rank);
-  int64_t outer = 1, len = shape[axis], inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
-  for (int64_t d = axis + 1; d < rank; ++d) (coerce ? len : inner) *= shape[d];
-  if (ctx.inputs[0].dtype == DType::Float64) return std::make_unique<HardmaxKernel<double>>(outer, len, inner);
-  return std::make_unique<HardmaxKernel<float>>(outer, len, inner);
+std::unique_ptr<Kernel> make_hardmax(PrepareContext& ctx) {
+  const ops::HardmaxLanes l = ops::prepare_hardmax(ctx);
+  if (ctx.inputs[0].dtype == DType::Float64) return std::make_unique<HardmaxKernel<double>>(l.outer, l.len, l.inner);
+  return std::make_unique<HardmaxKernel<float>>(l.outer, l.len, l.inner);
 }
 
 }  // namespace
 
 void register_cuda_activation(KernelRegistry& r) {
-  twin(r, "Selu", floats<SeluOp>(selu_op));
-  twin(r, "Celu", floats<CeluOp>(celu_op));
+  twin(r, "Selu", floats<SeluOp>(ops::prepare_selu));
+  twin(r, "Celu", floats<CeluOp>(ops::prepare_celu));
   twin(r, "Gelu", make_gelu);
-  twin(r, "HardSigmoid", floats<HardSigmoidOp>(hard_sigmoid_op));
-  twin(r, "HardSwish", floats<HardSwishOp>());
-  twin(r, "Softsign", floats<SoftsignOp>());
-  twin(r, "Mish", floats<MishOp>());
-  twin(r, "ThresholdedRelu", floats<ThresholdedReluOp>(thresholded_relu_op));
+  twin(r, "HardSigmoid", floats<HardSigmoidOp>(ops::prepare_hard_sigmoid));
+  twin(r, "HardSwish", floats<HardSwishOp>(ops::prepare_activation_op<HardSwishOp>));
+  twin(r, "Softsign", floats<SoftsignOp>(ops::prepare_activation_op<SoftsignOp>));
+  twin(r, "Mish", floats<MishOp>(ops::prepare_activation_op<MishOp>));
+  twin(r, "ThresholdedRelu", floats<ThresholdedReluOp>(ops::prepare_thresholded_relu));
   twin(r, "PRelu", make_prelu);
   twin(r, "Hardmax", make_hardmax);
   // (dY, X) -> dX: the GELU gradients take the forward input in Y's place.

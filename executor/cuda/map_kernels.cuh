@@ -1,7 +1,8 @@
 #pragma once
 // The elementwise launch templates the unary (unary.cu), activation (activation.cu) and elementwise
 // (elementwise.cu) families share: a one-input map, the fused (dY, Y) -> dX gradients, and a two-input map with
-// broadcasting. Each factory validates through the CPU factory (common.h); the maths is executor/functors.h.
+// broadcasting. Each factory checks the node and sets its output through the op layer (executor/ops/unary.h,
+// ops/activation.h, ops/elementwise.h), as the CPU factory does; the maths is executor/functors.h.
 #include <memory>
 #include <utility>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "executor/broadcast.h"
 #include "executor/cuda/common.h"
 #include "executor/cuda/device_util.cuh"
+#include "executor/ops/unary.h"
 
 namespace onnxtrain::cuda {
 
@@ -32,25 +34,28 @@ template <class Op, class TI, class TO> class UnaryKernel final : public Kernel 
   Op op_;
 };
 
-template <class Op, class... Ts> CudaFactory unary(Op (*make_op)(const Node&) = nullptr) {
-  return [make_op](PrepareContext& ctx, const KernelFactory& host) -> std::unique_ptr<Kernel> {
-    host_prepare(ctx, host);
-    const Op op = make_op ? make_op(ctx.node) : Op{};
-    std::unique_ptr<Kernel> k;
-    dispatch<Ts...>(ctx.inputs[0].dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      k = std::make_unique<UnaryKernel<Op, T, T>>(op);
-    });
-    if (!k) ops::fail_dtype(ctx);
-    return k;
-  };
+// The kernel of y = op(x) over the dtypes Ts, for a node the op layer has checked.
+template <class Op, class... Ts> std::unique_ptr<Kernel> make_unary(const PrepareContext& ctx, const Op& op) {
+  std::unique_ptr<Kernel> k;
+  dispatch<Ts...>(ctx.inputs[0].dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    k = std::make_unique<UnaryKernel<Op, T, T>>(op);
+  });
+  if (!k) ops::fail_dtype(ctx);
+  return k;
 }
 
-template <class Op> CudaFactory floats(Op (*make_op)(const Node&) = nullptr) { return unary<Op, float, double>(make_op); }
+// `prepare` is the op layer's: it checks the node, sets its output and builds the functor (the unary and the
+// activation families check their inputs differently, so each names its own).
+template <class Op, class... Ts> KernelFactory unary(Op (*prepare)(PrepareContext&)) {
+  return [prepare](PrepareContext& ctx) -> std::unique_ptr<Kernel> { return make_unary<Op, Ts...>(ctx, prepare(ctx)); };
+}
+
+template <class Op> KernelFactory floats(Op (*prepare)(PrepareContext&)) { return unary<Op, float, double>(prepare); }
 
 // ---- fused gradients ------------------------------------------------------------------------------------
 
-// Fused gradients: (dY, Y) -> dX (the GELU ones take X in Y's place), same shapes (checked by the CPU factory).
+// Fused gradients: (dY, Y) -> dX (the GELU ones take X in Y's place), same shapes (ops::prepare_fused_grad).
 template <class Op, class T> __global__ void grad_kernel(int64_t n, const T* dy, const T* y, T* dx) {
   const Op op;
   for (int64_t i = global_index(); i < n; i += grid_stride()) dx[i] = op(dy[i], y[i]);
@@ -66,8 +71,8 @@ template <class Op, class T> class GradKernel final : public Kernel {
   }
 };
 
-template <class Op> std::unique_ptr<Kernel> make_grad(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
+template <class Op> std::unique_ptr<Kernel> make_grad(PrepareContext& ctx) {
+  ops::prepare_fused_grad(ctx);
   if (ctx.inputs[0].dtype == DType::Float64) return std::make_unique<GradKernel<Op, double>>();
   return std::make_unique<GradKernel<Op, float>>();
 }

@@ -16,12 +16,9 @@ SITE = re.compile(r"\bhost_prepare\(|\bhost\(\w+\)")
 # CUDA file -> sites that still run the CPU factory. Shrink it as the families move to executor/ops/; do not grow
 # it. Why each remaining one is still here: executor/ops/README.md, "A CUDA factory never runs a CPU factory".
 KNOWN_SITES = {
-    "activation.cu": 2,
-    "map_kernels.cuh": 2,
     "matmul.cu": 2,
     "shape.cu": 2,
     "training_ops.cu": 3,
-    "unary.cu": 3,
 }
 
 
