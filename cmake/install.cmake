@@ -26,7 +26,7 @@ endforeach()
 install(TARGETS ${onnxtrain_libraries} EXPORT onnxtrainTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS onnxtrain_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(DIRECTORY graph executor gradients losses optimizers distributed training
+install(DIRECTORY formulas graph executor gradients losses optimizers distributed training
   DESTINATION ${ONNXTRAIN_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h" PATTERN "*.cuh")
 install(EXPORT onnxtrainTargets NAMESPACE onnxtrain:: DESTINATION ${ONNXTRAIN_INSTALL_CMAKEDIR})
 
