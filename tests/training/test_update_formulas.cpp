@@ -44,6 +44,8 @@ std::string name_of(const Variant& v) {
   return v.op + (v.dtype == DType::Float64 ? "_f64" : "_f32") + (v.first_step ? "_first_step" : "");
 }
 
+void PrintTo(const Variant& v, std::ostream* os) { *os << name_of(v); }
+
 bool is_array(const std::string& in) {
   return in == "P" || in == "G" || in == "M" || in == "V" || in == "Vmax" || in == "Buf" || in == "Sum";
 }
