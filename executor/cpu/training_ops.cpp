@@ -15,6 +15,7 @@
 #include "executor/cpu/fused_update.h"
 #include "executor/functors.h"
 #include "executor/kernel.h"
+#include "executor/ops/training_ops.h"
 
 namespace onnxtrain {
 namespace {
@@ -22,67 +23,13 @@ namespace {
 constexpr int64_t kGrain = 1 << 14;
 const char* const kDomain = "ai.onnx.preview.training";
 
-// Attributes the spec marks required have no default; we refuse the node rather than guess one.
-double required_float(const PrepareContext& ctx, const char* name) {
-  if (!ctx.node.has_attr(name)) ctx.fail(std::string("missing required attribute '") + name + "'");
-  return ctx.node.attr_float(name, 0.0f);
-}
-
-// Checks R, T and the n groups of `per_group` tensors; sets every output to its X's dtype and shape.
-// Returns n.
-size_t prepare_groups(PrepareContext& ctx, size_t per_group, DType& dtype) {
-  const size_t nin = ctx.inputs.size();
-  if (nin < 2 + per_group || (nin - 2) % per_group != 0)
-    ctx.fail("expected inputs R, T, then " + std::to_string(per_group) + " groups of n tensors (n >= 1), got " +
-             std::to_string(nin) + " inputs");
-  const size_t n = (nin - 2) / per_group;
-  const KernelInput& r = ctx.inputs[0];
-  const KernelInput& t = ctx.inputs[1];
-  if (r.dtype != DType::Float32 && r.dtype != DType::Float64)
-    ctx.fail("input 0 (R) must be float32 or float64, got " + dtype_name(r.dtype));
-  if (numel_of(r.shape) != 1) ctx.fail("input 0 (R) must be a scalar, got shape " + shape_string(r.shape));
-  if (t.dtype != DType::Int64) ctx.fail("input 1 (T) must be int64, got " + dtype_name(t.dtype));
-  if (numel_of(t.shape) != 1) ctx.fail("input 1 (T) must be a scalar, got shape " + shape_string(t.shape));
-  const size_t outs_per_group = per_group - 1;  // G has no output
-  if (ctx.outputs.size() != n * outs_per_group)
-    ctx.fail("expected " + std::to_string(n * outs_per_group) + " outputs for " + std::to_string(n) +
-             " optimized tensors, got " + std::to_string(ctx.outputs.size()));
-  dtype = ctx.inputs[2].dtype;
-  if (dtype != DType::Float32 && dtype != DType::Float64)
-    ctx.fail("optimized tensors must be float32 or float64, got " + dtype_name(dtype) + " for input 2");
-  for (size_t i = 0; i < n; ++i) {
-    const KernelInput& x = ctx.inputs[2 + i];
-    for (size_t k = 0; k < per_group; ++k) {
-      const size_t idx = 2 + k * n + i;
-      const KernelInput& in = ctx.inputs[idx];
-      if (!in.present()) ctx.fail("input " + std::to_string(idx) + " is missing");
-      if (in.dtype != dtype)
-        ctx.fail("input " + std::to_string(idx) + " is " + dtype_name(in.dtype) + ", expected " + dtype_name(dtype) +
-                 " like input 2");
-      // The spec speaks of broadcasting, but a tensor, its gradient and its state always share a shape in
-      // practice; anything else is almost surely a wiring mistake.
-      if (in.shape != x.shape)
-        ctx.fail("input " + std::to_string(idx) + " has shape " + shape_string(in.shape) + ", expected " +
-                 shape_string(x.shape) + " like the tensor it belongs to (input " + std::to_string(2 + i) + ")");
-    }
-    for (size_t k = 0; k < outs_per_group; ++k) {
-      ctx.outputs[k * n + i].dtype = dtype;
-      ctx.outputs[k * n + i].shape = x.shape;
-    }
-  }
-  return n;
-}
-
 double read_r(const Tensor& r) {
   return r.dtype == DType::Float64 ? r.ptr<double>()[0] : static_cast<double>(r.ptr<float>()[0]);
 }
 
 // ---- Momentum ----
 
-struct MomentumAttrs {
-  double alpha, beta, norm;
-  bool nesterov;
-};
+using MomentumAttrs = ops::PreviewMomentumAttrs;
 
 template <class T> class MomentumKernel final : public Kernel {
  public:
@@ -108,26 +55,14 @@ template <class T> class MomentumKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_momentum(PrepareContext& ctx) {
-  MomentumAttrs a{};
-  a.alpha = required_float(ctx, "alpha");
-  a.beta = required_float(ctx, "beta");
-  a.norm = required_float(ctx, "norm_coefficient");
-  if (!ctx.node.has_attr("mode")) ctx.fail("missing required attribute 'mode' (\"standard\" or \"nesterov\")");
-  const std::string mode = ctx.node.attr_string("mode", "");
-  if (mode != "standard" && mode != "nesterov")
-    ctx.fail("attribute 'mode' is \"" + mode + "\", expected \"standard\" or \"nesterov\"");
-  a.nesterov = mode == "nesterov";
-  DType dt;
-  const size_t n = prepare_groups(ctx, 3, dt);
-  if (dt == DType::Float64) return std::make_unique<MomentumKernel<double>>(n, a);
-  return std::make_unique<MomentumKernel<float>>(n, a);
+  const auto u = ops::prepare_preview_momentum(ctx);
+  if (u.dtype == DType::Float64) return std::make_unique<MomentumKernel<double>>(u.n, u.attrs);
+  return std::make_unique<MomentumKernel<float>>(u.n, u.attrs);
 }
 
 // ---- Adam ----
 
-struct AdamAttrs {
-  double alpha, beta, epsilon, norm, norm_post;
-};
+using AdamAttrs = ops::PreviewAdamAttrs;
 
 template <class T> class AdamKernel final : public Kernel {
  public:
@@ -155,21 +90,14 @@ template <class T> class AdamKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_adam(PrepareContext& ctx) {
-  const Node& n = ctx.node;
-  // Defaults are the schema's (float32 values, as ONNX stores them).
-  AdamAttrs a{n.attr_float("alpha", 0.9f), n.attr_float("beta", 0.999f), n.attr_float("epsilon", 1e-6f),
-              n.attr_float("norm_coefficient", 0.0f), n.attr_float("norm_coefficient_post", 0.0f)};
-  DType dt;
-  const size_t count = prepare_groups(ctx, 4, dt);
-  if (dt == DType::Float64) return std::make_unique<AdamKernel<double>>(count, a);
-  return std::make_unique<AdamKernel<float>>(count, a);
+  const auto u = ops::prepare_preview_adam(ctx);
+  if (u.dtype == DType::Float64) return std::make_unique<AdamKernel<double>>(u.n, u.attrs);
+  return std::make_unique<AdamKernel<float>>(u.n, u.attrs);
 }
 
 // ---- Adagrad ----
 
-struct AdagradAttrs {
-  double decay, epsilon, norm;
-};
+using AdagradAttrs = ops::PreviewAdagradAttrs;
 
 template <class T> class AdagradKernel final : public Kernel {
  public:
@@ -194,13 +122,9 @@ template <class T> class AdagradKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_adagrad(PrepareContext& ctx) {
-  const Node& n = ctx.node;
-  AdagradAttrs a{n.attr_float("decay_factor", 0.0f), n.attr_float("epsilon", 1e-6f),
-                 n.attr_float("norm_coefficient", 0.0f)};
-  DType dt;
-  const size_t count = prepare_groups(ctx, 3, dt);
-  if (dt == DType::Float64) return std::make_unique<AdagradKernel<double>>(count, a);
-  return std::make_unique<AdagradKernel<float>>(count, a);
+  const auto u = ops::prepare_preview_adagrad(ctx);
+  if (u.dtype == DType::Float64) return std::make_unique<AdagradKernel<double>>(u.n, u.attrs);
+  return std::make_unique<AdagradKernel<float>>(u.n, u.attrs);
 }
 
 void add(KernelRegistry& r, const char* op, KernelFactory f) {

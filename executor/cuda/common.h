@@ -1,13 +1,13 @@
 #pragma once
-// Shared by the CUDA kernel files: twin registration and the plan-time bridge to the CPU factories.
+// Shared by the CUDA kernel files: twin registration.
 //
 // A CUDA kernel is registered as the twin of the CPU kernel defs of the same op: same domain, opset ranges,
-// dtypes and shape_only flag, copied from the registry, so the two cannot drift. Validation, attribute parsing
-// and output dtypes and shapes have one source: the op layer's function for the op (executor/ops/<family>.h),
-// which the CPU factory and the CUDA factory both call, so the CUDA side only adds what the device launch needs.
-// A CUDA factory never runs a CPU factory; the families not moved yet still do, through `host` below
-// (executor/ops/README.md lists them; tests/python/test_op_layer.py counts them). The factories' helpers
-// (dispatch, inputs, axes) are the device-neutral ones of executor/ops/kernel_util.h.
+// dtypes and shape_only flag, copied from the registry, so the two cannot drift. What both backends read of an op
+// at plan time (checks, attributes, output dtypes and shapes) is a function of executor/ops/ that the CPU factory
+// and the CUDA factory both call (executor/ops/README.md, "A CUDA factory never runs a CPU factory"). The few
+// factories that still need the CPU factory (the traced data-movement ops, which run the CPU kernel on index
+// tensors to get gather maps, and MatMul/Gemm's half-precision defs) take it as `host`; tests/python/
+// test_op_layer.py counts them. The factories' helpers (dispatch, inputs, axes) are executor/ops/kernel_util.h's.
 #include <functional>
 #include <memory>
 #include <string>

@@ -11,6 +11,7 @@
 #include "executor/cuda/device_util.cuh"
 #include "executor/functors.h"
 #include "executor/ops/optimizer_updates.h"
+#include "executor/ops/training_ops.h"
 #include "formulas/optimizer_updates.h"
 
 namespace onnxtrain::cuda {
@@ -25,16 +26,9 @@ struct Scalars {
   }
 };
 
-struct MomentumAttrs {
-  double alpha, beta, norm;
-  bool nesterov;
-};
-struct AdamAttrs {
-  double alpha, beta, epsilon, norm, norm_post;
-};
-struct AdagradAttrs {
-  double decay, epsilon, norm;
-};
+using MomentumAttrs = ops::PreviewMomentumAttrs;
+using AdamAttrs = ops::PreviewAdamAttrs;
+using AdagradAttrs = ops::PreviewAdagradAttrs;
 
 template <class T>
 __global__ void momentum_kernel(Scalars s, MomentumAttrs a, int64_t n, const T* x, const T* g, const T* v, T* xo, T* vo) {
@@ -66,8 +60,6 @@ Scalars scalars(std::span<const Tensor* const> in) {
 }
 
 // Inputs R, T, then `groups` blocks of n tensors; outputs `groups - 1` blocks of n.
-size_t group_size(const PrepareContext& ctx, size_t groups) { return (ctx.inputs.size() - 2) / groups; }
-
 template <class T> class MomentumKernel final : public Kernel {
  public:
   MomentumKernel(size_t n, MomentumAttrs a) : n_(n), a_(a) {}
@@ -125,35 +117,24 @@ template <class T> class AdagradKernel final : public Kernel {
   AdagradAttrs a_;
 };
 
-// Attribute defaults and required attributes were checked by the CPU factory; these reads agree with it.
-std::unique_ptr<Kernel> make_momentum(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const Node& n = ctx.node;
-  MomentumAttrs a{n.attr_float("alpha", 0.0f), n.attr_float("beta", 0.0f), n.attr_float("norm_coefficient", 0.0f),
-                  n.attr_string("mode", "") == "nesterov"};
-  const size_t count = group_size(ctx, 3);
-  if (ctx.inputs[2].dtype == DType::Float64) return std::make_unique<MomentumKernel<double>>(count, a);
-  return std::make_unique<MomentumKernel<float>>(count, a);
+// The attributes and the checks of R, T and the groups: ops::prepare_preview_* (executor/ops/training_ops.h), as on
+// the CPU.
+std::unique_ptr<Kernel> make_momentum(PrepareContext& ctx) {
+  const auto u = ops::prepare_preview_momentum(ctx);
+  if (u.dtype == DType::Float64) return std::make_unique<MomentumKernel<double>>(u.n, u.attrs);
+  return std::make_unique<MomentumKernel<float>>(u.n, u.attrs);
 }
 
-std::unique_ptr<Kernel> make_adam(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const Node& n = ctx.node;
-  AdamAttrs a{n.attr_float("alpha", 0.9f), n.attr_float("beta", 0.999f), n.attr_float("epsilon", 1e-6f),
-              n.attr_float("norm_coefficient", 0.0f), n.attr_float("norm_coefficient_post", 0.0f)};
-  const size_t count = group_size(ctx, 4);
-  if (ctx.inputs[2].dtype == DType::Float64) return std::make_unique<AdamKernel<double>>(count, a);
-  return std::make_unique<AdamKernel<float>>(count, a);
+std::unique_ptr<Kernel> make_adam(PrepareContext& ctx) {
+  const auto u = ops::prepare_preview_adam(ctx);
+  if (u.dtype == DType::Float64) return std::make_unique<AdamKernel<double>>(u.n, u.attrs);
+  return std::make_unique<AdamKernel<float>>(u.n, u.attrs);
 }
 
-std::unique_ptr<Kernel> make_adagrad(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const Node& n = ctx.node;
-  AdagradAttrs a{n.attr_float("decay_factor", 0.0f), n.attr_float("epsilon", 1e-6f),
-                 n.attr_float("norm_coefficient", 0.0f)};
-  const size_t count = group_size(ctx, 3);
-  if (ctx.inputs[2].dtype == DType::Float64) return std::make_unique<AdagradKernel<double>>(count, a);
-  return std::make_unique<AdagradKernel<float>>(count, a);
+std::unique_ptr<Kernel> make_adagrad(PrepareContext& ctx) {
+  const auto u = ops::prepare_preview_adagrad(ctx);
+  if (u.dtype == DType::Float64) return std::make_unique<AdagradKernel<double>>(u.n, u.attrs);
+  return std::make_unique<AdagradKernel<float>>(u.n, u.attrs);
 }
 
 // ---- onnxtrain.Adam*Update (formulas/optimizer_updates.h) --------------------------------------------------------

@@ -18,7 +18,6 @@ SITE = re.compile(r"\bhost_prepare\(|\bhost\(\w+\)")
 KNOWN_SITES = {
     "matmul.cu": 2,
     "shape.cu": 2,
-    "training_ops.cu": 3,
 }
 
 
