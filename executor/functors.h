@@ -8,6 +8,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "formulas/gelu.h"
 #include "graph/hd.h"
 
 namespace onnxtrain {
@@ -277,14 +278,14 @@ struct ScalarMath {
 // approximate = "none": x * Phi(x) with the normal CDF written through erf.
 struct GeluOp {
   template <class M, class V, class T> ONNXTRAIN_HD static auto formula(const V& x) {
-    return T(0.5) * x * (T(1) + M::erf(x * T(0.70710678118654752440)));
+    return formulas::gelu_erf<M, V, T>(x);
   }
   template <class T> ONNXTRAIN_HD T operator()(T x) const { return formula<ScalarMath, T, T>(x); }
 };
 // approximate = "tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 struct GeluTanhOp {
   template <class M, class V, class T> ONNXTRAIN_HD static auto formula(const V& x) {
-    return T(0.5) * x * (T(1) + M::tanh(T(0.79788456080286535588) * (x + T(0.044715) * M::square(x) * x)));
+    return formulas::gelu_tanh<M, V, T>(x);
   }
   template <class T> ONNXTRAIN_HD T operator()(T x) const { return formula<ScalarMath, T, T>(x); }
 };
@@ -324,23 +325,20 @@ struct PReluOp {
 
 
 // ---- GELU derivatives from the forward input x, (dY, X) -> dX (onnxtrain.GeluGrad / GeluTanhGrad) ------------
-// One formula each (see GeluOp above): the CUDA kernels call operator(), the CPU kernels evaluate `formula` on
-// Eigen arrays (executor/cpu/activation.cpp, fused_elementwise.cpp). gradients/fused.cpp writes the same maths
-// as the ONNX function body of the fused op, which the tests run against these kernels.
+// One formula each, formulas/gelu.h: the CUDA kernels call operator(), the CPU kernels evaluate `formula` on
+// Eigen arrays (executor/cpu/activation.cpp, fused_elementwise.cpp), and gradients/fused.cpp evaluates the same
+// template on function-body values to write the fused op's ONNX body, which the tests run against these kernels.
 //   erf:  Phi(x) + x phi(x)
 //   tanh: (1 + t)/2 + x/2 (1 - t^2) k (1 + 3c x^2),  t = tanh(k (x + c x^3)), k = sqrt(2/pi), c = 0.044715
 struct GeluErfGradFn {
   template <class M, class V, class T> ONNXTRAIN_HD static auto formula(const V& dy, const V& x) {
-    const T rsqrt2 = T(0.70710678118654752440), rsqrt2pi = T(0.39894228040143267794);
-    return dy * (T(0.5) * (T(1) + M::erf(x * rsqrt2)) + x * (M::exp(T(-0.5) * M::square(x)) * rsqrt2pi));
+    return formulas::gelu_erf_grad<M, V, T>(dy, x);
   }
   template <class T> ONNXTRAIN_HD T operator()(T dy, T x) const { return formula<ScalarMath, T, T>(dy, x); }
 };
 struct GeluTanhGradFn {
   template <class M, class V, class T> ONNXTRAIN_HD static auto formula(const V& dy, const V& x) {
-    const T k = T(0.79788456080286535588), c = T(0.044715);
-    const auto t = M::tanh(k * (x + c * M::square(x) * x));
-    return dy * (T(0.5) * (T(1) + t) + T(0.5) * k * x * (T(1) - M::square(t)) * (T(1) + T(3) * c * M::square(x)));
+    return formulas::gelu_tanh_grad<M, V, T>(dy, x);
   }
   template <class T> ONNXTRAIN_HD T operator()(T dy, T x) const { return formula<ScalarMath, T, T>(dy, x); }
 };

@@ -1,8 +1,10 @@
 #include "gradients/fused.h"
 #include "gradients/fused_body.h"
 
+#include "formulas/gelu.h"
+
 #include <cmath>
-#include <numbers>
+#include <concepts>
 
 namespace onnxtrain {
 
@@ -20,6 +22,66 @@ void constant_like_y(Function& f, const std::string& name, float v) {
 // The (dY, Y) -> dX form most of them have.
 Function make(const std::string& name, const std::string& doc) {
   return fused_body::function(name, {"dY", "Y"}, {"dX"}, doc);
+}
+
+// Evaluates a formula of formulas/ on function-body values: each operation appends one standard ONNX node to the
+// body, and each constant T(v) becomes a double constant CastLike'd to the input `like` (so one body serves every
+// float type). The body is then the formula the kernels evaluate, in the same order of operations.
+class BodyBuilder {
+ public:
+  BodyBuilder(Function& f, std::string like) : f_(f), like_(std::move(like)) {}
+  std::string node(const std::string& type, std::vector<std::string> in) {
+    const std::string out = "v" + std::to_string(next_++);
+    f_.nodes.push_back(op(out, type, std::move(in), out));
+    return out;
+  }
+  std::string constant(double v) {
+    const std::string name = "c" + std::to_string(next_++);
+    constant_like(f_, name, v, like_);
+    return name;
+  }
+
+ private:
+  Function& f_;
+  std::string like_;
+  int next_ = 0;
+};
+
+// A constant of the formula (its T): folded in double until it meets a value.
+struct BodyScalar {
+  double v;
+  explicit BodyScalar(double x) : v(x) {}
+};
+struct BodyValue {
+  BodyBuilder* b;
+  std::string name;
+};
+BodyScalar operator*(BodyScalar a, BodyScalar c) { return BodyScalar(a.v * c.v); }
+BodyValue binary(const char* type, const BodyValue& a, const BodyValue& c) { return {a.b, a.b->node(type, {a.name, c.name})}; }
+BodyValue binary(const char* type, BodyScalar a, const BodyValue& c) { return {c.b, c.b->node(type, {c.b->constant(a.v), c.name})}; }
+BodyValue binary(const char* type, const BodyValue& a, BodyScalar c) { return {a.b, a.b->node(type, {a.name, a.b->constant(c.v)})}; }
+// Only for a body value with another or with a constant, so no other + - * of this file can pick these.
+template <class A, class C>
+concept BodyOperands = (std::same_as<A, BodyValue> && (std::same_as<C, BodyValue> || std::same_as<C, BodyScalar>)) ||
+                       (std::same_as<A, BodyScalar> && std::same_as<C, BodyValue>);
+template <class A, class C> requires BodyOperands<A, C> BodyValue operator+(const A& a, const C& c) { return binary("Add", a, c); }
+template <class A, class C> requires BodyOperands<A, C> BodyValue operator-(const A& a, const C& c) { return binary("Sub", a, c); }
+template <class A, class C> requires BodyOperands<A, C> BodyValue operator*(const A& a, const C& c) { return binary("Mul", a, c); }
+struct BodyMath {
+  static BodyValue erf(const BodyValue& x) { return {x.b, x.b->node("Erf", {x.name})}; }
+  static BodyValue exp(const BodyValue& x) { return {x.b, x.b->node("Exp", {x.name})}; }
+  static BodyValue tanh(const BodyValue& x) { return {x.b, x.b->node("Tanh", {x.name})}; }
+  static BodyValue square(const BodyValue& x) { return x * x; }
+};
+
+// (dY, X) -> dX from a formula of formulas/gelu.h.
+template <class Formula> Function gelu_grad_body(const std::string& name, const std::string& doc, Formula formula) {
+  Function f = fused_body::function(name, {"dY", "X"}, {"dX"}, doc);
+  BodyBuilder b(f, "X");
+  const BodyValue dx = formula(BodyValue{&b, "dY"}, BodyValue{&b, "X"});
+  f.nodes.back().name = f.nodes.back().outputs[0] = "dX";  // the last operation computed dx
+  (void)dx;
+  return f;
 }
 
 }  // namespace
@@ -49,61 +111,20 @@ std::vector<Function> fused_grad_functions() {
   tanh.nodes.push_back(op("dX", "Mul", {"dY", "slope"}, "dX"));
   out.push_back(std::move(tanh));
 
-  // GELU's gradients read the forward input: (dY, X) -> dX.
-  {
-    Function f = make("GeluGrad", "Gradient of Gelu (approximate='none') from its input: "
-                                  "dX = dY * (Phi(X) + X * phi(X)), Phi and phi the standard normal CDF and PDF.");
-    f.inputs = {"dY", "X"};
-    constant_like(f, "half", 0.5, "X");
-    constant_like(f, "one", 1.0, "X");
-    constant_like(f, "rsqrt2", std::numbers::sqrt2 / 2, "X");
-    constant_like(f, "neg_half", -0.5, "X");
-    constant_like(f, "rsqrt2pi", 1 / std::sqrt(2 * std::numbers::pi), "X");
-    auto& n = f.nodes;
-    n.push_back(op("scaled", "Mul", {"X", "rsqrt2"}, "scaled"));
-    n.push_back(op("erf", "Erf", {"scaled"}, "erf"));
-    n.push_back(op("one_plus_erf", "Add", {"one", "erf"}, "one_plus_erf"));
-    n.push_back(op("cdf", "Mul", {"half", "one_plus_erf"}, "cdf"));
-    n.push_back(op("x2", "Mul", {"X", "X"}, "x2"));
-    n.push_back(op("exponent", "Mul", {"neg_half", "x2"}, "exponent"));
-    n.push_back(op("gauss", "Exp", {"exponent"}, "gauss"));
-    n.push_back(op("pdf", "Mul", {"gauss", "rsqrt2pi"}, "pdf"));
-    n.push_back(op("x_pdf", "Mul", {"X", "pdf"}, "x_pdf"));
-    n.push_back(op("slope", "Add", {"cdf", "x_pdf"}, "slope"));
-    n.push_back(op("dX", "Mul", {"dY", "slope"}, "dX"));
-    out.push_back(std::move(f));
-  }
-  {
-    Function f = make("GeluTanhGrad",
-                      "Gradient of Gelu (approximate='tanh') from its input: with k = sqrt(2/pi), c = 0.044715 and "
-                      "t = tanh(k (X + c X^3)), dX = dY * ((1 + t)/2 + X/2 (1 - t^2) k (1 + 3c X^2)).");
-    f.inputs = {"dY", "X"};
-    constant_like(f, "half", 0.5, "X");
-    constant_like(f, "one", 1.0, "X");
-    constant_like(f, "k", std::sqrt(2 / std::numbers::pi), "X");
-    constant_like(f, "c", 0.044715, "X");
-    constant_like(f, "c3", 3 * 0.044715, "X");
-    auto& n = f.nodes;
-    n.push_back(op("x2", "Mul", {"X", "X"}, "x2"));
-    n.push_back(op("cx2", "Mul", {"c", "x2"}, "cx2"));
-    n.push_back(op("cx3", "Mul", {"cx2", "X"}, "cx3"));
-    n.push_back(op("inner", "Add", {"X", "cx3"}, "inner"));
-    n.push_back(op("u", "Mul", {"k", "inner"}, "u"));
-    n.push_back(op("t", "Tanh", {"u"}, "t"));
-    n.push_back(op("one_plus_t", "Add", {"one", "t"}, "one_plus_t"));
-    n.push_back(op("left", "Mul", {"half", "one_plus_t"}, "left"));
-    n.push_back(op("t2", "Mul", {"t", "t"}, "t2"));
-    n.push_back(op("sech2", "Sub", {"one", "t2"}, "sech2"));
-    n.push_back(op("c3x2", "Mul", {"c3", "x2"}, "c3x2"));
-    n.push_back(op("du", "Add", {"one", "c3x2"}, "du"));
-    n.push_back(op("half_k", "Mul", {"half", "k"}, "half_k"));
-    n.push_back(op("hkx", "Mul", {"half_k", "X"}, "hkx"));
-    n.push_back(op("hkx_sech2", "Mul", {"hkx", "sech2"}, "hkx_sech2"));
-    n.push_back(op("right", "Mul", {"hkx_sech2", "du"}, "right"));
-    n.push_back(op("slope", "Add", {"left", "right"}, "slope"));
-    n.push_back(op("dX", "Mul", {"dY", "slope"}, "dX"));
-    out.push_back(std::move(f));
-  }
+  // GELU's gradients read the forward input: (dY, X) -> dX. Their bodies are formulas/gelu.h's templates, the
+  // ones the kernels evaluate.
+  out.push_back(gelu_grad_body("GeluGrad",
+                               "Gradient of Gelu (approximate='none') from its input: "
+                               "dX = dY * (Phi(X) + X * phi(X)), Phi and phi the standard normal CDF and PDF.",
+                               [](const BodyValue& dy, const BodyValue& x) {
+                                 return formulas::gelu_erf_grad<BodyMath, BodyValue, BodyScalar>(dy, x);
+                               }));
+  out.push_back(gelu_grad_body("GeluTanhGrad",
+                               "Gradient of Gelu (approximate='tanh') from its input: with k = sqrt(2/pi), c = 0.044715 "
+                               "and t = tanh(k (X + c X^3)), dX = dY * ((1 + t)/2 + X/2 (1 - t^2) k (1 + 3c X^2)).",
+                               [](const BodyValue& dy, const BodyValue& x) {
+                                 return formulas::gelu_tanh_grad<BodyMath, BodyValue, BodyScalar>(dy, x);
+                               }));
 
   // The softmax axis comes from the calling node's `axis` attribute by reference (rules always set it): a
   // scalar Constant made 1-D for ReduceSum's axes input.
