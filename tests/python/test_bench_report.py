@@ -122,3 +122,24 @@ def test_w1sk_onnxtrain_script_records_what_report_reads(tmp_path, python_env):
     assert len(curve) == 5 and curve[-1] < curve[0]
     # Same hyper-parameters as scikit-learn's run: the final MSE lands where sklearn's does (0.0228, measured).
     assert 0.015 < recs["final_train_loss"]["value"] < 0.035
+
+
+def test_a_baseline_build_is_a_column_named_by_its_commit(tmp_path):
+    # run.sh's BASELINE: another onnxtrain build in the same rounds, so a change's before/after is one run.
+    curve = np.linspace(1.0, 0.1, 50)
+    write_run(tmp_path, "onnxtrain", "w1", 330.0, 0.0420, curve)
+    write_run(tmp_path, "base", "w1", 300.0, 0.0420, curve)
+    write_run(tmp_path, "onnxtrain", "w4", 4.0, 0.0203, curve, metric="us_per_step")
+    write_run(tmp_path, "base", "w4", 5.0, 0.0203, curve, metric="us_per_step")
+    out, doc = run_report(tmp_path, {**os.environ, "BENCH_BASELINE_REV": "abc1234"})
+    assert "onnxtrain abc1234 (baseline) | ratio" in out.splitlines()[0]
+    assert "**1.10×**" in out and "**1.25×**" in out
+    rows = {(r["workload"], r["system"]): r for r in doc["rows"]}
+    assert abs(rows[("w1", "base")]["ratio"] - 1.1) < 1e-9 and rows[("w1", "base")]["loss_check"]["ok"]
+
+
+def test_without_a_baseline_there_is_no_baseline_column(tmp_path):
+    curve = np.linspace(1.0, 0.1, 50)
+    write_run(tmp_path, "onnxtrain", "w1", 330.0, 0.0420, curve)
+    out, _ = run_report(tmp_path)
+    assert "baseline" not in out
