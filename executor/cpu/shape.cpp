@@ -207,10 +207,9 @@ class StridedCopyKernel final : public Kernel {
   StridedCopy copy_;
 };
 
-std::unique_ptr<Kernel> strided_kernel(PrepareContext& ctx, const std::vector<int64_t>& dims,
-                                       const std::vector<int64_t>& strides, int64_t base, size_t es) {
-  if (dims.size() > 16) ctx.fail("tensors of rank above 16 are not supported");
-  return std::make_unique<StridedCopyKernel>(StridedCopy(dims, strides, base, es));
+// The op layer's view (executor/ops/shape.h) as one StridedCopy; it has checked the rank against StridedCopy's 16.
+std::unique_ptr<Kernel> strided_kernel(const PrepareContext& ctx, const ops::StridedView& v) {
+  return std::make_unique<StridedCopyKernel>(StridedCopy(v.dims, v.strides, v.base, elem_size(ctx, ctx.inputs[0].dtype)));
 }
 
 // Output is the input's bytes under a new shape.
@@ -295,127 +294,11 @@ std::unique_ptr<Kernel> make_range(PrepareContext& ctx) {
 // ---------------------------------------------------------------------------------------------------------
 // Transpose, Slice, Expand, Tile: strided copies.
 
-std::unique_ptr<Kernel> make_transpose(PrepareContext& ctx) {
-  const KernelInput& x = required_input(ctx, 0, "data");
-  const size_t es = elem_size(ctx, x.dtype);
-  const size_t rank = x.shape.size();
-  std::vector<int64_t> perm = ctx.node.attr_ints("perm");
-  if (perm.empty()) {
-    for (size_t i = rank; i-- > 0;) perm.push_back(static_cast<int64_t>(i));
-  }
-  if (perm.size() != rank)
-    ctx.fail("perm has " + std::to_string(perm.size()) + " entries but the input has rank " + std::to_string(rank));
-  std::vector<bool> seen(rank, false);
-  const std::vector<int64_t> in_strides = contiguous_strides(x.shape);
-  std::vector<int64_t> dims, strides;
-  for (int64_t p : perm) {
-    if (p < 0 || p >= static_cast<int64_t>(rank) || seen[static_cast<size_t>(p)])
-      ctx.fail("perm " + shape_string(perm) + " is not a permutation of 0.." + std::to_string(rank - 1));
-    seen[static_cast<size_t>(p)] = true;
-    dims.push_back(x.shape[static_cast<size_t>(p)]);
-    strides.push_back(in_strides[static_cast<size_t>(p)]);
-  }
-  set_output(ctx, 0, x.dtype, dims);
-  return strided_kernel(ctx, dims, strides, 0, es);
-}
-
-std::unique_ptr<Kernel> make_slice(PrepareContext& ctx) {
-  const KernelInput& x = required_input(ctx, 0, "data");
-  const size_t es = elem_size(ctx, x.dtype);
-  const int64_t rank = static_cast<int64_t>(x.shape.size());
-  std::vector<int64_t> starts, ends, axes, steps;
-  if (ctx.opset >= 10) {
-    required_input(ctx, 1, "starts");
-    required_input(ctx, 2, "ends");
-    starts = constant_ints(ctx, 1, "starts");
-    ends = constant_ints(ctx, 2, "ends");
-    if (has_input(ctx, 3)) axes = constant_ints(ctx, 3, "axes");
-    if (has_input(ctx, 4)) steps = constant_ints(ctx, 4, "steps");
-  } else {
-    starts = ctx.node.attr_ints("starts");
-    ends = ctx.node.attr_ints("ends");
-    axes = ctx.node.attr_ints("axes");
-  }
-  if (starts.size() != ends.size()) ctx.fail("starts and ends must have the same length");
-  if (axes.empty())
-    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
-  if (steps.empty()) steps.assign(starts.size(), 1);
-  if (axes.size() != starts.size() || steps.size() != starts.size())
-    ctx.fail("starts, ends, axes and steps must have the same length");
-
-  std::vector<int64_t> strides = contiguous_strides(x.shape);
-  std::vector<int64_t> dims = x.shape;
-  std::vector<bool> seen(x.shape.size(), false);
-  int64_t base = 0;
-  for (size_t i = 0; i < axes.size(); ++i) {
-    const size_t ax = static_cast<size_t>(normalize_axis(ctx, axes[i], rank));
-    if (seen[ax]) ctx.fail("axis " + std::to_string(axes[i]) + " is repeated in axes");
-    seen[ax] = true;
-    const int64_t d = x.shape[ax], step = steps[i];
-    if (step == 0) ctx.fail("steps must not be 0");
-    int64_t start = starts[i], end = ends[i];
-    // Clamping as the ONNX spec states it: a positive step walks [0, d], a negative one [-1, d-1].
-    if (start < 0) start += d;
-    if (end < 0) end += d;
-    int64_t count;
-    if (step > 0) {
-      start = std::clamp<int64_t>(start, 0, d);
-      end = std::clamp<int64_t>(end, 0, d);
-      count = end > start ? (end - start + step - 1) / step : 0;
-    } else {
-      start = std::clamp<int64_t>(start, 0, d - 1);
-      end = std::clamp<int64_t>(end, -1, d - 1);
-      count = start > end ? (start - end + (-step) - 1) / (-step) : 0;
-    }
-    dims[ax] = count;
-    if (count > 0) base += start * strides[ax];
-    strides[ax] *= step;
-  }
-  set_output(ctx, 0, x.dtype, dims);
-  return strided_kernel(ctx, dims, strides, numel_of(dims) ? base : 0, es);
-}
-
-std::unique_ptr<Kernel> make_expand(PrepareContext& ctx) {
-  const KernelInput& x = required_input(ctx, 0, "input");
-  const size_t es = elem_size(ctx, x.dtype);
-  required_input(ctx, 1, "shape");
-  const std::vector<int64_t> target = constant_ints(ctx, 1, "shape");
-  const size_t rank = std::max(x.shape.size(), target.size());
-  std::vector<int64_t> in(rank, 1), tg(rank, 1);
-  std::copy(x.shape.begin(), x.shape.end(), in.begin() + static_cast<ptrdiff_t>(rank - x.shape.size()));
-  std::copy(target.begin(), target.end(), tg.begin() + static_cast<ptrdiff_t>(rank - target.size()));
-  const std::vector<int64_t> in_strides = contiguous_strides(in);
-  std::vector<int64_t> dims(rank), strides(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    if (in[i] != tg[i] && in[i] != 1 && tg[i] != 1)
-      ctx.fail("cannot broadcast input " + shape_string(x.shape) + " to shape " + shape_string(target));
-    dims[i] = in[i] == 1 ? tg[i] : in[i];
-    strides[i] = in[i] == 1 ? 0 : in_strides[i];
-  }
-  set_output(ctx, 0, x.dtype, dims);
-  return strided_kernel(ctx, dims, strides, 0, es);
-}
-
-std::unique_ptr<Kernel> make_tile(PrepareContext& ctx) {
-  const KernelInput& x = required_input(ctx, 0, "input");
-  const size_t es = elem_size(ctx, x.dtype);
-  required_input(ctx, 1, "repeats");
-  const std::vector<int64_t> reps = constant_ints(ctx, 1, "repeats");
-  if (reps.size() != x.shape.size())
-    ctx.fail("repeats has " + std::to_string(reps.size()) + " entries but the input has rank " +
-             std::to_string(x.shape.size()));
-  // Output dim k is (repeat, original) with the repeat outer, so it reads the input with stride 0.
-  const std::vector<int64_t> in_strides = contiguous_strides(x.shape);
-  std::vector<int64_t> out_shape, dims, strides;
-  for (size_t k = 0; k < reps.size(); ++k) {
-    if (reps[k] < 0) ctx.fail("repeats must not be negative");
-    out_shape.push_back(reps[k] * x.shape[k]);
-    dims.insert(dims.end(), {reps[k], x.shape[k]});
-    strides.insert(strides.end(), {0, in_strides[k]});
-  }
-  set_output(ctx, 0, x.dtype, out_shape);
-  return strided_kernel(ctx, dims, strides, 0, es);
-}
+// The checks, the output and the view are the op layer's (executor/ops/shape.h).
+std::unique_ptr<Kernel> make_transpose(PrepareContext& ctx) { return strided_kernel(ctx, ops::prepare_transpose(ctx)); }
+std::unique_ptr<Kernel> make_slice(PrepareContext& ctx) { return strided_kernel(ctx, ops::prepare_slice(ctx)); }
+std::unique_ptr<Kernel> make_expand(PrepareContext& ctx) { return strided_kernel(ctx, ops::prepare_expand(ctx)); }
+std::unique_ptr<Kernel> make_tile(PrepareContext& ctx) { return strided_kernel(ctx, ops::prepare_tile(ctx)); }
 
 // ---------------------------------------------------------------------------------------------------------
 // Concat, Split, Gather.
@@ -443,36 +326,17 @@ class ConcatKernel final : public Kernel {
   std::vector<int64_t> chunks_;  // bytes per outer index, per input
 };
 
+// The kernels take the op layer's chunks (executor/ops/shape.h) in bytes.
+std::vector<int64_t> chunk_bytes(const PrepareContext& ctx, const ops::AxisChunks& c) {
+  const auto es = static_cast<int64_t>(elem_size(ctx, ctx.inputs[0].dtype));
+  std::vector<int64_t> bytes;
+  for (int64_t k : c.chunks) bytes.push_back(k * es);
+  return bytes;
+}
+
 std::unique_ptr<Kernel> make_concat(PrepareContext& ctx) {
-  if (ctx.inputs.empty()) ctx.fail("needs at least one input");
-  const KernelInput& first = required_input(ctx, 0, "inputs");
-  const size_t es = elem_size(ctx, first.dtype);
-  const int64_t rank = static_cast<int64_t>(first.shape.size());
-  if (rank == 0) ctx.fail("inputs must have rank >= 1");
-  if (!ctx.node.has_attr("axis") && ctx.opset >= 4) ctx.fail("attribute 'axis' is required");
-  const size_t axis = static_cast<size_t>(normalize_axis(ctx, ctx.node.attr_int("axis", 1), rank));
-  std::vector<int64_t> shape = first.shape;
-  shape[axis] = 0;
-  int64_t outer = 1, inner = 1;
-  for (size_t i = 0; i < first.shape.size(); ++i) {
-    if (i < axis) outer *= first.shape[i];
-    if (i > axis) inner *= first.shape[i];
-  }
-  std::vector<int64_t> chunks;
-  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
-    const KernelInput& in = required_input(ctx, i, "inputs");
-    if (in.dtype != first.dtype) ctx.fail("input " + std::to_string(i) + " has type " + dtype_name(in.dtype) +
-                                          " but input 0 has " + dtype_name(first.dtype));
-    bool ok = in.shape.size() == first.shape.size();
-    for (size_t k = 0; ok && k < in.shape.size(); ++k) ok = k == axis || in.shape[k] == first.shape[k];
-    if (!ok)
-      ctx.fail("input " + std::to_string(i) + " has shape " + shape_string(in.shape) + ", which does not match " +
-               shape_string(first.shape) + " outside axis " + std::to_string(axis));
-    shape[axis] += in.shape[axis];
-    chunks.push_back(in.shape[axis] * inner * static_cast<int64_t>(es));
-  }
-  set_output(ctx, 0, first.dtype, shape);
-  return std::make_unique<ConcatKernel>(outer, std::move(chunks));
+  const ops::AxisChunks c = ops::prepare_concat(ctx);
+  return std::make_unique<ConcatKernel>(c.outer, chunk_bytes(ctx, c));
 }
 
 class SplitKernel final : public Kernel {
@@ -498,58 +362,8 @@ class SplitKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> make_split(PrepareContext& ctx) {
-  const KernelInput& x = required_input(ctx, 0, "input");
-  const size_t es = elem_size(ctx, x.dtype);
-  const int64_t rank = static_cast<int64_t>(x.shape.size());
-  const size_t axis = static_cast<size_t>(normalize_axis(ctx, ctx.node.attr_int("axis", 0), rank));
-  const int64_t n = x.shape[axis];
-  const size_t nout = ctx.outputs.size();
-  std::vector<int64_t> split;
-  if (ctx.opset >= 13) {
-    if (has_input(ctx, 1)) split = constant_ints(ctx, 1, "split");
-  } else {
-    split = ctx.node.attr_ints("split");
-    if (split.empty() && has_input(ctx, 1)) split = constant_ints(ctx, 1, "split");  // opset 1 allowed an input
-  }
-  if (split.empty()) {
-    if (ctx.opset >= 18 && ctx.node.has_attr("num_outputs")) {
-      const int64_t k = ctx.node.attr_int("num_outputs", 0);
-      if (k < 1 || static_cast<size_t>(k) != nout)
-        ctx.fail("num_outputs is " + std::to_string(k) + " but the node has " + std::to_string(nout) + " outputs");
-      // Every part gets ceil(n / k) elements except the last, which takes what is left.
-      const int64_t part = (n + k - 1) / k;
-      for (int64_t i = 0; i < k; ++i) split.push_back(std::max<int64_t>(0, std::min(part, n - i * part)));
-    } else {
-      if (nout == 0 || n % static_cast<int64_t>(nout) != 0)
-        ctx.fail("axis " + std::to_string(axis) + " of size " + std::to_string(n) + " does not split evenly into " +
-                 std::to_string(nout) + " outputs");
-      split.assign(nout, n / static_cast<int64_t>(nout));
-    }
-  }
-  if (split.size() != nout)
-    ctx.fail("split has " + std::to_string(split.size()) + " entries but the node has " + std::to_string(nout) +
-             " outputs");
-  int64_t sum = 0;
-  for (int64_t s : split) {
-    if (s < 0) ctx.fail("split sizes must not be negative");
-    sum += s;
-  }
-  if (sum != n)
-    ctx.fail("split sizes add up to " + std::to_string(sum) + " but axis " + std::to_string(axis) + " has size " +
-             std::to_string(n));
-  int64_t outer = 1, inner = 1;
-  for (size_t i = 0; i < x.shape.size(); ++i) {
-    if (i < axis) outer *= x.shape[i];
-    if (i > axis) inner *= x.shape[i];
-  }
-  std::vector<int64_t> chunks;
-  for (size_t i = 0; i < nout; ++i) {
-    std::vector<int64_t> shape = x.shape;
-    shape[axis] = split[i];
-    set_output(ctx, i, x.dtype, shape);
-    chunks.push_back(split[i] * inner * static_cast<int64_t>(es));
-  }
-  return std::make_unique<SplitKernel>(outer, std::move(chunks));
+  const ops::AxisChunks c = ops::prepare_split(ctx);
+  return std::make_unique<SplitKernel>(c.outer, chunk_bytes(ctx, c));
 }
 
 template <class I> class GatherKernel final : public Kernel {
@@ -759,48 +573,17 @@ class PermuteKernel final : public Kernel {
   size_t es_;
 };
 
-// in viewed as `view` (contiguous), transposed by perm, is the output.
-std::unique_ptr<Kernel> permute_view(size_t es, const std::vector<int64_t>& view, const std::vector<int64_t>& perm) {
-  const std::vector<int64_t> st = contiguous_strides(view);
-  std::vector<int64_t> dims, strides;
-  for (int64_t p : perm) {
-    dims.push_back(view[static_cast<size_t>(p)]);
-    strides.push_back(st[static_cast<size_t>(p)]);
-  }
-  return std::make_unique<PermuteKernel>(std::move(dims), std::move(strides), es);
-}
-
-int64_t blocksize(const PrepareContext& ctx) {
-  if (!ctx.node.has_attr("blocksize")) ctx.fail("attribute 'blocksize' is required");
-  const int64_t b = ctx.node.attr_int("blocksize", 0);
-  if (b < 1) ctx.fail("blocksize must be positive, got " + std::to_string(b));
-  return b;
+// The checks, the output and the permuted view are the op layer's (executor/ops/shape.h).
+std::unique_ptr<Kernel> permute_kernel(const PrepareContext& ctx, ops::StridedView v) {
+  return std::make_unique<PermuteKernel>(std::move(v.dims), std::move(v.strides), elem_size(ctx, ctx.inputs[0].dtype));
 }
 
 std::unique_ptr<Kernel> make_depth_to_space(PrepareContext& ctx) {
-  const KernelInput& x = required_input(ctx, 0, "input");
-  const size_t es = elem_size(ctx, x.dtype);
-  if (x.shape.size() != 4) ctx.fail("input must be 4-D [N, C, H, W], got " + shape_string(x.shape));
-  const int64_t b = blocksize(ctx), N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
-  if (C % (b * b) != 0)
-    ctx.fail("channels " + std::to_string(C) + " are not divisible by blocksize^2 = " + std::to_string(b * b));
-  const int64_t c = C / (b * b);
-  const std::string mode = ctx.opset >= 11 ? ctx.node.attr_string("mode", "DCR") : "DCR";
-  set_output(ctx, 0, x.dtype, {N, c, H * b, W * b});
-  if (mode == "DCR") return permute_view(es, {N, b, b, c, H, W}, {0, 3, 4, 1, 5, 2});
-  if (mode == "CRD") return permute_view(es, {N, c, b, b, H, W}, {0, 1, 4, 2, 5, 3});
-  ctx.fail("mode must be DCR or CRD, got '" + mode + "'");
+  return permute_kernel(ctx, ops::prepare_depth_to_space(ctx));
 }
 
 std::unique_ptr<Kernel> make_space_to_depth(PrepareContext& ctx) {
-  const KernelInput& x = required_input(ctx, 0, "input");
-  const size_t es = elem_size(ctx, x.dtype);
-  if (x.shape.size() != 4) ctx.fail("input must be 4-D [N, C, H, W], got " + shape_string(x.shape));
-  const int64_t b = blocksize(ctx), N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
-  if (H % b != 0 || W % b != 0)
-    ctx.fail("height and width " + shape_string(x.shape) + " are not divisible by blocksize " + std::to_string(b));
-  set_output(ctx, 0, x.dtype, {N, C * b * b, H / b, W / b});
-  return permute_view(es, {N, C, H / b, b, W / b, b}, {0, 3, 5, 1, 2, 4});
+  return permute_kernel(ctx, ops::prepare_space_to_depth(ctx));
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -817,7 +600,7 @@ class TriluKernel final : public Kernel {
       for (int64_t i = 0; i < n_; ++i)
         for (int64_t j = 0; j < m_; ++j) {
           const int64_t at = ((b * n_ + i) * m_ + j) * static_cast<int64_t>(es_);
-          const bool keep = upper_ ? j - i >= k_ : j - i <= k_;
+          const bool keep = ops::trilu_keeps(i, j, k_, upper_);
           if (keep) std::memcpy(y + at, x + at, es_);
           else std::memset(y + at, 0, es_);
         }
@@ -829,21 +612,10 @@ class TriluKernel final : public Kernel {
   size_t es_;
 };
 
+// The checks, the output and the geometry are the op layer's (executor/ops/shape.h), and so is which element is kept.
 std::unique_ptr<Kernel> make_trilu(PrepareContext& ctx) {
-  const KernelInput& x = required_input(ctx, 0, "input");
-  const size_t es = elem_size(ctx, x.dtype);
-  if (x.shape.size() < 2) ctx.fail("input must have rank >= 2, got " + shape_string(x.shape));
-  int64_t k = 0;
-  if (has_input(ctx, 1)) {
-    const std::vector<int64_t> kv = ints_of(ctx, ctx.constant_input(1), "k");
-    if (kv.size() != 1) ctx.fail("k must hold one value");
-    k = kv[0];
-  }
-  const size_t r = x.shape.size();
-  const int64_t n = x.shape[r - 2], m = x.shape[r - 1];
-  set_output(ctx, 0, x.dtype, x.shape);
-  return std::make_unique<TriluKernel>(n * m != 0 ? numel_of(x.shape) / (n * m) : 0, n, m, k,
-                                       ctx.node.attr_int("upper", 1) != 0, es);
+  const ops::TriluGeometry g = ops::prepare_trilu(ctx);
+  return std::make_unique<TriluKernel>(g.batch, g.n, g.m, g.k, g.upper, elem_size(ctx, ctx.inputs[0].dtype));
 }
 
 // ---- Pad (constant mode) ---------------------------------------------------------------------------------
@@ -852,17 +624,18 @@ std::unique_ptr<Kernel> make_trilu(PrepareContext& ctx) {
 
 class PadKernel final : public Kernel {
  public:
-  PadKernel(std::vector<int64_t> in_shape, std::vector<int64_t> out_shape, std::vector<int64_t> begins,
-            std::vector<int64_t> ends, size_t es, std::vector<std::byte> attr_value)
-      : in_(std::move(in_shape)), out_(std::move(out_shape)), es_(es), attr_value_(std::move(attr_value)) {
+  // The kept run of each axis is the op layer's pad_span (executor/ops/shape.h), which the CUDA maps use too.
+  PadKernel(const ops::PadGeometry& g, size_t es)
+      : in_(g.in_shape), out_(g.out_shape), es_(es), attr_value_(g.attr_value) {
     const size_t r = in_.size();
     lo_.resize(r);
     len_.resize(r);
     dst_.resize(r);
     for (size_t d = 0; d < r; ++d) {
-      lo_[d] = std::max<int64_t>(0, -begins[d]);
-      len_[d] = std::max<int64_t>(0, in_[d] - std::max<int64_t>(0, -ends[d]) - lo_[d]);
-      dst_[d] = std::max<int64_t>(0, begins[d]);
+      const ops::PadSpan span = ops::pad_span(in_[d], g.begins[d], g.ends[d]);
+      lo_[d] = span.src;
+      len_[d] = span.len;
+      dst_[d] = span.dst;
     }
     in_strides_ = contiguous_strides(in_);
     out_strides_ = contiguous_strides(out_);
@@ -916,75 +689,10 @@ class PadKernel final : public Kernel {
   std::vector<std::byte> attr_value_;
 };
 
+// The checks, the output and the geometry are the op layer's (executor/ops/shape.h).
 std::unique_ptr<Kernel> make_pad(PrepareContext& ctx) {
-  const KernelInput& data = required_input(ctx, 0, "data");
-  const size_t es = elem_size(ctx, data.dtype);
-  if (es > 16) ctx.fail("elements of " + std::to_string(es) + " bytes are not supported");
-  const std::string mode = ctx.node.attr_string("mode", "constant");
-  if (mode != "constant") ctx.fail("mode '" + mode + "' is not supported (only 'constant')");
-  std::vector<int64_t> pads;
-  std::vector<std::byte> attr_value;  // opset 2-10: the constant is the float attribute `value`
-  if (ctx.opset < 11) {
-    pads = ctx.node.attr_ints("pads");
-    const float v = ctx.node.attr_float("value", 0.0f);
-    attr_value.resize(es);
-    if (data.dtype == DType::Float32) {
-      std::memcpy(attr_value.data(), &v, es);
-    } else if (data.dtype == DType::Float64) {
-      const double dv = v;
-      std::memcpy(attr_value.data(), &dv, es);
-    } else if (v != 0.0f) {
-      ctx.fail("a non-zero value attribute is supported for float32 and float64 only, the data is " +
-               dtype_name(data.dtype));
-    }
-  } else {
-    required_input(ctx, 1, "pads");
-    const Tensor& pads_t = ctx.constant_input(1);
-    if (pads_t.dtype != DType::Int64) ctx.fail("pads must be int64, got " + dtype_name(pads_t.dtype));
-    pads.assign(pads_t.span<int64_t>().begin(), pads_t.span<int64_t>().end());
-  }
-  if (ctx.opset >= 11 && has_input(ctx, 2)) {
-    const KernelInput& v = ctx.inputs[2];
-    if (v.dtype != data.dtype)
-      ctx.fail("constant_value must have data's dtype " + dtype_name(data.dtype) + ", got " + dtype_name(v.dtype));
-    if (numel_of(v.shape) != 1) ctx.fail("constant_value must hold one value, got shape " + shape_string(v.shape));
-  }
-  const auto r = static_cast<int64_t>(data.shape.size());
-  std::vector<int64_t> axes;
-  if (ctx.opset >= 11 && has_input(ctx, 3)) {
-    if (ctx.opset < 18) ctx.fail("the axes input exists from opset 18, the model has " + std::to_string(ctx.opset));
-    const Tensor& a = ctx.constant_input(3);
-    if (a.dtype == DType::Int64)
-      axes.assign(a.span<int64_t>().begin(), a.span<int64_t>().end());
-    else if (a.dtype == DType::Int32)
-      axes.assign(a.span<int32_t>().begin(), a.span<int32_t>().end());
-    else
-      ctx.fail("axes must be int32 or int64, got " + dtype_name(a.dtype));
-  } else {
-    for (int64_t d = 0; d < r; ++d) axes.push_back(d);
-  }
-  const auto na = static_cast<int64_t>(axes.size());
-  if (static_cast<int64_t>(pads.size()) != 2 * na)
-    ctx.fail("pads has " + std::to_string(pads.size()) + " values, expected " + std::to_string(2 * na) +
-             " (begin and end for each of " + std::to_string(na) + " axes)");
-  std::vector<int64_t> begins(r, 0), ends(r, 0);
-  std::vector<bool> seen(r, false);
-  for (int64_t i = 0; i < na; ++i) {
-    const int64_t a = normalize_axis(ctx, axes[i], r);
-    if (seen[a]) ctx.fail("axis " + std::to_string(axes[i]) + " is repeated in axes");
-    seen[a] = true;
-    begins[a] = pads[i];
-    ends[a] = pads[i + na];
-  }
-  std::vector<int64_t> out_shape(r);
-  for (int64_t d = 0; d < r; ++d) {
-    out_shape[d] = data.shape[d] + begins[d] + ends[d];
-    if (out_shape[d] < 0)
-      ctx.fail("pads " + shape_string(pads) + " crop more than the " + std::to_string(data.shape[d]) +
-               " elements of axis " + std::to_string(d));
-  }
-  ctx.outputs.at(0) = {data.dtype, out_shape};
-  return std::make_unique<PadKernel>(data.shape, out_shape, begins, ends, es, std::move(attr_value));
+  const ops::PadGeometry g = ops::prepare_pad(ctx);
+  return std::make_unique<PadKernel>(g, elem_size(ctx, ctx.inputs[0].dtype));
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
 // Shape and data-movement ops on CUDA (the shape family: executor/cpu/shape.cpp, gradients/rules/shape.cpp).
 //
 // Transpose, Slice, Expand, Tile, Concat, Split, Pad, DepthToSpace, SpaceToDepth and Trilu move elements
-// without computing: every output element is one input element or a fill value. At plan time their CPU
-// kernel is run once on index tensors (1, 2, 3, ... in place of the data; 0 is the fill value), which yields
-// each output's gather map; the device then runs one gather per output. The CPU kernel so defines the
-// semantics of both backends, and the CPU tests cover them. Maps are int32 where the inputs allow.
+// without computing: every output element is one input element or a fill value. At plan time the op layer
+// (executor/ops/shape.h) checks the node and builds, from the same geometry the CPU kernels copy by, each
+// output's gather map (the element each output element reads, or the fill); the device then runs one gather per
+// output. Maps are int32 where the inputs allow.
 // Reshape, Flatten, Squeeze and Unsqueeze are views (or one device copy); Gather reads its indices on the
 // device. Shape, Size, Constant, ConstantOfShape and Range only ever run at plan time (see fold_only).
 #include <cstring>
@@ -77,12 +77,6 @@ template <class E, class I> class MapGatherKernel final : public Kernel {
   int fill_input_;
 };
 
-// Which inputs carry data (the rest are plan-time parameters), and which one holds the fill value.
-struct MovementSpec {
-  bool all_inputs_are_data = false;  // Concat
-  int fill_input = -1;               // Pad (opset 11+): constant_value
-};
-
 template <size_t S> std::unique_ptr<Kernel> gather_kernel_for(std::vector<Tensor> maps, bool wide, std::vector<size_t> data,
                                                               std::vector<int64_t> bases, int fill) {
   using E = typename Bits<S>::type;
@@ -90,84 +84,46 @@ template <size_t S> std::unique_ptr<Kernel> gather_kernel_for(std::vector<Tensor
   return std::make_unique<MapGatherKernel<E, int32_t>>(std::move(maps), std::move(data), std::move(bases), fill);
 }
 
-std::unique_ptr<Kernel> make_traced(PrepareContext& ctx, const KernelFactory& host, MovementSpec spec) {
-  host_prepare(ctx, host);  // validation and the real output dtypes and shapes
-  std::vector<size_t> data;
-  for (size_t i = 0; i < ctx.inputs.size(); ++i)
-    if ((i == 0 || spec.all_inputs_are_data) && ctx.inputs[i].present()) data.push_back(i);
-  if (data.size() > static_cast<size_t>(kMaxSources))
+// The op layer's maps (checks, outputs, geometry and maps: executor/ops/shape.h), narrowed to int32 when every
+// index fits, uploaded once.
+std::unique_ptr<Kernel> gather_by_maps(PrepareContext& ctx, ops::GatherMaps g) {
+  if (g.data.size() > static_cast<size_t>(kMaxSources))
     ctx.fail("the CUDA kernel takes at most " + std::to_string(kMaxSources) + " data inputs, got " +
-             std::to_string(data.size()));
-
-  // The same node, traced on the CPU with int64 index tensors as its data.
-  PrepareContext t{ctx.node, ctx.opset, Device::CPU, ctx.inputs, {}};
-  t.outputs.resize(ctx.outputs.size());
-  std::vector<Tensor> iotas;
-  iotas.reserve(data.size());
-  std::vector<int64_t> bases;
-  int64_t total = 0;
-  for (size_t i : data) {
-    Tensor idx = Tensor::empty(DType::Int64, ctx.inputs[i].shape);
-    int64_t* p = idx.ptr<int64_t>();
-    for (int64_t j = 0; j < idx.numel(); ++j) p[j] = total + j + 1;
-    bases.push_back(total);
-    total += idx.numel();
-    t.inputs[i] = {DType::Int64, ctx.inputs[i].shape, nullptr};
-    iotas.push_back(std::move(idx));
-  }
-  Tensor zero = Tensor::empty(DType::Int64, {});
-  if (spec.fill_input >= 0 && static_cast<size_t>(spec.fill_input) < t.inputs.size() && t.inputs[spec.fill_input].present())
-    t.inputs[spec.fill_input] = {DType::Int64, ctx.inputs[spec.fill_input].shape, &zero};
-  std::unique_ptr<Kernel> tracer = host(t);
-  std::vector<const Tensor*> ins(t.inputs.size(), nullptr);
-  for (size_t k = 0; k < data.size(); ++k) ins[data[k]] = &iotas[k];
-  for (size_t i = 0; i < t.inputs.size(); ++i) {
-    if (ins[i] || !t.inputs[i].present()) continue;
-    if (!t.inputs[i].value)
-      ctx.fail("input " + std::to_string(i) + " ('" + ctx.node.inputs[i] +
-               "') must be known at plan time for the CUDA kernel (it shapes the output)");
-    ins[i] = t.inputs[i].value;
-  }
-  std::vector<Tensor> host_maps;
-  std::vector<Tensor*> outs;
-  for (const KernelOutput& o : t.outputs) host_maps.push_back(Tensor::empty(DType::Int64, o.shape));
-  for (Tensor& m : host_maps) outs.push_back(&m);
-  tracer->run(ins, outs);
-
-  // 0 (fill) becomes -1, index k+1 becomes k; narrowed to int32 when every index fits.
-  const bool wide = total >= std::numeric_limits<int32_t>::max();
+             std::to_string(g.data.size()));
+  const bool wide = g.total >= std::numeric_limits<int32_t>::max();
   std::vector<Tensor> maps;
-  for (Tensor& m : host_maps) {
-    int64_t* p = m.ptr<int64_t>();
+  for (size_t o = 0; o < g.maps.size(); ++o) {
+    const std::vector<int64_t>& m = g.maps[o];
+    const std::vector<int64_t>& shape = ctx.outputs[o].shape;
     if (wide) {
-      for (int64_t j = 0; j < m.numel(); ++j) p[j] -= 1;
-      maps.push_back(m.to(Device::CUDA));
+      maps.push_back(Tensor::from_vector<int64_t>(shape, m).to(Device::CUDA));
     } else {
-      Tensor narrow = Tensor::empty(DType::Int32, m.shape);
+      Tensor narrow = Tensor::empty(DType::Int32, shape);
       int32_t* q = narrow.ptr<int32_t>();
-      for (int64_t j = 0; j < m.numel(); ++j) q[j] = static_cast<int32_t>(p[j] - 1);
+      for (size_t j = 0; j < m.size(); ++j) q[j] = static_cast<int32_t>(m[j]);
       maps.push_back(narrow.to(Device::CUDA));
     }
   }
+  const int fill = g.fill_input;
   switch (dtype_size(ctx.outputs[0].dtype)) {
-    case 1: return gather_kernel_for<1>(std::move(maps), wide, std::move(data), std::move(bases), spec.fill_input);
-    case 2: return gather_kernel_for<2>(std::move(maps), wide, std::move(data), std::move(bases), spec.fill_input);
-    case 4: return gather_kernel_for<4>(std::move(maps), wide, std::move(data), std::move(bases), spec.fill_input);
-    case 8: return gather_kernel_for<8>(std::move(maps), wide, std::move(data), std::move(bases), spec.fill_input);
+    case 1: return gather_kernel_for<1>(std::move(maps), wide, std::move(g.data), std::move(g.bases), fill);
+    case 2: return gather_kernel_for<2>(std::move(maps), wide, std::move(g.data), std::move(g.bases), fill);
+    case 4: return gather_kernel_for<4>(std::move(maps), wide, std::move(g.data), std::move(g.bases), fill);
+    case 8: return gather_kernel_for<8>(std::move(maps), wide, std::move(g.data), std::move(g.bases), fill);
     default: ctx.fail("elements of " + std::to_string(dtype_size(ctx.outputs[0].dtype)) + " bytes are not supported on CUDA");
   }
 }
 
-CudaFactory traced(MovementSpec spec = {}) {
-  return [spec](PrepareContext& ctx, const KernelFactory& host) { return make_traced(ctx, host, spec); };
+template <ops::GatherMaps (*Maps)(PrepareContext&)> std::unique_ptr<Kernel> make_mapped(PrepareContext& ctx) {
+  return gather_by_maps(ctx, Maps(ctx));
 }
 
-// Pad's fill is its constant_value input from opset 11; before that an attribute, which only the zero
-// default can be traced for (the CPU factory accepts others only for float data).
-std::unique_ptr<Kernel> make_pad(PrepareContext& ctx, const KernelFactory& host) {
+// Pad's fill is its constant_value input from opset 11; before that an attribute, of which the gather takes
+// only the zero default (the CPU kernel accepts others for float data).
+std::unique_ptr<Kernel> make_pad(PrepareContext& ctx) {
   if (ctx.opset < 11 && ctx.node.attr_float("value", 0.0f) != 0.0f)
     ctx.fail("on CUDA, Pad before opset 11 supports only value = 0 (use opset 11+, where it is an input)");
-  return make_traced(ctx, host, MovementSpec{false, ctx.opset >= 11 ? 2 : -1});
+  return gather_by_maps(ctx, ops::pad_gather_maps(ctx));
 }
 
 template <void (*Prepare)(PrepareContext&)> std::unique_ptr<Kernel> make_view(PrepareContext& ctx) {
@@ -244,9 +200,15 @@ std::unique_ptr<Kernel> make_gather(PrepareContext& ctx) {
 }  // namespace
 
 void register_cuda_shape(KernelRegistry& r) {
-  for (const char* op : {"Transpose", "Slice", "Expand", "Tile", "Split", "DepthToSpace", "SpaceToDepth", "Trilu"})
-    twin(r, op, traced());
-  twin(r, "Concat", traced(MovementSpec{true, -1}));
+  twin(r, "Transpose", make_mapped<ops::transpose_gather_maps>);
+  twin(r, "Slice", make_mapped<ops::slice_gather_maps>);
+  twin(r, "Expand", make_mapped<ops::expand_gather_maps>);
+  twin(r, "Tile", make_mapped<ops::tile_gather_maps>);
+  twin(r, "Concat", make_mapped<ops::concat_gather_maps>);
+  twin(r, "Split", make_mapped<ops::split_gather_maps>);
+  twin(r, "DepthToSpace", make_mapped<ops::depth_to_space_gather_maps>);
+  twin(r, "SpaceToDepth", make_mapped<ops::space_to_depth_gather_maps>);
+  twin(r, "Trilu", make_mapped<ops::trilu_gather_maps>);
   twin(r, "Pad", make_pad);
   twin(r, "Reshape", make_view<ops::prepare_reshape>);
   twin(r, "Flatten", make_view<ops::prepare_flatten>);
