@@ -7,8 +7,9 @@
 // Everything else (float16, ReduceSum, SumToShape, and bfloat16 on a CPU without AVX-512 BF16) is emulated: the
 // operands are widened to float32 (exactly), the float32 kernel computes with float32 accumulation, and the result
 // is rounded to the half type once, which is what a tensor-core GEMM with a float32 accumulator (cuBLAS
-// CUBLAS_COMPUTE_32F) gives. Reusing the float32 def's factory keeps shape checks, broadcasting and the GEMM paths
-// in one place; it is slower than float32 (the conversions), and says so once.
+// CUBLAS_COMPUTE_32F) gives. Reusing the float32 def's factory keeps broadcasting and the GEMM paths in one place;
+// it is slower than float32 (the conversions), and says so once. Both paths take MatMul's and Gemm's checks and
+// output from the op layer (executor/ops/matmul.h), as the float32 factory and the CUDA twin do.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -21,14 +22,13 @@
 #include "executor/cpu/matmul_operand.h"
 #include "executor/half.h"
 #include "executor/kernel.h"
-#include "executor/plan_fusion.h"
+#include "executor/ops/matmul.h"
 #include "graph/error.h"
 
 namespace onnxtrain {
 namespace {
 
 using cpu::Operand;
-using cpu::operand;
 
 template <class ToFloat, class FromFloat> class HalfViaFloatKernel final : public Kernel {
  public:
@@ -38,7 +38,7 @@ template <class ToFloat, class FromFloat> class HalfViaFloatKernel final : publi
       : inner_(std::move(inner)), in_shapes_(std::move(in_shapes)), out_shape_(std::move(out_shape)) {}
 
   void run(std::span<const Tensor* const> in, std::span<Tensor* const> out) override {
-    // Buffers are made on first use: a CUDA twin runs this factory only to validate, and never runs it.
+    // Buffers are made on first use, so a kernel that is planned and never run allocates nothing.
     if (in32_.empty()) {
       for (const auto& s : in_shapes_) in32_.push_back(s ? Tensor::empty(DType::Float32, *s) : Tensor{});
       out32_ = Tensor::empty(DType::Float32, out_shape_);
@@ -98,66 +98,40 @@ class Bf16GemmKernel final : public Kernel {
   Bf16Product p_;
 };
 
-// MatMul with numpy semantics: a 1-D operand is a row (A) or column (B) vector, batch dims broadcast.
-std::unique_ptr<Kernel> make_bf16_matmul(PrepareContext& ctx) {
-  const KernelInput& xa = cpu::required_input(ctx, 0, "A");
-  const KernelInput& xb = cpu::required_input(ctx, 1, "B");
-  Operand a = operand(ctx, xa, kMatMulPermA, "A"), b = operand(ctx, xb, kMatMulPermB, "B");
-  if (a.dims.empty() || b.dims.empty()) ctx.fail("MatMul operands must have rank >= 1");
-  const bool a_vec = a.dims.size() == 1, b_vec = b.dims.size() == 1;
+// MatMul with numpy semantics: a 1-D operand is a row (A) or column (B) vector, batch dims broadcast. `m` is the
+// checked product (cpu::matmul_operands); this lays it out for bf16_gemm.
+std::unique_ptr<Kernel> make_bf16_matmul(PrepareContext& ctx, cpu::MatMulOperands m) {
+  Operand& a = m.a;
+  Operand& b = m.b;
+  const bool a_vec = m.g.a_vector, b_vec = m.g.b_vector;
   if (a_vec) a = {{1, a.dims[0]}, {0, a.strides[0]}};
   if (b_vec) b = {{b.dims[0], 1}, {b.strides[0], 0}};
   const size_t na = a.dims.size(), nb = b.dims.size();
   Bf16Product p;
-  p.M = a.dims[na - 2];
-  p.K = a.dims[na - 1];
-  p.N = b.dims[nb - 1];
-  if (b.dims[nb - 2] != p.K)
-    ctx.fail("inner dimensions differ: A " + shape_string(xa.shape) + ", B " + shape_string(xb.shape));
-  const size_t r = std::max(na, nb) - 2;
-  std::vector<int64_t> batch(r, 1), as(r, 0), bs(r, 0);
+  p.M = m.g.M;
+  p.K = m.g.K;
+  p.N = m.g.N;
+  const std::vector<int64_t>& batch = m.g.out_batch;
+  const size_t r = batch.size();
+  std::vector<int64_t> as(r, 0), bs(r, 0);
   for (size_t i = 0; i < r; ++i) {
-    const int64_t da = i + na - 2 >= r ? a.dims[i + na - 2 - r] : 1, db = i + nb - 2 >= r ? b.dims[i + nb - 2 - r] : 1;
-    if (da != db && da != 1 && db != 1)
-      ctx.fail("batch dimensions do not broadcast: A " + shape_string(xa.shape) + ", B " + shape_string(xb.shape));
-    batch[i] = std::max(da, db);
-    if (da == 0 || db == 0) batch[i] = 0;
-    if (i + na - 2 >= r && da != 1) as[i] = a.strides[i + na - 2 - r];
-    if (i + nb - 2 >= r && db != 1) bs[i] = b.strides[i + nb - 2 - r];
+    // A broadcast dim (size 1) re-reads the same matrix.
+    if (i + na - 2 >= r && m.g.a_batch[i] != 1) as[i] = a.strides[i + na - 2 - r];
+    if (i + nb - 2 >= r && m.g.b_batch[i] != 1) bs[i] = b.strides[i + nb - 2 - r];
   }
   p.a = {nullptr, a.strides[na - 2], a.strides[na - 1]};
   p.b = {nullptr, b.strides[nb - 2], b.strides[nb - 1]};
-  // The output [batch..., M, N] (M dropped for a vector A, N for a vector B), maybe written permuted.
+  // Y's strides as [batch..., M, N] (the dim of a 1-D operand kept), or as written permuted.
   std::vector<int64_t> full = batch;
   full.push_back(p.M);
   full.push_back(p.N);
   std::vector<int64_t> ys = cpu::contiguous_strides(full);
-  std::vector<int64_t> out = full;
-  if (ctx.node.has_attr(kMatMulPermY)) {
-    const std::vector<int64_t> perm = ctx.node.attr_ints(kMatMulPermY);
-    const size_t n = full.size();
-    std::vector<bool> seen(n, false);
-    bool ok = !a_vec && !b_vec && perm.size() == n && perm[n - 1] == static_cast<int64_t>(n) - 1;
-    for (size_t k = 0; ok && k < n; ++k) {
-      ok = perm[k] >= 0 && perm[k] < static_cast<int64_t>(n) && !seen[static_cast<size_t>(perm[k])];
-      if (ok) seen[static_cast<size_t>(perm[k])] = true;
-    }
-    if (!ok)
-      ctx.fail(std::string(kMatMulPermY) + " " + shape_string(perm) +
-               " must permute the output's dims and keep its last dim last; the output is " + shape_string(full));
-    for (size_t k = 0; k < n; ++k) out[k] = full[static_cast<size_t>(perm[k])];
-    const std::vector<int64_t> os = cpu::contiguous_strides(out);
-    for (size_t k = 0; k < n; ++k) ys[static_cast<size_t>(perm[k])] = os[k];
+  if (std::optional<cpu::OutputLayout> y = cpu::permuted_output(ctx, m.g, ctx.outputs[0].shape)) {
+    ys = y->strides;
+    cpu::set_output(ctx, 0, DType::BFloat16, std::move(y->shape));
   }
   p.ldy = ys[r];
-  if (a_vec || b_vec) {  // no perm then: the dims are batch..., then N unless B is a vector, M unless A is
-    out = batch;
-    if (!a_vec) out.push_back(p.M);
-    if (!b_vec) out.push_back(p.N);
-  }
-  cpu::set_output(ctx, 0, DType::BFloat16, out);
-  int64_t count = 1;
-  for (int64_t d : batch) count *= d;
+  const int64_t count = m.g.batch();
   p.offsets.reserve(static_cast<size_t>(3 * count));
   std::vector<int64_t> idx(r, 0);
   for (int64_t t = 0; t < count; ++t) {
@@ -176,35 +150,25 @@ std::unique_ptr<Kernel> make_bf16_matmul(PrepareContext& ctx) {
   return std::make_unique<Bf16GemmKernel>(std::move(p));
 }
 
-// Gemm: Y = alpha * op(A) op(B) + beta * C, C broadcast to [M, N].
-std::unique_ptr<Kernel> make_bf16_gemm(PrepareContext& ctx) {
-  const KernelInput& xa = cpu::required_input(ctx, 0, "A");
-  const KernelInput& xb = cpu::required_input(ctx, 1, "B");
-  if (xa.shape.size() != 2 || xb.shape.size() != 2)
-    ctx.fail("A and B must be 2-D, got " + shape_string(xa.shape) + " and " + shape_string(xb.shape));
-  const bool ta = ctx.node.attr_int("transA", 0) != 0, tb = ctx.node.attr_int("transB", 0) != 0;
+// Gemm: Y = alpha * op(A) op(B) + beta * C, C broadcast to [M, N]; `g` is the checked product (ops::prepare_gemm).
+std::unique_ptr<Kernel> make_bf16_gemm(PrepareContext& ctx, const ops::GemmGeometry& g) {
+  const std::vector<int64_t>& sa = ctx.inputs[0].shape;
+  const std::vector<int64_t>& sb = ctx.inputs[1].shape;
   Bf16Product p;
-  p.M = ta ? xa.shape[1] : xa.shape[0];
-  p.K = ta ? xa.shape[0] : xa.shape[1];
-  p.N = tb ? xb.shape[0] : xb.shape[1];
-  if ((tb ? xb.shape[1] : xb.shape[0]) != p.K)
-    ctx.fail("inner dimensions differ: A " + shape_string(xa.shape) + (ta ? " (transposed)" : "") + ", B " +
-             shape_string(xb.shape) + (tb ? " (transposed)" : ""));
-  p.a = ta ? cpu::Bf16Matrix{nullptr, 1, xa.shape[1]} : cpu::Bf16Matrix{nullptr, xa.shape[1], 1};
-  p.b = tb ? cpu::Bf16Matrix{nullptr, 1, xb.shape[1]} : cpu::Bf16Matrix{nullptr, xb.shape[1], 1};
-  p.alpha = ctx.node.attr_float("alpha", 1.0f);
-  p.beta = ctx.node.attr_float("beta", 1.0f);
-  if (ctx.inputs.size() > 2 && ctx.inputs[2].present()) {
-    const std::vector<int64_t>& c = ctx.inputs[2].shape;
-    const int64_t cm = c.size() == 2 ? c[0] : 1, cn = c.empty() ? 1 : c.back();
-    if (c.size() > 2 || (cm != 1 && cm != p.M) || (cn != 1 && cn != p.N))
-      ctx.fail("C " + shape_string(c) + " does not broadcast to [" + std::to_string(p.M) + ", " + std::to_string(p.N) +
-               "]");
+  p.M = g.M;
+  p.K = g.K;
+  p.N = g.N;
+  p.a = g.trans_a ? cpu::Bf16Matrix{nullptr, 1, sa[1]} : cpu::Bf16Matrix{nullptr, sa[1], 1};
+  p.b = g.trans_b ? cpu::Bf16Matrix{nullptr, 1, sb[1]} : cpu::Bf16Matrix{nullptr, sb[1], 1};
+  p.alpha = static_cast<float>(g.alpha);
+  p.beta = static_cast<float>(g.beta);
+  if (g.has_c) {
+    // A dim of 1 is read with stride 0.
+    const int64_t cm = g.c_shape[0], cn = g.c_shape[1];
     p.c = {nullptr, cm == 1 ? 0 : cn, cn == 1 ? 0 : 1};
   }
   p.ldy = p.N;
   p.offsets = {0, 0, 0};
-  cpu::set_output(ctx, 0, DType::BFloat16, {p.M, p.N});
   return std::make_unique<Bf16GemmKernel>(std::move(p));
 }
 
@@ -219,11 +183,17 @@ void note_emulation() {
 KernelFactory half_factory(KernelFactory f32, const std::string& op) {
   return [f32, op](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
     const DType half = ctx.inputs.at(0).dtype;
-    if (half == DType::BFloat16 && (op == "MatMul" || op == "Gemm")) {
-      bool all_bf16 = true;
-      for (const KernelInput& in : ctx.inputs) all_bf16 = all_bf16 && (!in.present() || in.dtype == half);
-      if (all_bf16 && cpu::bf16_native_enabled()) return op == "MatMul" ? make_bf16_matmul(ctx) : make_bf16_gemm(ctx);
-      if (all_bf16 && ctx.device != Device::CUDA && !cpu::bf16_native_supported()) note_emulation();
+    if (op == "MatMul" || op == "Gemm") {
+      // The op layer's checks first (on the half dtypes, so a mismatched input fails as on every other path and
+      // the CUDA twin); they leave every input of the product in `half`. The float32 factory below checks the
+      // widened node again, which passes.
+      std::optional<cpu::MatMulOperands> mm;
+      std::optional<ops::GemmGeometry> gemm;
+      if (op == "MatMul") mm = cpu::matmul_operands(ctx);
+      else gemm = ops::prepare_gemm(ctx);
+      if (half == DType::BFloat16 && cpu::bf16_native_enabled())
+        return mm ? make_bf16_matmul(ctx, std::move(*mm)) : make_bf16_gemm(ctx, *gemm);
+      if (half == DType::BFloat16 && ctx.device != Device::CUDA && !cpu::bf16_native_supported()) note_emulation();
     }
     std::vector<std::optional<std::vector<int64_t>>> shapes;
     for (size_t i = 0; i < ctx.inputs.size(); ++i) {

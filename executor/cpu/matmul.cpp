@@ -21,6 +21,7 @@
 #include "executor/cpu/kernel_util.h"
 #include "executor/cpu/matmul_operand.h"
 #include "executor/kernel.h"
+#include "executor/ops/matmul.h"
 #include "executor/plan_fusion.h"
 #include "graph/error.h"
 
@@ -76,30 +77,6 @@ void set_operand(PrepareContext& ctx, const Operand& o, size_t r, bool& trans, i
     batch[r - (n - 2) + i] = o.dims[i];
     bstride[r - (n - 2) + i] = o.strides[i];
   }
-}
-
-// Y written as Transpose(Y, perm): returns the permuted output shape and sets Y's row and batch strides in it.
-// The perm keeps Y's last dim last, so each row of a matrix stays contiguous.
-std::vector<int64_t> permute_output(PrepareContext& ctx, Geometry& g, const std::vector<int64_t>& y) {
-  const std::vector<int64_t> perm = ctx.node.attr_ints(kMatMulPermY);
-  const size_t r = y.size();
-  std::vector<bool> seen(r, false);
-  bool ok = perm.size() == r && r >= 2 && g.out_batch.size() + 2 == r && perm[r - 1] == static_cast<int64_t>(r) - 1;
-  for (size_t k = 0; ok && k < r; ++k) {
-    ok = perm[k] >= 0 && perm[k] < static_cast<int64_t>(r) && !seen[static_cast<size_t>(perm[k])];
-    if (ok) seen[static_cast<size_t>(perm[k])] = true;
-  }
-  if (!ok)
-    ctx.fail(std::string(kMatMulPermY) + " " + shape_string(perm) +
-             " must permute the output's dims and keep its last dim last; the output is " + shape_string(y));
-  std::vector<int64_t> out(r);
-  for (size_t k = 0; k < r; ++k) out[k] = y[static_cast<size_t>(perm[k])];
-  const std::vector<int64_t> os = cpu::contiguous_strides(out);
-  std::vector<int64_t> ys(r);
-  for (size_t k = 0; k < r; ++k) ys[static_cast<size_t>(perm[k])] = os[k];
-  g.ldc = g.M <= 1 ? std::max<int64_t>(g.N, 1) : ys[r - 2];
-  g.y_bstride.assign(ys.begin(), ys.end() - 2);
-  return out;
 }
 
 void fill_offsets(Geometry& g) {
@@ -297,12 +274,12 @@ std::unique_ptr<Kernel> make_kernel(PrepareContext& ctx, DType t, Geometry g, do
 }
 
 std::unique_ptr<Kernel> make_matmul(PrepareContext& ctx) {
-  const KernelInput& a = required_input(ctx, 0, "A");
-  const KernelInput& b = required_input(ctx, 1, "B");
-  if (a.dtype != b.dtype) ctx.fail("A is " + dtype_name(a.dtype) + " but B is " + dtype_name(b.dtype));
-  if (a.shape.empty() || b.shape.empty()) ctx.fail("MatMul inputs must have rank >= 1");
-  Operand oa = operand(ctx, a, kMatMulPermA, "A"), ob = operand(ctx, b, kMatMulPermB, "B");
-  // numpy: a 1-D A is a row [1, K], a 1-D B a column [K, 1]; the added dim is dropped from the output.
+  // The op layer checks the product on the operands as read (folded Transposes applied) and sets Y; what is left
+  // here is how the CPU reads and writes them.
+  cpu::MatMulOperands mo = cpu::matmul_operands(ctx);
+  Operand& oa = mo.a;
+  Operand& ob = mo.b;
+  // A 1-D A is read as a row [1, K], a 1-D B as a column [K, 1].
   if (oa.dims.size() == 1) {
     oa.dims.insert(oa.dims.begin(), 1);
     oa.strides.insert(oa.strides.begin(), oa.dims.back());
@@ -311,68 +288,39 @@ std::unique_ptr<Kernel> make_matmul(PrepareContext& ctx) {
     ob.dims.push_back(1);
     ob.strides.push_back(1);
   }
-  const std::vector<int64_t>& as = oa.dims;
-  const std::vector<int64_t>& bs = ob.dims;
-  // Errors name the operands as the graph wrote them (a folded Transpose included).
-  const std::string a_str = shape_string(ctx.node.has_attr(kMatMulPermA) ? as : a.shape);
-  const std::string b_str = shape_string(ctx.node.has_attr(kMatMulPermB) ? bs : b.shape);
   Geometry g;
-  g.M = as[as.size() - 2];
-  g.K = as.back();
-  g.N = bs.back();
-  if (bs[bs.size() - 2] != g.K)
-    ctx.fail("inner dims differ: A " + a_str + " and B " + b_str);
-  const size_t r = std::max(as.size(), bs.size()) - 2;
+  g.M = mo.g.M;
+  g.K = mo.g.K;
+  g.N = mo.g.N;
+  const size_t r = mo.g.out_batch.size();
   set_operand(ctx, oa, r, g.trans_a, g.lda, g.a_batch, g.a_bstride, "A");
   set_operand(ctx, ob, r, g.trans_b, g.ldb, g.b_batch, g.b_bstride, "B");
-  std::vector<int64_t> out;
-  for (size_t i = 0; i < r; ++i) {
-    const int64_t da = g.a_batch[i], db = g.b_batch[i];
-    if (da != db && da != 1 && db != 1)
-      ctx.fail("batch dims of A " + a_str + " and B " + b_str + " do not broadcast");
-    g.out_batch.push_back(da == 1 ? db : da);
+  g.out_batch = mo.g.out_batch;
+  // Y written as Transpose(Y, perm): Y's row and batch strides in the permuted buffer. The perm keeps Y's last dim
+  // last, so each row of a matrix stays contiguous.
+  if (std::optional<cpu::OutputLayout> y = cpu::permuted_output(ctx, mo.g, ctx.outputs[0].shape)) {
+    const size_t n = y->strides.size();
+    g.ldc = g.M <= 1 ? std::max<int64_t>(g.N, 1) : y->strides[n - 2];
+    g.y_bstride.assign(y->strides.begin(), y->strides.end() - 2);
+    set_output(ctx, 0, ctx.outputs[0].dtype, std::move(y->shape));
   }
-  out = g.out_batch;
-  if (a.shape.size() > 1) out.push_back(g.M);
-  if (b.shape.size() > 1) out.push_back(g.N);
-  if (ctx.node.has_attr(kMatMulPermY)) out = permute_output(ctx, g, out);
-  set_output(ctx, 0, a.dtype, out);
   fill_offsets(g);
-  return make_kernel(ctx, a.dtype, std::move(g), 1.0, 0.0, false, 0, 0);
+  return make_kernel(ctx, ctx.inputs[0].dtype, std::move(g), 1.0, 0.0, false, 0, 0);
 }
 
 std::unique_ptr<Kernel> make_gemm(PrepareContext& ctx) {
-  const KernelInput& a = required_input(ctx, 0, "A");
-  const KernelInput& b = required_input(ctx, 1, "B");
-  if (a.dtype != b.dtype) ctx.fail("A is " + dtype_name(a.dtype) + " but B is " + dtype_name(b.dtype));
-  if (a.shape.size() != 2 || b.shape.size() != 2)
-    ctx.fail("A and B must be 2-D, got " + shape_string(a.shape) + " and " + shape_string(b.shape));
+  const ops::GemmGeometry gg = ops::prepare_gemm(ctx);
   Geometry g;
-  g.trans_a = ctx.node.attr_int("transA", 0) != 0;
-  g.trans_b = ctx.node.attr_int("transB", 0) != 0;
-  g.M = g.trans_a ? a.shape[1] : a.shape[0];
-  g.K = g.trans_a ? a.shape[0] : a.shape[1];
-  const int64_t kb = g.trans_b ? b.shape[1] : b.shape[0];
-  g.N = g.trans_b ? b.shape[0] : b.shape[1];
-  if (kb != g.K)
-    ctx.fail("inner dims differ: A " + shape_string(a.shape) + (g.trans_a ? " (transposed)" : "") + " and B " +
-             shape_string(b.shape) + (g.trans_b ? " (transposed)" : ""));
-  const double alpha = ctx.node.attr_float("alpha", 1.0f);
-  const double beta = ctx.node.attr_float("beta", 1.0f);
-  const bool has_c = ctx.inputs.size() > 2 && ctx.inputs[2].present();
+  g.trans_a = gg.trans_a;
+  g.trans_b = gg.trans_b;
+  g.M = gg.M;
+  g.K = gg.K;
+  g.N = gg.N;
+  // C broadcast to [M, N]: a dim of 1 is read with stride 0.
   int64_t c_rs = 0, c_cs = 0;
-  if (has_c) {
-    const KernelInput& c = ctx.inputs[2];
-    if (c.dtype != a.dtype) ctx.fail("C is " + dtype_name(c.dtype) + " but A is " + dtype_name(a.dtype));
-    // Unidirectional broadcast of C to [M, N]: a dim of 1 (or a missing one) is read with stride 0.
-    if (c.shape.size() > 2) ctx.fail("C must have rank <= 2, got " + shape_string(c.shape));
-    std::vector<int64_t> cs(2 - c.shape.size(), 1);
-    cs.insert(cs.end(), c.shape.begin(), c.shape.end());
-    if ((cs[0] != 1 && cs[0] != g.M) || (cs[1] != 1 && cs[1] != g.N))
-      ctx.fail("C " + shape_string(c.shape) + " does not broadcast to [" + std::to_string(g.M) + "," +
-               std::to_string(g.N) + "]");
-    c_rs = cs[0] == 1 ? 0 : cs[1];
-    c_cs = cs[1] == 1 ? 0 : 1;
+  if (gg.has_c) {
+    c_rs = gg.c_shape[0] == 1 ? 0 : gg.c_shape[1];
+    c_cs = gg.c_shape[1] == 1 ? 0 : 1;
   }
   // The stored matrices are contiguous: A is [M, K] (or [K, M] when transA), B [K, N] (or [N, K]).
   g.lda = g.trans_a ? g.M : g.K;
@@ -380,8 +328,7 @@ std::unique_ptr<Kernel> make_gemm(PrepareContext& ctx) {
   g.lda = std::max<int64_t>(g.lda, 1);
   g.ldb = std::max<int64_t>(g.ldb, 1);
   fill_offsets(g);
-  set_output(ctx, 0, a.dtype, {g.M, g.N});
-  return make_kernel(ctx, a.dtype, std::move(g), alpha, beta, has_c, c_rs, c_cs);
+  return make_kernel(ctx, ctx.inputs[0].dtype, std::move(g), gg.alpha, gg.beta, gg.has_c, c_rs, c_cs);
 }
 
 }  // namespace
@@ -413,6 +360,35 @@ Operand operand(PrepareContext& ctx, const KernelInput& x, const char* attr, con
     o.strides[k] = in_strides[static_cast<size_t>(perm[k])];
   }
   return o;
+}
+
+MatMulOperands matmul_operands(PrepareContext& ctx) {
+  const KernelInput& a = required_input(ctx, 0, "A");
+  const KernelInput& b = required_input(ctx, 1, "B");
+  MatMulOperands m{operand(ctx, a, kMatMulPermA, "A"), operand(ctx, b, kMatMulPermB, "B"), {}};
+  m.g = ops::prepare_matmul(ctx, m.a.dims, m.b.dims);
+  return m;
+}
+
+std::optional<OutputLayout> permuted_output(PrepareContext& ctx, const ops::MatMulGeometry& g,
+                                            const std::vector<int64_t>& y) {
+  if (!ctx.node.has_attr(kMatMulPermY)) return std::nullopt;
+  const std::vector<int64_t> perm = ctx.node.attr_ints(kMatMulPermY);
+  const size_t r = y.size();
+  std::vector<bool> seen(r, false);
+  bool ok = !g.a_vector && !g.b_vector && perm.size() == r && r >= 2 && perm[r - 1] == static_cast<int64_t>(r) - 1;
+  for (size_t k = 0; ok && k < r; ++k) {
+    ok = perm[k] >= 0 && perm[k] < static_cast<int64_t>(r) && !seen[static_cast<size_t>(perm[k])];
+    if (ok) seen[static_cast<size_t>(perm[k])] = true;
+  }
+  if (!ok)
+    ctx.fail(std::string(kMatMulPermY) + " " + shape_string(perm) +
+             " must permute the output's dims and keep its last dim last; the output is " + shape_string(y));
+  OutputLayout l{std::vector<int64_t>(r), std::vector<int64_t>(r)};
+  for (size_t k = 0; k < r; ++k) l.shape[k] = y[static_cast<size_t>(perm[k])];
+  const std::vector<int64_t> os = contiguous_strides(l.shape);
+  for (size_t k = 0; k < r; ++k) l.strides[static_cast<size_t>(perm[k])] = os[k];
+  return l;
 }
 
 }  // namespace cpu

@@ -3,7 +3,8 @@
 // output's or a single matrix shared by all (stride 0); other broadcast patterns loop over batches.
 // Gemm's C is broadcast into Y by a small kernel and then accumulated with beta. cuBLAS's default math mode
 // is kept (no TF32), so float32 results stay comparable with the CPU's. float16/bfloat16 (mixed precision) run
-// the same kernels through half_matmul.cu's GemmEx call, accumulating in float32.
+// the same kernels through half_matmul.cu's GemmEx call, accumulating in float32. The checks, output and geometry
+// are the op layer's (executor/ops/matmul.h), which the CPU factories call too, so this never runs them.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -13,6 +14,7 @@
 
 #include "executor/cuda/common.h"
 #include "executor/cuda/device_util.cuh"
+#include "executor/ops/matmul.h"
 
 namespace onnxtrain::cuda {
 namespace {
@@ -101,23 +103,10 @@ template <class T> class MatMulKernel final : public Kernel {
   BatchPlan p_;
 };
 
-std::unique_ptr<Kernel> make_matmul(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  std::vector<int64_t> a = ctx.inputs[0].shape, b = ctx.inputs[1].shape;
-  if (a.size() == 1) a.insert(a.begin(), 1);  // [K] -> [1, K]
-  if (b.size() == 1) b.push_back(1);          // [K] -> [K, 1]
-  const int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
-  const std::vector<int64_t> ba(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
-  std::vector<int64_t> out_batch = ba.size() >= bb.size() ? ba : bb;
-  {
-    const size_t r = out_batch.size();
-    for (size_t i = 0; i < r; ++i) {
-      const int64_t da = i + ba.size() >= r ? ba[i + ba.size() - r] : 1;
-      const int64_t db = i + bb.size() >= r ? bb[i + bb.size() - r] : 1;
-      out_batch[i] = std::max(da, db);
-    }
-  }
-  BatchPlan p = plan_batches(ba, bb, out_batch);
+std::unique_ptr<Kernel> make_matmul(PrepareContext& ctx) {
+  const ops::MatMulGeometry g = ops::prepare_matmul(ctx);
+  const int64_t m = g.M, n = g.N, k = g.K;
+  BatchPlan p = plan_batches(g.a_batch, g.b_batch, g.out_batch);
   switch (ctx.inputs[0].dtype) {
     case DType::Float64: return std::make_unique<MatMulKernel<double>>(m, n, k, std::move(p));
     case DType::Float16: return std::make_unique<MatMulKernel<__half>>(m, n, k, std::move(p));
@@ -163,16 +152,13 @@ template <class T> class GemmKernel final : public Kernel {
   std::optional<BroadcastPlan> c_;
 };
 
-std::unique_ptr<Kernel> make_gemm(PrepareContext& ctx, const KernelFactory& host) {
-  host_prepare(ctx, host);
-  const bool ta = ctx.node.attr_int("transA", 0) != 0, tb = ctx.node.attr_int("transB", 0) != 0;
-  const std::vector<int64_t>& a = ctx.inputs[0].shape;
-  const std::vector<int64_t>& out = ctx.outputs[0].shape;
-  const int64_t m = out[0], n = out[1], k = ta ? a[0] : a[1];
-  const double alpha = ctx.node.attr_float("alpha", 1.0f), beta = ctx.node.attr_float("beta", 1.0f);
+std::unique_ptr<Kernel> make_gemm(PrepareContext& ctx) {
+  const ops::GemmGeometry g = ops::prepare_gemm(ctx);
+  const bool ta = g.trans_a, tb = g.trans_b;
+  const int64_t m = g.M, n = g.N, k = g.K;
+  const double alpha = g.alpha, beta = g.beta;
   std::optional<BroadcastPlan> c;
-  if (ctx.inputs.size() > 2 && ctx.inputs[2].present() && beta != 0.0)
-    c = plan_broadcast(std::vector<std::vector<int64_t>>{ctx.inputs[2].shape}, out);
+  if (g.has_c && beta != 0.0) c = plan_broadcast(std::vector<std::vector<int64_t>>{g.c_shape}, ctx.outputs[0].shape);
   switch (ctx.inputs[0].dtype) {
     case DType::Float64: return std::make_unique<GemmKernel<double>>(ta, tb, m, n, k, alpha, beta, c);
     case DType::Float16: return std::make_unique<GemmKernel<__half>>(ta, tb, m, n, k, alpha, beta, c);
