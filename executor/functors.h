@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "formulas/gelu.h"
+#include "formulas/optimizer_updates.h"
 #include "graph/hd.h"
 
 namespace onnxtrain {
@@ -439,13 +440,17 @@ ONNXTRAIN_HD NllTerm nll_term(int64_t t, int64_t classes, const T* weight, const
 // first-step beta) are computed once per run on the host, in double, by the *_coefficients functions below;
 // the element maths runs in the tensors' own dtype on either side.
 
+// The element maths is formulas/optimizer_updates.h's (the spec's Momentum is also the optimizer's SGD
+// `convention: onnx`, and its Adagrad is torch's with an L2 term); these hold the per-run scalars.
 template <class T> struct MomentumStep {
   T r, alpha, beta, norm;
   bool nesterov;
   ONNXTRAIN_HD void operator()(T x, T g, T v, T& x_new, T& v_new) const {
-    const T gr = norm * x + g;
-    v_new = alpha * v + beta * gr;
-    x_new = nesterov ? x - r * (gr + alpha * v_new) : x - r * v_new;
+    const formulas::OnnxMomentumScalars<T> s{r, norm, alpha, beta};
+    const formulas::OnnxMomentumState<T> o =
+        nesterov ? formulas::onnx_momentum_update<true>(x, g, v, s) : formulas::onnx_momentum_update<false>(x, g, v, s);
+    x_new = o.p;
+    v_new = o.v;
   }
 };
 // The first update (T = 0) takes the whole gradient, per the spec: V starts from zero.
@@ -456,12 +461,12 @@ ONNXTRAIN_HD MomentumStep<T> momentum_step(double r, int64_t t, double alpha, do
 }
 
 template <class T> struct AdamStep {
-  T rate, alpha, one_m_alpha, beta, one_m_beta, eps, norm, keep;
+  formulas::OnnxAdamScalars<T> s;
   ONNXTRAIN_HD void operator()(T x, T g, T v, T h, T& x_new, T& v_new, T& h_new) const {
-    const T gr = norm * x + g;
-    v_new = alpha * v + one_m_alpha * gr;
-    h_new = beta * h + one_m_beta * (gr * gr);
-    x_new = keep * (x - rate * (v_new / (std::sqrt(h_new) + eps)));
+    const formulas::OnnxAdamState<T> o = formulas::onnx_adam_update(x, g, v, h, s);
+    x_new = o.p;
+    v_new = o.m;
+    h_new = o.v;
   }
 };
 // Bias correction folds into the rate; T = 0 means "no correction", per the spec.
@@ -469,21 +474,21 @@ template <class T>
 ONNXTRAIN_HD AdamStep<T> adam_step(double r, int64_t t, double alpha, double beta, double eps, double norm, double norm_post) {
   const double td = static_cast<double>(t);
   const double rate = t > 0 ? r * std::sqrt(1.0 - std::pow(beta, td)) / (1.0 - std::pow(alpha, td)) : r;
-  return {static_cast<T>(rate), static_cast<T>(alpha), static_cast<T>(1.0 - alpha), static_cast<T>(beta),
-          static_cast<T>(1.0 - beta), static_cast<T>(eps), static_cast<T>(norm), static_cast<T>(1.0 - norm_post)};
+  return {{static_cast<T>(rate), static_cast<T>(alpha), static_cast<T>(1.0 - alpha), static_cast<T>(beta),
+           static_cast<T>(1.0 - beta), static_cast<T>(eps), static_cast<T>(norm), static_cast<T>(1.0 - norm_post)}};
 }
 
 template <class T> struct AdagradStep {
-  T rate, eps, norm;
+  formulas::AdagradScalars<T> s;  // clr = the decayed rate, decay = norm_coefficient
   ONNXTRAIN_HD void operator()(T x, T g, T h, T& x_new, T& h_new) const {
-    const T gr = norm * x + g;
-    h_new = h + gr * gr;
-    x_new = x - rate * gr / (std::sqrt(h_new) + eps);
+    const formulas::AdagradState<T> o = formulas::adagrad_update<true>(x, g, h, s);
+    x_new = o.p;
+    h_new = o.sum;
   }
 };
 template <class T>
 ONNXTRAIN_HD AdagradStep<T> adagrad_step(double r, int64_t t, double decay, double eps, double norm) {
-  return {static_cast<T>(r / (1.0 + static_cast<double>(t) * decay)), static_cast<T>(eps), static_cast<T>(norm)};
+  return {{static_cast<T>(r / (1.0 + static_cast<double>(t) * decay)), static_cast<T>(eps), static_cast<T>(norm)}};
 }
 
 }  // namespace onnxtrain

@@ -194,4 +194,58 @@ ONNXTRAIN_FORMULA_HD AdagradState<V> adagrad_update(const V& p, const V& g, cons
 // The op: inputs P, G, Sum, then Clr, Eps, [Decay]; outputs P_new, Sum_new.
 inline constexpr const char* adagrad_update_op(bool l2) { return l2 ? "AdagradL2Update" : "AdagradUpdate"; }
 
+// ---- The ONNX spec's optimizers (ai.onnx.preview.training, opset 1) ------------------------------------------------
+// Their kernels (executor/functors.h's *Step, run by executor/cpu/training_ops.cpp and executor/cuda/training_ops.cu)
+// evaluate these per element; the spec's norm_coefficient is an L2 term it always adds (0*x + g when zero).
+// Adagrad is torch's formula with that term: adagrad_update<true> with decay = norm_coefficient and clr = the spec's
+// R / (1 + T*decay_factor).
+
+// Momentum, which is also optimizers/'s SGD `convention: onnx` (there on graph values, as standard ops):
+//   d = g + p*decay;  v' = v*momentum + d*beta;  p' = p - lr*v'   (nesterov: p - lr*(d + v'*momentum))
+// where beta is the spec's beta after the first step and 1 on it (T = 0), which the caller picks.
+template <class S> struct OnnxMomentumScalars {
+  S lr, decay, momentum, beta;
+};
+
+template <class V> struct OnnxMomentumState {
+  V p, v;
+};
+
+template <bool Nesterov, class V, class S>
+ONNXTRAIN_FORMULA_HD OnnxMomentumState<V> onnx_momentum_update(const V& p, const V& g, const V& v,
+                                                              const OnnxMomentumScalars<S>& s) {
+  OnnxMomentumState<V> out{};
+  const V d = g + p * s.decay;
+  out.v = v * s.momentum + d * s.beta;
+  if constexpr (Nesterov)
+    out.p = p - s.lr * (d + out.v * s.momentum);
+  else
+    out.p = p - s.lr * out.v;
+  return out;
+}
+
+// Adam as the spec defines it (not torch's: both bias corrections fold into `rate`, and norm_coefficient_post
+// scales the result by keep = 1 - norm_coefficient_post):
+//   d = g + p*decay;  m' = m*alpha + d*(1 - alpha);  v' = v*beta + d*d*(1 - beta)
+//   p' = (p - rate*(m' / (sqrt(v') + eps)))*keep
+template <class S> struct OnnxAdamScalars {
+  S rate, alpha, one_minus_alpha, beta, one_minus_beta, eps, decay, keep;
+};
+
+template <class V> struct OnnxAdamState {
+  V p, m, v;
+};
+
+template <class V, class S>
+ONNXTRAIN_FORMULA_HD OnnxAdamState<V> onnx_adam_update(const V& p, const V& g, const V& m, const V& v,
+                                                      const OnnxAdamScalars<S>& s) {
+  using std::sqrt;
+  OnnxAdamState<V> out{};
+  const V d = g + p * s.decay;
+  out.m = m * s.alpha + d * s.one_minus_alpha;
+  out.v = v * s.beta + d * d * s.one_minus_beta;
+  out.p = (p - s.rate * (out.m / (sqrt(out.v) + s.eps))) * s.keep;
+  return out;
+}
+
 }  // namespace onnxtrain::formulas

@@ -16,6 +16,8 @@ using formulas::AdamScalars;
 using formulas::AdamState;
 using formulas::AdagradScalars;
 using formulas::AdagradState;
+using formulas::OnnxMomentumScalars;
+using formulas::OnnxMomentumState;
 using formulas::SgdMomentum;
 using formulas::SgdScalars;
 using formulas::SgdState;
@@ -509,14 +511,15 @@ OptimizerGraph append_optimizer(Graph& g, const std::map<std::string, std::strin
         if (with_buffer) e.update(r.buf, buf.name);
         e.update(r.p, w);
       } else {
-        // ai.onnx.preview.training Momentum: G_reg = norm_coefficient*X + G; beta_adj = T > 0 ? beta : 1;
-        // V_new = alpha*V + beta_adj*G_reg; X_new = X - R*V_new (standard) or X - R*(G_reg + alpha*V_new).
+        // ai.onnx.preview.training Momentum's step (formulas::onnx_momentum_update, which that op's kernels run too),
+        // as standard ops: the gradient's coefficient is 1 on the first step and beta after it.
         Expr v = e.zeros_state(w + ".momentum_buffer", p);
-        Expr greg = grad + p * wd;
-        Expr beta_adj = where(*first_step, scalar(b, dt, 1.0), scalar(b, dt, spec.beta));
-        Expr nv = v * spec.momentum + beta_adj * greg;
-        e.update(nv, v.name);
-        e.update(spec.nesterov ? p - lr * (greg + nv * spec.momentum) : p - lr * nv, w);
+        const OnnxMomentumScalars<Expr> s{lr, constant_of(dt, wd), constant_of(dt, spec.momentum),
+                                          where(*first_step, scalar(b, dt, 1.0), scalar(b, dt, spec.beta))};
+        const OnnxMomentumState<Expr> r = spec.nesterov ? formulas::onnx_momentum_update<true>(p, grad, v, s)
+                                                        : formulas::onnx_momentum_update<false>(p, grad, v, s);
+        e.update(r.v, v.name);
+        e.update(r.p, w);
       }
     } else if (is_adam(spec)) {
       // One onnxtrain.Adam*Update node per weight: its CPU and CUDA kernels and its standard-ONNX body all evaluate
