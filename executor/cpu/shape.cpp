@@ -1,6 +1,8 @@
 // Shape and data-movement ops on the CPU. They never look at element values, so every kernel here works on
-// raw bytes of any fixed-size dtype. Everything that only rearranges memory (Transpose, Slice, Expand, Tile)
-// is one StridedCopy built at plan time: the output walked in order, the input through per-dim strides.
+// raw bytes of any fixed-size dtype. Each op's checks, output and geometry are the op layer's
+// (executor/ops/shape.h), shared with the CUDA twins; this file holds the runners. Everything that only
+// rearranges memory (Transpose, Slice, Expand, Tile) is one StridedCopy of the op layer's view: the output
+// walked in order, the input through per-dim strides.
 // Reshape, Flatten, Squeeze and Unsqueeze copy their input; aliasing them is a plan-level decision.
 #include <omp.h>
 
