@@ -4,10 +4,9 @@
 // A CUDA kernel is registered as the twin of the CPU kernel defs of the same op: same domain, opset ranges,
 // dtypes and shape_only flag, copied from the registry, so the two cannot drift. What both backends read of an op
 // at plan time (checks, attributes, output dtypes and shapes) is a function of executor/ops/ that the CPU factory
-// and the CUDA factory both call (executor/ops/README.md, "A CUDA factory never runs a CPU factory"). The few
-// factories that still need the CPU factory (the traced data-movement ops, which run the CPU kernel on index
-// tensors to get gather maps, and MatMul/Gemm's half-precision defs) take it as `host`; tests/python/
-// test_op_layer.py counts them. The factories' helpers (dispatch, inputs, axes) are executor/ops/kernel_util.h's.
+// and the CUDA factory both call (executor/ops/README.md, "A CUDA factory never runs a CPU factory"): twin() takes
+// only the key from the CPU defs, never their factory, so a CUDA factory cannot run CPU code by way of it. The
+// factories' helpers (dispatch, inputs, axes) are executor/ops/kernel_util.h's.
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,19 +20,9 @@ namespace onnxtrain::cuda {
 using ops::dispatch;
 using ops::Tag;
 
-// `host` is the CPU def's factory; calling it fills ctx.outputs (and returns the CPU kernel, which the
-// data-movement ops use to trace their gather maps). Only the families not on the op layer yet take it.
-using CudaFactory = std::function<std::unique_ptr<Kernel>(PrepareContext& ctx, const KernelFactory& host)>;
-
-// Adds a CUDA def for every CPU def of (domain, op) already in r; fails if there is none.
-void twin(KernelRegistry& r, const std::string& domain, const std::string& op, CudaFactory f);
-inline void twin(KernelRegistry& r, const std::string& op, CudaFactory f) { twin(r, "", op, std::move(f)); }
-// The same for a factory that never runs the CPU one: it checks the node and sets its outputs through the op
-// layer (executor/ops/<family>.h), as the CPU factory does. std::function's constructor takes only callables of
-// its own signature, so each factory picks one overload.
-inline void twin(KernelRegistry& r, const std::string& domain, const std::string& op, KernelFactory f) {
-  twin(r, domain, op, [f = std::move(f)](PrepareContext& ctx, const KernelFactory&) { return f(ctx); });
-}
+// Adds a CUDA def with factory f for every CPU def of (domain, op) already in r; fails if there is none. f checks
+// the node and sets its outputs through the op layer (executor/ops/<family>.h), as the CPU factory does.
+void twin(KernelRegistry& r, const std::string& domain, const std::string& op, KernelFactory f);
 inline void twin(KernelRegistry& r, const std::string& op, KernelFactory f) { twin(r, "", op, std::move(f)); }
 
 // Output 0 is input 0's bytes (Reshape, Identity, a same-type Cast, ...): the plan usually makes it a view;
@@ -47,9 +36,6 @@ class DeviceCopyKernel final : public Kernel {
   }
   bool output_is_view_of_input0() const override { return true; }
 };
-
-// Validates through the CPU factory and discards its kernel (the families not on the op layer yet).
-inline void host_prepare(PrepareContext& ctx, const KernelFactory& host) { (void)host(ctx); }
 
 // Column-major C = op(B) op(A) (matmul.cu's argument order) for float16/bfloat16 data with float32 accumulation
 // (half_matmul.cu); strides are in elements, batch 1 ignores them.

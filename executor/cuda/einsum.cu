@@ -69,7 +69,7 @@ template <class T> class EinsumKernel final : public Kernel {
 };
 
 // The CPU factory (the second argument) is not run: ops::prepare_einsum is the shared plan-time part.
-std::unique_ptr<Kernel> make_einsum(PrepareContext& ctx, const KernelFactory&) {
+std::unique_ptr<Kernel> make_einsum(PrepareContext& ctx) {
   const ops::EinsumPlan p = ops::prepare_einsum(ctx);
   const size_t nt = p.out_strides.size();
   if (nt > static_cast<size_t>(kMaxOperands) || p.out_dims.size() > static_cast<size_t>(kMaxIndices) ||

@@ -6,15 +6,14 @@ namespace cuda {
 
 void register_cuda_gather_grad(KernelRegistry& r);  // gather_grad.cu: GatherGrad, SumToShape
 
-void twin(KernelRegistry& r, const std::string& domain, const std::string& op, CudaFactory f) {
+void twin(KernelRegistry& r, const std::string& domain, const std::string& op, KernelFactory f) {
   std::vector<KernelDef> defs;
   for (const KernelDef& d : r.all())
     if (d.device == Device::CPU && d.domain == domain && d.op_type == op) defs.push_back(d);
   if (defs.empty()) throw Error("CUDA kernel for '" + op + "' registered without a CPU kernel to twin");
   for (KernelDef& d : defs) {
-    KernelFactory host = d.factory;
     d.device = Device::CUDA;
-    d.factory = [host, f](PrepareContext& ctx) { return f(ctx, host); };
+    d.factory = f;  // the CPU def's key, not its factory
     r.add(std::move(d));
   }
 }

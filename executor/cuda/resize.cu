@@ -83,7 +83,7 @@ template <class T> class ResizeKernel final : public Kernel {
 };
 
 // The CPU factory (the second argument) is not run: ops::prepare_resize is the shared plan-time part.
-std::unique_ptr<Kernel> make_resize(PrepareContext& ctx, const KernelFactory&) {
+std::unique_ptr<Kernel> make_resize(PrepareContext& ctx) {
   const ops::ResizePlan plan = ops::prepare_resize(ctx);
   if (plan.axes.empty()) return std::make_unique<DeviceCopyKernel>();
   std::vector<int64_t> shape = ctx.inputs[0].shape;

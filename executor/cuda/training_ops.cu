@@ -187,8 +187,8 @@ template <class T, AdamDecay Decay, bool Amsgrad> class AdamUpdateKernel final :
   int64_t n_;
 };
 
-CudaFactory adam_update_factory(AdamDecay decay, bool amsgrad) {
-  return [decay, amsgrad](PrepareContext& ctx, const KernelFactory&) -> std::unique_ptr<Kernel> {
+KernelFactory adam_update_factory(AdamDecay decay, bool amsgrad) {
+  return [decay, amsgrad](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
     ops::prepare_adam_update(ctx, decay, amsgrad);  // checks and shapes, shared with the CPU kernel
     const int64_t n = numel_of(ctx.inputs[0].shape);
     const bool f64 = ctx.inputs[0].dtype == DType::Float64;
@@ -271,8 +271,8 @@ template <class T, bool L2> class AdagradUpdateKernel final : public Kernel {
   int64_t n_;
 };
 
-CudaFactory sgd_update_factory(bool l2, SgdMomentum momentum) {
-  return [l2, momentum](PrepareContext& ctx, const KernelFactory&) -> std::unique_ptr<Kernel> {
+KernelFactory sgd_update_factory(bool l2, SgdMomentum momentum) {
+  return [l2, momentum](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
     ops::prepare_sgd_update(ctx, l2, momentum);
     const int64_t n = numel_of(ctx.inputs[0].shape);
     const bool f64 = ctx.inputs[0].dtype == DType::Float64;
@@ -283,8 +283,8 @@ CudaFactory sgd_update_factory(bool l2, SgdMomentum momentum) {
   };
 }
 
-CudaFactory adagrad_update_factory(bool l2) {
-  return [l2](PrepareContext& ctx, const KernelFactory&) -> std::unique_ptr<Kernel> {
+KernelFactory adagrad_update_factory(bool l2) {
+  return [l2](PrepareContext& ctx) -> std::unique_ptr<Kernel> {
     ops::prepare_adagrad_update(ctx, l2);
     const int64_t n = numel_of(ctx.inputs[0].shape);
     const bool f64 = ctx.inputs[0].dtype == DType::Float64;
