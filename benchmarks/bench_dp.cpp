@@ -3,13 +3,16 @@
 // Every rank trains MODEL on its shard of synthetic data, BATCH samples per rank and step; rank 0 prints one JSON
 // line with the global throughput (all ranks' samples) of the median of REPEATS timed runs of STEPS steps.
 //
-//   mpirun -np 2 bench_dp MODEL [--workload w1|w3] [--batch 128] [--steps 200] [--warmup 20] [--repeats 3]
+//   mpirun -np 2 bench_dp MODEL [--workload w1|w3|w5] [--batch 128] [--steps 200] [--warmup 20] [--repeats 3]
 //                         [--overlap 1] [--bucket-bytes 1048576] [--compression none] [--profile 0]
 //                         [--accumulate 1] [--sums 0] [--curve 0]
 //
 // w1: an MLP [batch, F] -> [batch, 1] (the shared W1), MSE, Adam lr 1e-3, regression data.
 // w3: a token model [batch, seq] int64 -> [batch, seq, classes] (the shared W3), token cross-entropy, AdamW lr 1e-3
 //     weight decay 0.01 (bench_train's W3 settings), uniform random tokens and targets.
+// w5: the real all-MiniLM-L6-v2 classifier (`benchmarks/w5_minilm.py --export MODEL`): input_ids and attention_mask
+//     [batch, seq], cross-entropy on 2 classes, AdamW lr 2e-5 weight decay 0.01 (W5's settings), batches drawn as
+//     W5 draws them (random ids after [CLS], lengths 32..seq, masked after them, labels 0/1).
 // --profile 1 adds one more timed run with the step profiler on (docs/performance.md) and prints, per step, the
 // time in compute (every plan step but the collectives), in AllReduceStart (packing and starting the reductions),
 // in AllReduceWait (waiting for them and unpacking) and in blocking AllReduce steps (communication and waiting for
@@ -69,6 +72,27 @@ std::vector<Feeds> make_batches(const Options& o, const Model& m, const Training
     }
     return batches;
   }
+  if (o.workload == "w5") {
+    constexpr int64_t kVocab = 30522, kCls = 101, kSep = 102;
+    const ValueInfo& mask_in = m.graph.inputs.at(1);
+    std::mt19937 rng(1234u + static_cast<unsigned>(comm.rank()));
+    std::uniform_int_distribution<int64_t> token(1000, kVocab - 1), length(std::min<int64_t>(32, cols), cols), label(0, 1);
+    for (int k = 0; k < o.steps; ++k) {
+      Tensor ids = Tensor::empty(DType::Int64, {o.batch, cols}), mask = Tensor::empty(DType::Int64, {o.batch, cols});
+      Tensor y = Tensor::empty(DType::Int64, {o.batch});
+      for (int64_t i = 0; i < o.batch; ++i) {
+        const int64_t len = length(rng);
+        for (int64_t j = 0; j < cols; ++j) {
+          const bool in_text = j < len;
+          ids.ptr<int64_t>()[i * cols + j] = !in_text ? 0 : j == 0 ? kCls : j == len - 1 ? kSep : token(rng);
+          mask.ptr<int64_t>()[i * cols + j] = in_text ? 1 : 0;
+        }
+        y.ptr<int64_t>()[i] = label(rng);
+      }
+      batches.push_back({{in.name, ids}, {mask_in.name, mask}, {s.target_name(), y}});
+    }
+    return batches;
+  }
   // w3: token ids below the class count (the vocabulary of the shared W3 is its class count).
   const int64_t classes = m.graph.outputs.at(0).type.shape.value().back().value;
   std::mt19937 rng(1234u + static_cast<unsigned>(comm.rank()));
@@ -89,7 +113,7 @@ std::vector<Feeds> make_batches(const Options& o, const Model& m, const Training
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: mpirun -np N bench_dp MODEL [--workload w1|w3] [--batch 128] [--steps 200] [--warmup 20] "
+                 "usage: mpirun -np N bench_dp MODEL [--workload w1|w3|w5] [--batch 128] [--steps 200] [--warmup 20] "
                  "[--repeats 3] [--overlap 1] [--bucket-bytes N] [--compression none|bfloat16|float16] [--profile 0]\n");
     return 2;
   }
@@ -113,8 +137,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (o.workload != "w1" && o.workload != "w3") {
-    std::fprintf(stderr, "bench_dp: --workload is w1 or w3, got %s\n", o.workload.c_str());
+  if (o.workload != "w1" && o.workload != "w3" && o.workload != "w5") {
+    std::fprintf(stderr, "bench_dp: --workload is w1, w3 or w5, got %s\n", o.workload.c_str());
     return 2;
   }
   std::shared_ptr<Communicator> comm;
@@ -125,6 +149,11 @@ int main(int argc, char** argv) {
     if (o.workload == "w1") {
       cfg.optimizer.kind = "adam";
       cfg.optimizer.learning_rate = 1e-3;
+    } else if (o.workload == "w5") {
+      cfg.loss.kind = "cross_entropy";
+      cfg.optimizer.kind = "adamw";
+      cfg.optimizer.learning_rate = 2e-5;
+      cfg.optimizer.weight_decay = 0.01;
     } else {
       bench::flatten_token_logits(model, argv[1]);
       cfg.loss.kind = "cross_entropy";

